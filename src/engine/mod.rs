@@ -1,0 +1,10 @@
+//! The session: open a model once (load, capture, rebind), then generate
+//! many times with the KV cache and the expert cache kept warm.
+
+mod events;
+mod session;
+
+pub use events::{Event, Phase, StepReport};
+pub use session::{
+    AbortHandle, EngineError, Generation, GenerateRequest, OpenReport, Session, SessionOptions, StreamOptions,
+};

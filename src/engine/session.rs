@@ -1,0 +1,488 @@
+//! [`Session`]: one loaded model, many generations.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use super::events::{Event, Phase, StepReport};
+use crate::gguf::{GgufError, ModelFiles};
+use crate::llama::{Context, ContextParams, DecodeError, Model, Sampler, Sampling};
+use crate::moe::{ExpertStore, MoeHook, ReadLanes, StepTrace, recipe, resolve_banks};
+use crate::telemetry::mem::MemSnapshot;
+use crate::telemetry::summary::RunSummary;
+
+/// How experts are streamed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOptions {
+    /// LRU budget in bytes; 0 = shared slots re-read every token.
+    pub cache_bytes: u64,
+    /// Read lanes (the eval thread is one of them).
+    pub io_threads: usize,
+    /// Try O_DIRECT (verified at open, buffered fallback).
+    pub o_direct: bool,
+}
+
+/// Everything fixed at open.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionOptions {
+    /// Model file (first shard of a split set).
+    pub model: PathBuf,
+    /// Compute threads.
+    pub threads: u32,
+    /// Context length.
+    pub ctx_size: u32,
+    /// Most tokens per decode call.
+    pub batch: u32,
+    /// Most tokens per graph computation.
+    pub ubatch: u32,
+    /// Route this many experts per token instead of the model's own count (lossy).
+    pub n_expert_used: Option<u32>,
+    /// Stream experts; `None` runs the plain memory-mapped model.
+    pub stream: Option<StreamOptions>,
+}
+
+/// Why the engine failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The model file is missing or malformed.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// llama.cpp refused the model or context.
+    #[error("{0}")]
+    Llama(String),
+    /// Streaming cannot work for this model.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A request does not fit this session.
+    #[error("{0}")]
+    Request(String),
+    /// Reading experts failed; the decode was abandoned and rolled back.
+    #[error("{0}")]
+    Stream(String),
+    /// llama_decode failed.
+    #[error("decode failed: {0}")]
+    Decode(#[from] DecodeError),
+}
+
+/// What `open` found.
+#[derive(Debug, Clone, Default)]
+pub struct OpenReport {
+    /// `general.architecture`.
+    pub arch: String,
+    /// Transformer layers.
+    pub n_layer: u32,
+    /// Experts per MoE layer (0 for a dense model).
+    pub n_expert: u32,
+    /// Experts routed per token (after any override).
+    pub n_expert_used: u32,
+    /// Layers whose experts are streamed.
+    pub streamed_layers: u32,
+    /// Bytes of all streamed experts.
+    pub bank_bytes: u64,
+    /// Read lanes.
+    pub io_threads: usize,
+    /// Whether reads use O_DIRECT.
+    pub o_direct: bool,
+    /// Seconds to open.
+    pub load_s: f64,
+    /// Things the user should know (fallbacks, alignment).
+    pub notices: Vec<String>,
+}
+
+/// One generation request.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Prompt text (tokenized with the model's vocabulary).
+    pub prompt: String,
+    /// Tokens to generate.
+    pub n_predict: u32,
+    /// Token selection.
+    pub sampling: Sampling,
+    /// Continue the conversation (keep the KV cache) instead of starting over.
+    pub continue_context: bool,
+    /// Keep a copy of the logits each token was chosen from.
+    pub keep_logits: bool,
+}
+
+/// The result of a generation.
+#[derive(Debug, Clone, Default)]
+pub struct Generation {
+    /// Generated token ids.
+    pub tokens: Vec<i32>,
+    /// Generated text.
+    pub text: String,
+    /// The logits each token was chosen from (with `keep_logits`).
+    pub logits: Vec<Vec<f32>>,
+    /// Stopped by an abort request.
+    pub aborted: bool,
+    /// Stopped by an end-of-generation token.
+    pub stopped_at_eog: bool,
+    /// Totals.
+    pub summary: RunSummary,
+}
+
+/// Stops a running generation from another thread.
+#[derive(Clone)]
+pub struct AbortHandle(Arc<AtomicBool>);
+
+impl AbortHandle {
+    /// Requests the running generation to stop at the next graph node.
+    pub fn abort(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A loaded model ready to generate.
+pub struct Session {
+    ctx: Context<MoeHook>,
+    abort: Arc<AtomicBool>,
+    options: SessionOptions,
+    info: OpenReport,
+    /// Tokens in the KV cache, in order.
+    history: Vec<i32>,
+    /// The last generated token, not yet decoded (fed first next turn).
+    pending: Option<i32>,
+    turn: u32,
+}
+
+impl Session {
+    /// Loads the model and, when streaming, captures and rebinds its experts.
+    pub fn open(options: SessionOptions) -> Result<Session, EngineError> {
+        let start = Instant::now();
+        let files = ModelFiles::open(&options.model)?;
+        let meta = files.meta();
+        let arch = meta
+            .architecture()
+            .ok_or_else(|| EngineError::Unsupported(format!("{}: no general.architecture key", options.model.display())))?
+            .to_string();
+        let n_expert = meta.arch_u64("expert_count").unwrap_or(0) as u32;
+        let mut n_expert_used = meta.arch_u64("expert_used_count").unwrap_or(0) as u32;
+        let mut overrides = Vec::new();
+        if let Some(k) = options.n_expert_used {
+            if n_expert == 0 || k == 0 || k > n_expert {
+                return Err(EngineError::Request(format!(
+                    "--n-expert-used {k} is not possible: the model has {n_expert} experts per layer"
+                )));
+            }
+            overrides.push((format!("{arch}.expert_used_count"), i64::from(k)));
+            n_expert_used = k;
+        }
+        if options.stream.is_some() {
+            if recipe::recipe_for(&arch).is_none() {
+                return Err(EngineError::Unsupported(format!(
+                    "cannot stream architecture {arch}: no recipe (see `bmoe archs`); run without --moe-stream"
+                )));
+            }
+            if n_expert == 0 {
+                return Err(EngineError::Unsupported(format!("{arch} model has no experts to stream")));
+            }
+        }
+        let model = Arc::new(Model::load(&options.model, &overrides).map_err(|e| EngineError::Llama(e.to_string()))?);
+        let abort = Arc::new(AtomicBool::new(false));
+        let hook = options.stream.as_ref().map(|_| Box::new(MoeHook::new(abort.clone())));
+        let params = ContextParams {
+            n_ctx: options.ctx_size,
+            n_batch: options.batch,
+            n_ubatch: options.ubatch,
+            n_threads: options.threads,
+        };
+        let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
+        let mut info = OpenReport {
+            arch,
+            n_layer: model.n_layer(),
+            n_expert,
+            n_expert_used,
+            ..OpenReport::default()
+        };
+        if let Some(stream) = &options.stream {
+            // Capture: one warm-up decode that only observes the graph.
+            let bos = model.tokenize("", true).first().copied().unwrap_or(0);
+            ctx.decode(&[bos], 0, false)?;
+            ctx.clear_kv();
+            let hook = ctx.hook_mut().expect("streaming sessions have a hook");
+            let banks = resolve_banks(hook.captured(), &files).map_err(EngineError::Unsupported)?;
+            let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
+                .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
+            if banks.unaligned && lanes.o_direct() {
+                notices.push(
+                    "expert slices are not 4096-byte aligned in this file: O_DIRECT reads whole aligned windows \
+                     and copies the slice out (the extra bytes are counted as window bytes)"
+                        .into(),
+                );
+            }
+            info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
+            info.io_threads = lanes.lanes();
+            info.o_direct = lanes.o_direct();
+            let store = ExpertStore::new(banks.layers, banks.n_expert, stream.cache_bytes, lanes)
+                .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?;
+            info.bank_bytes = store.bank_bytes();
+            info.notices = notices;
+            hook.start_streaming(store);
+        }
+        info.load_s = start.elapsed().as_secs_f64();
+        Ok(Session { ctx, abort, options, info, history: Vec::new(), pending: None, turn: 0 })
+    }
+
+    /// What open found.
+    pub fn info(&self) -> &OpenReport {
+        &self.info
+    }
+
+    /// The options the session was opened with.
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// A handle that aborts the running generation.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(self.abort.clone())
+    }
+
+    /// Tokens currently in the context.
+    pub fn context_tokens(&self) -> usize {
+        self.history.len() + usize::from(self.pending.is_some())
+    }
+
+    /// Forgets the conversation (the expert cache stays warm).
+    pub fn reset(&mut self) {
+        self.ctx.clear_kv();
+        self.history.clear();
+        self.pending = None;
+    }
+
+    /// Runs one generation, reporting progress to `on_event`.
+    pub fn generate(
+        &mut self,
+        req: &GenerateRequest,
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Generation, EngineError> {
+        self.abort.store(false, Ordering::Relaxed);
+        if !req.continue_context {
+            self.reset();
+        }
+        let model = self.ctx.model().clone();
+        let turn_start = self.history.len();
+        let old_pending = self.pending;
+        let mut input: Vec<i32> = self.pending.take().into_iter().collect();
+        input.extend(model.tokenize(&req.prompt, self.history.is_empty() && input.is_empty()));
+        if input.is_empty() {
+            return Err(EngineError::Request("the prompt is empty".into()));
+        }
+        let needed = self.history.len() + input.len() + req.n_predict as usize;
+        if needed > self.ctx.n_ctx() as usize {
+            self.pending = old_pending;
+            return Err(EngineError::Request(format!(
+                "{needed} tokens (context {} + prompt {} + {} to generate) exceed the context size {}",
+                self.history.len(),
+                input.len(),
+                req.n_predict,
+                self.ctx.n_ctx()
+            )));
+        }
+        let mut out = Generation {
+            summary: RunSummary {
+                load_s: self.info.load_s,
+                streaming: self.options.stream.is_some(),
+                cached: self.options.stream.as_ref().is_some_and(|s| s.cache_bytes > 0),
+                ..RunSummary::default()
+            },
+            ..Generation::default()
+        };
+        let turn = self.turn;
+        self.turn += 1;
+
+        // Prefill in batch-sized chunks; logits only after the last.
+        let chunks: Vec<&[i32]> = input.chunks(self.options.batch as usize).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            match self.decode_step(chunk, last, turn, Phase::Prefill, i as u32) {
+                Ok(Some(report)) => {
+                    out.summary.add(&report);
+                    on_event(Event::Prefill(&report));
+                }
+                Ok(None) => {
+                    self.abandon_turn(turn_start, old_pending);
+                    out.aborted = true;
+                    return Ok(out);
+                }
+                Err(e) => {
+                    self.abandon_turn(turn_start, old_pending);
+                    return Err(e);
+                }
+            }
+        }
+
+        let mut sampler = Sampler::new(req.sampling);
+        let mut utf8 = Utf8Stream::default();
+        for index in 0..req.n_predict {
+            let logits = self.ctx.last_logits();
+            let token = sampler.sample(logits);
+            if req.keep_logits {
+                out.logits.push(logits.to_vec());
+            }
+            if model.is_eog(token) {
+                out.stopped_at_eog = true;
+                break;
+            }
+            out.tokens.push(token);
+            out.summary.generated += 1;
+            let text = utf8.push(&model.token_bytes(token));
+            out.text.push_str(&text);
+            on_event(Event::Token { index, token, text: &text });
+            if index + 1 == req.n_predict {
+                self.pending = Some(token);
+                break;
+            }
+            match self.decode_step(&[token], true, turn, Phase::Decode, index + 1)? {
+                Some(report) => {
+                    out.summary.add(&report);
+                    on_event(Event::Step(&report));
+                }
+                None => {
+                    // The token was shown; keep it in the conversation.
+                    self.pending = Some(token);
+                    out.aborted = true;
+                    break;
+                }
+            }
+        }
+        let tail = utf8.finish();
+        out.text.push_str(&tail);
+        Ok(out)
+    }
+
+    /// Decodes one batch at the end of the history. Returns None when the
+    /// user aborted (the batch is rolled back); a streaming failure is
+    /// rolled back too and returned as an error.
+    fn decode_step(
+        &mut self,
+        tokens: &[i32],
+        want_logits: bool,
+        turn: u32,
+        phase: Phase,
+        step: u32,
+    ) -> Result<Option<StepReport>, EngineError> {
+        let first_pos = self.history.len() as i32;
+        if let Some(h) = self.ctx.hook_mut() {
+            h.begin_batch(tokens.len() as u32);
+        }
+        let t0 = Instant::now();
+        let result = self.ctx.decode(tokens, first_pos, want_logits);
+        let wall_ns = t0.elapsed().as_nanos() as u64;
+        let (trace, stream_error, budget, resident) = match self.ctx.hook_mut() {
+            Some(h) => {
+                let (budget, resident) = h.store().map_or((0, 0), |s| (s.budget(), s.resident_bytes()));
+                (h.take_trace(), h.take_error(), budget, resident)
+            }
+            None => (StepTrace::default(), None, 0, 0),
+        };
+        if let Some(msg) = stream_error {
+            self.roll_back(first_pos);
+            return Err(EngineError::Stream(msg));
+        }
+        match result {
+            Ok(()) => {}
+            Err(DecodeError::Aborted) => {
+                self.roll_back(first_pos);
+                return Ok(None);
+            }
+            Err(e) => {
+                self.roll_back(first_pos);
+                return Err(e.into());
+            }
+        }
+        self.history.extend_from_slice(tokens);
+        Ok(Some(StepReport {
+            turn,
+            phase,
+            step,
+            first_pos,
+            tokens: tokens.len() as u32,
+            wall_ns,
+            trace,
+            mem: MemSnapshot::now(),
+            cache_budget: budget,
+            cache_resident: resident,
+        }))
+    }
+
+    /// Returns the context to where it was before a turn's prompt.
+    fn abandon_turn(&mut self, turn_start: usize, pending: Option<i32>) {
+        self.roll_back(turn_start as i32);
+        self.history.truncate(turn_start);
+        self.pending = pending;
+    }
+
+    /// Drops whatever a failed decode may have left past `pos`, so the
+    /// session stays usable.
+    fn roll_back(&mut self, pos: i32) {
+        self.abort.store(false, Ordering::Relaxed);
+        if !self.ctx.truncate_kv(pos) {
+            // The cache cannot drop a tail (e.g. some sliding-window layouts): start over.
+            self.ctx.clear_kv();
+            self.history.clear();
+        }
+        self.pending = None;
+    }
+
+    /// The expert store, when streaming (for tests and diagnostics).
+    pub fn store(&mut self) -> Option<&mut ExpertStore> {
+        self.ctx.hook_mut().and_then(|h| h.store_mut())
+    }
+}
+
+/// Joins token bytes into valid UTF-8, holding back an incomplete character.
+#[derive(Default)]
+struct Utf8Stream {
+    held: Vec<u8>,
+}
+
+impl Utf8Stream {
+    fn push(&mut self, bytes: &[u8]) -> String {
+        self.held.extend_from_slice(bytes);
+        match std::str::from_utf8(&self.held) {
+            Ok(s) => {
+                let s = s.to_string();
+                self.held.clear();
+                s
+            }
+            Err(e) if e.error_len().is_none() => {
+                // An incomplete sequence at the end: emit what is complete.
+                let valid = e.valid_up_to();
+                let s = String::from_utf8_lossy(&self.held[..valid]).into_owned();
+                self.held.drain(..valid);
+                s
+            }
+            Err(_) => {
+                // Invalid bytes: show them as replacement characters.
+                let s = String::from_utf8_lossy(&self.held).into_owned();
+                self.held.clear();
+                s
+            }
+        }
+    }
+
+    fn finish(&mut self) -> String {
+        let s = String::from_utf8_lossy(&self.held).into_owned();
+        self.held.clear();
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Utf8Stream;
+
+    #[test]
+    fn utf8_stream_holds_partial_characters() {
+        let mut u = Utf8Stream::default();
+        let e = "é".as_bytes();
+        assert_eq!(u.push(b"a"), "a");
+        assert_eq!(u.push(&e[..1]), "");
+        assert_eq!(u.push(&e[1..]), "é");
+        assert_eq!(u.push(&[0xff]), "\u{fffd}");
+        assert_eq!(u.push(&e[..1]), "");
+        assert_eq!(u.finish(), "\u{fffd}");
+    }
+}

@@ -1,0 +1,13 @@
+//! bmoe: run Mixture-of-Experts models larger than RAM by streaming only the
+//! routed experts' weights from disk into llama.cpp, losslessly.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod engine;
+pub mod gguf;
+#[allow(unsafe_code)]
+pub mod llama;
+pub mod moe;
+pub mod synth;
+pub mod telemetry;

@@ -1,0 +1,241 @@
+//! A llama.cpp context: KV cache, persistent threadpool, the eval-callback
+//! trampoline into an [`EvalHook`], and an abort flag.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use llama_cpp_sys_2 as sys;
+
+use super::model::Model;
+use super::tensor::Tensor;
+
+/// Receives every graph node during decode (the seam with llama.cpp).
+pub trait EvalHook: Send {
+    /// Called for each node before it is scheduled; returning true isolates
+    /// the node so that [`EvalHook::observe`] runs right after it is computed.
+    fn ask(&mut self, node: Tensor<'_>) -> bool;
+    /// Called after an isolated node is computed and before anything that
+    /// depends on it runs.
+    fn observe(&mut self, node: Tensor<'_>);
+}
+
+/// Context settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextParams {
+    /// Context length in tokens.
+    pub n_ctx: u32,
+    /// Most tokens per `decode` call.
+    pub n_batch: u32,
+    /// Most tokens per graph computation.
+    pub n_ubatch: u32,
+    /// Compute threads.
+    pub n_threads: u32,
+}
+
+/// Why a decode failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The abort flag was raised during the decode.
+    #[error("decode aborted")]
+    Aborted,
+    /// The KV cache has no room for the batch.
+    #[error("the context is full ({0} tokens)")]
+    ContextFull(u32),
+    /// llama.cpp reported another failure.
+    #[error("llama_decode failed with code {0}")]
+    Failed(i32),
+}
+
+/// A context over a model, optionally with an eval hook.
+pub struct Context<H: EvalHook> {
+    ptr: NonNull<sys::llama_context>,
+    threadpool: *mut sys::ggml_threadpool,
+    hook: Option<NonNull<H>>,
+    abort: Arc<AtomicBool>,
+    batch: sys::llama_batch,
+    n_batch: u32,
+    n_ctx: u32,
+    model: Arc<Model>,
+}
+
+// SAFETY: the context is used by one thread at a time (methods take &mut
+// self); the hook is Send; the abort flag is shared through an Arc.
+unsafe impl<H: EvalHook> Send for Context<H> {}
+
+unsafe extern "C" fn eval_trampoline<H: EvalHook>(t: *mut sys::ggml_tensor, ask: bool, user: *mut c_void) -> bool {
+    // SAFETY: `user` is the hook pointer installed in `Context::new`; the
+    // hook is only reached through this pointer while llama_decode runs, and
+    // no Rust reference to it is held across the decode call.
+    let hook = unsafe { &mut *user.cast::<H>() };
+    // SAFETY: the scheduler passes a live node for the duration of the call.
+    let node = unsafe { Tensor::from_raw(t) };
+    if ask {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.ask(node))).unwrap_or(false)
+    } else {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.observe(node)));
+        // Returning false here would cancel the rest of the graph split.
+        true
+    }
+}
+
+unsafe extern "C" fn abort_trampoline(data: *mut c_void) -> bool {
+    // SAFETY: `data` is the AtomicBool kept alive by the context's Arc.
+    unsafe { &*data.cast::<AtomicBool>() }.load(Ordering::Relaxed)
+}
+
+impl<H: EvalHook> Context<H> {
+    /// Creates a context; with `hook`, every graph node is shown to it.
+    /// Setting `abort` (from any thread) makes a running decode stop early.
+    pub fn new(
+        model: Arc<Model>,
+        params: ContextParams,
+        hook: Option<Box<H>>,
+        abort: Arc<AtomicBool>,
+    ) -> Result<Context<H>, String> {
+        let hook = hook.map(|h| NonNull::from(Box::leak(h)));
+        // SAFETY: returns a plain struct of defaults.
+        let mut cp = unsafe { sys::llama_context_default_params() };
+        cp.n_ctx = params.n_ctx;
+        cp.n_batch = params.n_batch;
+        cp.n_ubatch = params.n_ubatch;
+        cp.n_seq_max = 1;
+        cp.n_threads = params.n_threads as i32;
+        cp.n_threads_batch = params.n_threads as i32;
+        cp.no_perf = true;
+        cp.abort_callback = Some(abort_trampoline);
+        cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
+        if let Some(h) = hook {
+            cp.cb_eval = Some(eval_trampoline::<H>);
+            cp.cb_eval_user_data = h.as_ptr().cast();
+        }
+        let free_hook = |hook: Option<NonNull<H>>| {
+            if let Some(h) = hook {
+                // SAFETY: leaked above and not yet handed to a live context.
+                drop(unsafe { Box::from_raw(h.as_ptr()) });
+            }
+        };
+        // SAFETY: the model is alive (we hold an Arc) and params are valid.
+        let raw = unsafe { sys::llama_init_from_model(model.raw(), cp) };
+        let Some(ptr) = NonNull::new(raw) else {
+            free_hook(hook);
+            return Err(format!("llama.cpp could not create a context: {}", super::last_errors().join("; ")));
+        };
+        // A persistent threadpool: without one every isolated node would
+        // start and join a fresh set of threads.
+        // SAFETY: plain constructor calls; the pool outlives the context (freed after it).
+        let threadpool = unsafe {
+            let mut tpp = sys::ggml_threadpool_params_default(params.n_threads as i32);
+            let tp = sys::ggml_threadpool_new(&mut tpp);
+            if !tp.is_null() {
+                sys::llama_attach_threadpool(ptr.as_ptr(), tp, tp);
+            }
+            tp
+        };
+        // SAFETY: allocates a batch with room for n_batch tokens and one sequence id each.
+        let batch = unsafe { sys::llama_batch_init(params.n_batch as i32, 0, 1) };
+        // SAFETY: live context.
+        let n_ctx = unsafe { sys::llama_n_ctx(ptr.as_ptr()) };
+        Ok(Context { ptr, threadpool, hook, abort, batch, n_batch: params.n_batch, n_ctx, model })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Context length.
+    pub fn n_ctx(&self) -> u32 {
+        self.n_ctx
+    }
+
+    /// The hook, between decodes.
+    pub fn hook_mut(&mut self) -> Option<&mut H> {
+        // SAFETY: &mut self guarantees no decode (the only other user of the
+        // pointer) is running.
+        self.hook.map(|h| unsafe { &mut *h.as_ptr() })
+    }
+
+    /// Decodes `tokens` at positions `first_pos..`; logits are kept for the
+    /// last token only (when `want_logits`).
+    pub fn decode(&mut self, tokens: &[i32], first_pos: i32, want_logits: bool) -> Result<(), DecodeError> {
+        assert!(!tokens.is_empty() && tokens.len() <= self.n_batch as usize, "batch of {} tokens", tokens.len());
+        let b = &mut self.batch;
+        // SAFETY: the batch arrays were allocated for n_batch tokens and one
+        // sequence id each; we write tokens.len() <= n_batch entries.
+        unsafe {
+            for (i, &tok) in tokens.iter().enumerate() {
+                *b.token.add(i) = tok;
+                *b.pos.add(i) = first_pos + i as i32;
+                *b.n_seq_id.add(i) = 1;
+                *(*b.seq_id.add(i)) = 0;
+                *b.logits.add(i) = i8::from(want_logits && i + 1 == tokens.len());
+            }
+        }
+        b.n_tokens = tokens.len() as i32;
+        // SAFETY: live context and a batch filled above; the hook pointer is
+        // not borrowed by Rust during the call.
+        let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), *b) };
+        match rc {
+            0 => Ok(()),
+            2 if self.abort.load(Ordering::Relaxed) => Err(DecodeError::Aborted),
+            1 => Err(DecodeError::ContextFull(self.n_ctx)),
+            rc => Err(DecodeError::Failed(rc)),
+        }
+    }
+
+    /// Logits of the last decoded token that asked for them.
+    pub fn last_logits(&self) -> &[f32] {
+        let n = self.model.n_vocab();
+        // SAFETY: after a successful decode with logits requested, llama.cpp
+        // returns a pointer to n_vocab floats valid until the next decode
+        // (which needs &mut self, ending this borrow).
+        unsafe {
+            let p = sys::llama_get_logits_ith(self.ptr.as_ptr(), -1);
+            if p.is_null() { &[] } else { std::slice::from_raw_parts(p, n) }
+        }
+    }
+
+    /// Forgets every cached position.
+    pub fn clear_kv(&mut self) {
+        // SAFETY: live context; the memory handle belongs to it.
+        unsafe { sys::llama_memory_clear(sys::llama_get_memory(self.ptr.as_ptr()), true) };
+    }
+
+    /// Forgets positions `from..`; false if the cache cannot do it.
+    pub fn truncate_kv(&mut self, from: i32) -> bool {
+        // SAFETY: live context; sequence 0 is the only sequence.
+        unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.ptr.as_ptr()), 0, from, -1) }
+    }
+}
+
+impl<H: EvalHook> Drop for Context<H> {
+    fn drop(&mut self) {
+        // SAFETY: context, batch and pool were created in `new` and are freed
+        // once, context first; then the hook (whose bindings restore weight
+        // pointers while the model, held by our Arc, is still alive).
+        unsafe {
+            sys::llama_batch_free(self.batch);
+            sys::llama_free(self.ptr.as_ptr());
+            if !self.threadpool.is_null() {
+                sys::ggml_threadpool_free(self.threadpool);
+            }
+            if let Some(h) = self.hook {
+                drop(Box::from_raw(h.as_ptr()));
+            }
+        }
+    }
+}
+
+/// A hook that is never installed: the type for contexts without one.
+pub enum NoHook {}
+
+impl EvalHook for NoHook {
+    fn ask(&mut self, _: Tensor<'_>) -> bool {
+        match *self {}
+    }
+    fn observe(&mut self, _: Tensor<'_>) {
+        match *self {}
+    }
+}

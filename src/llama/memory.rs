@@ -1,0 +1,221 @@
+//! Raw memory the engine hands to llama.cpp or reads files into: reserved
+//! anonymous ranges whose pages are committed on first touch and released
+//! on demand, page-aligned bounce buffers, and read-only file maps.
+
+use std::alloc::{self, Layout};
+use std::fs::File;
+use std::io;
+use std::ptr::NonNull;
+
+/// Page size assumed for alignment and release rounding.
+pub const PAGE: usize = 4096;
+
+/// Maps a whole file read-only.
+pub fn map_file_readonly(file: &File) -> io::Result<memmap2::Mmap> {
+    // SAFETY: the map is read-only and private to this process. If another
+    // process truncates the file while it is mapped, touching the lost pages
+    // raises SIGBUS; bmoe only maps model files it is about to read and
+    // checks every offset against the size seen at open.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
+/// A reserved, initially uncommitted range of anonymous memory
+/// (`MAP_NORESERVE`): pages cost RAM only once written, and
+/// [`Region::release`] gives them back.
+pub struct Region {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Region is a plain block of process memory with no thread
+// affinity. Concurrent writers must touch disjoint byte ranges, which every
+// caller guarantees (one writer per (expert, projection) slice per batch).
+unsafe impl Send for Region {}
+// SAFETY: see Send; shared access only copies into disjoint ranges.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Reserves `len` bytes (rounded up to whole pages).
+    pub fn reserve(len: usize) -> io::Result<Region> {
+        let len = len.max(1).next_multiple_of(PAGE);
+        // SAFETY: an anonymous private mapping at an address of the kernel's
+        // choosing; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Region { base, len })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length region (never: reserve rounds up to a page).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The start address, for rebinding a tensor's `data` pointer.
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    fn check(&self, offset: usize, len: usize) -> io::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(io::Error::other(format!(
+                "range {offset}+{len} outside region of {} bytes",
+                self.len
+            ))),
+        }
+    }
+
+    /// Copies `src` into the region at `offset`.
+    pub fn write(&self, offset: usize, src: &[u8]) -> io::Result<()> {
+        self.check(offset, src.len())?;
+        // SAFETY: the range is inside the mapping (checked above), the source
+        // is a separate allocation, and concurrent writers use disjoint ranges.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(offset), src.len()) };
+        Ok(())
+    }
+
+    /// Lends `len` bytes at `offset` as a mutable slice to `fill`.
+    pub fn fill_with<T>(&self, offset: usize, len: usize, fill: impl FnOnce(&mut [u8]) -> T) -> io::Result<T> {
+        self.check(offset, len)?;
+        // SAFETY: in bounds (checked); no other slice of this range exists
+        // while `fill` runs because writers use disjoint ranges and readers
+        // (llama.cpp) only run after every write of the batch has finished.
+        let slice = unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(offset), len) };
+        Ok(fill(slice))
+    }
+
+    /// Returns the whole pages inside `offset..offset+len` to the kernel
+    /// (rounded inward, so pages shared with neighbouring data survive).
+    /// Returns the number of bytes released.
+    pub fn release(&self, offset: usize, len: usize) -> io::Result<usize> {
+        self.check(offset, len)?;
+        let start = offset.next_multiple_of(PAGE);
+        let end = (offset + len) / PAGE * PAGE;
+        if end <= start {
+            return Ok(0);
+        }
+        // SAFETY: [start, end) is page-aligned and inside our own mapping;
+        // MADV_DONTNEED on private anonymous memory only zeroes those pages.
+        let rc = unsafe { libc::madvise(self.base.as_ptr().add(start).cast(), end - start, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(end - start)
+    }
+
+    /// Releases every page of the region.
+    pub fn release_all(&self) -> io::Result<usize> {
+        self.release(0, self.len)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range mmap returned; no references
+        // into it outlive the Region.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A heap buffer aligned to [`PAGE`], as O_DIRECT reads require.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: owned heap memory with no thread affinity.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zeroed buffer of at least `len` bytes (rounded up to whole pages).
+    pub fn new(len: usize) -> AlignedBuf {
+        let len = len.max(1).next_multiple_of(PAGE);
+        let layout = Layout::from_size_align(len, PAGE).expect("page-aligned layout");
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Grows to at least `len` bytes, discarding the contents.
+    pub fn ensure(&mut self, len: usize) {
+        if len > self.len {
+            *self = AlignedBuf::new(len);
+        }
+    }
+
+    /// The contents.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialized (zeroed) bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The contents, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is valid for len bytes and uniquely borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.len, PAGE).expect("page-aligned layout");
+        // SAFETY: allocated with this exact layout in `new`.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_write_release_rounds_inward() {
+        let r = Region::reserve(3 * PAGE).unwrap();
+        r.write(0, &vec![7u8; 3 * PAGE]).unwrap();
+        // Release a range that covers page 1 fully and pages 0 and 2 partly.
+        assert_eq!(r.release(100, 2 * PAGE).unwrap(), PAGE);
+        r.fill_with(0, 3 * PAGE, |s| {
+            assert_eq!(s[PAGE - 1], 7, "partial page 0 kept");
+            assert!(s[PAGE..2 * PAGE].iter().all(|&b| b == 0), "page 1 released");
+            assert_eq!(s[2 * PAGE], 7, "partial page 2 kept");
+        })
+        .unwrap();
+        assert!(r.write(3 * PAGE - 1, &[1, 2]).is_err());
+    }
+
+    #[test]
+    fn aligned_buf_is_page_aligned() {
+        let mut b = AlignedBuf::new(10);
+        assert_eq!(b.as_slice().as_ptr() as usize % PAGE, 0);
+        b.ensure(3 * PAGE + 1);
+        assert_eq!(b.len(), 4 * PAGE);
+    }
+}

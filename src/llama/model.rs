@@ -1,0 +1,152 @@
+//! A loaded llama.cpp model and its vocabulary.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use llama_cpp_sys_2 as sys;
+
+/// Why llama.cpp refused a model.
+#[derive(Debug, thiserror::Error)]
+#[error("llama.cpp could not load {path}: {reason}")]
+pub struct ModelLoadError {
+    /// The file.
+    pub path: PathBuf,
+    /// llama.cpp's last error lines, or our own reason.
+    pub reason: String,
+}
+
+/// A model loaded the way streaming needs it: memory-mapped, every layer on
+/// the CPU, no repacking into extra buffer types, no lazy tensors.
+pub struct Model {
+    ptr: NonNull<sys::llama_model>,
+    vocab: *const sys::llama_vocab,
+    path: PathBuf,
+}
+
+// SAFETY: llama_model is immutable after load except for the expert data
+// pointers bmoe rebinds, which only the owning session's eval thread touches.
+unsafe impl Send for Model {}
+// SAFETY: see Send; shared use is read-only (tokenize, metadata).
+unsafe impl Sync for Model {}
+
+impl Model {
+    /// Loads `path` (the first shard of a split set loads them all).
+    /// `int_overrides` replace integer metadata, e.g. `qwen3moe.expert_used_count`.
+    pub fn load(path: &Path, int_overrides: &[(String, i64)]) -> Result<Model, ModelLoadError> {
+        super::init();
+        let fail = |reason: String| ModelLoadError { path: path.to_path_buf(), reason };
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| fail("path contains a NUL byte".into()))?;
+        let mut overrides = Vec::with_capacity(int_overrides.len() + 1);
+        for (key, value) in int_overrides {
+            // SAFETY: an all-zero override is a valid (terminator) value of this plain C struct.
+            let mut o: sys::llama_model_kv_override = unsafe { std::mem::zeroed() };
+            if key.len() >= o.key.len() {
+                return Err(fail(format!("override key {key} is too long")));
+            }
+            for (dst, src) in o.key.iter_mut().zip(key.bytes()) {
+                *dst = src as std::ffi::c_char;
+            }
+            o.tag = sys::LLAMA_KV_OVERRIDE_TYPE_INT;
+            o.__bindgen_anon_1.val_i64 = *value;
+            overrides.push(o);
+        }
+        // SAFETY: the zeroed terminator entry (empty key) ends the list.
+        overrides.push(unsafe { std::mem::zeroed() });
+
+        // SAFETY: returns a plain struct of defaults.
+        let mut params = unsafe { sys::llama_model_default_params() };
+        params.n_gpu_layers = 0;
+        params.load_mode = sys::LLAMA_LOAD_MODE_MMAP;
+        params.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
+        params.use_extra_bufts = false;
+        if !int_overrides.is_empty() {
+            params.kv_overrides = overrides.as_ptr();
+        }
+        // SAFETY: cpath and overrides outlive the call; llama.cpp copies what it keeps.
+        let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), params) };
+        let ptr = NonNull::new(raw).ok_or_else(|| {
+            let errors = super::last_errors();
+            fail(if errors.is_empty() { "unknown error (run with --verbose)".into() } else { errors.join("; ") })
+        })?;
+        // SAFETY: a loaded model always has a vocabulary, valid as long as the model.
+        let vocab = unsafe { sys::llama_model_get_vocab(ptr.as_ptr()) };
+        Ok(Model { ptr, vocab, path: path.to_path_buf() })
+    }
+
+    pub(super) fn raw(&self) -> *mut sys::llama_model {
+        self.ptr.as_ptr()
+    }
+
+    /// The file it was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Vocabulary size.
+    pub fn n_vocab(&self) -> usize {
+        // SAFETY: vocab is valid for the model's lifetime.
+        unsafe { sys::llama_vocab_n_tokens(self.vocab) as usize }
+    }
+
+    /// Number of transformer layers.
+    pub fn n_layer(&self) -> u32 {
+        // SAFETY: plain getter on a live model.
+        unsafe { sys::llama_model_n_layer(self.raw()) as u32 }
+    }
+
+    /// Tokenizes `text`, adding BOS (per the model's vocabulary) when `add_special`.
+    pub fn tokenize(&self, text: &str, add_special: bool) -> Vec<i32> {
+        let mut out = vec![0i32; text.len() + 8];
+        loop {
+            // SAFETY: text is valid for text.len() bytes; out has out.len() slots.
+            let n = unsafe {
+                sys::llama_tokenize(
+                    self.vocab,
+                    text.as_ptr().cast(),
+                    text.len() as i32,
+                    out.as_mut_ptr(),
+                    out.len() as i32,
+                    add_special,
+                    true,
+                )
+            };
+            if n >= 0 {
+                out.truncate(n as usize);
+                return out;
+            }
+            out.resize((-n) as usize, 0);
+        }
+    }
+
+    /// The bytes a token stands for (special tokens rendered as text).
+    pub fn token_bytes(&self, token: i32) -> Vec<u8> {
+        let mut buf = vec![0u8; 64];
+        loop {
+            // SAFETY: buf has buf.len() writable bytes.
+            let n = unsafe {
+                sys::llama_token_to_piece(self.vocab, token, buf.as_mut_ptr().cast(), buf.len() as i32, 0, true)
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return buf;
+            }
+            buf.resize((-n) as usize, 0);
+        }
+    }
+
+    /// True for end-of-generation tokens.
+    pub fn is_eog(&self, token: i32) -> bool {
+        // SAFETY: plain lookup on a live vocabulary.
+        unsafe { sys::llama_vocab_is_eog(self.vocab, token) }
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: every context created from this model holds an Arc to it,
+        // so none is alive when the last reference drops.
+        unsafe { sys::llama_model_free(self.ptr.as_ptr()) };
+    }
+}

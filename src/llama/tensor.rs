@@ -1,0 +1,166 @@
+//! Views of ggml graph nodes inside the eval callback, and handles to model
+//! weight tensors whose data pointer the engine rebinds.
+
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use llama_cpp_sys_2 as sys;
+
+use super::memory::Region;
+
+/// A graph node as seen by the eval callback; valid only during the call.
+#[derive(Clone, Copy)]
+pub struct Tensor<'a> {
+    raw: *mut sys::ggml_tensor,
+    _call: PhantomData<&'a sys::ggml_tensor>,
+}
+
+impl<'a> Tensor<'a> {
+    /// Wraps a node pointer the scheduler passed to the callback.
+    ///
+    /// # Safety
+    /// `raw` must point to a live `ggml_tensor` for `'a`.
+    pub(super) unsafe fn from_raw(raw: *mut sys::ggml_tensor) -> Tensor<'a> {
+        Tensor { raw, _call: PhantomData }
+    }
+
+    fn t(&self) -> &'a sys::ggml_tensor {
+        // SAFETY: from_raw's contract: the node is live for 'a.
+        unsafe { &*self.raw }
+    }
+
+    /// The node's name (empty if not UTF-8).
+    pub fn name(&self) -> &'a str {
+        let t = self.t();
+        // SAFETY: ggml keeps names NUL-terminated inside the fixed 64-byte array.
+        unsafe { CStr::from_ptr(t.name.as_ptr()) }.to_str().unwrap_or("")
+    }
+
+    /// Elements per dimension.
+    pub fn ne(&self) -> [i64; 4] {
+        self.t().ne
+    }
+
+    /// Byte strides per dimension.
+    pub fn nb(&self) -> [usize; 4] {
+        self.t().nb
+    }
+
+    /// ggml type id.
+    pub fn type_id(&self) -> u32 {
+        self.t().type_
+    }
+
+    /// True when the node is an expert matmul (`GGML_OP_MUL_MAT_ID`).
+    pub fn is_mul_mat_id(&self) -> bool {
+        self.t().op == sys::GGML_OP_MUL_MAT_ID
+    }
+
+    /// True when the node is a leaf holding data (no operation).
+    pub fn is_leaf(&self) -> bool {
+        self.t().op == sys::GGML_OP_NONE
+    }
+
+    /// The node's `i`-th source, if any.
+    pub fn src(&self, i: usize) -> Option<Tensor<'a>> {
+        let p = *self.t().src.get(i)?;
+        // SAFETY: a non-null source of a live node is a live node of the same graph.
+        (!p.is_null()).then(|| unsafe { Tensor::from_raw(p) })
+    }
+
+    /// All sources.
+    pub fn srcs(&self) -> impl Iterator<Item = Tensor<'a>> + 'a {
+        let me = *self;
+        (0..me.t().src.len()).filter_map(move |i| me.src(i))
+    }
+
+    /// Bytes spanned by the node's data (views included).
+    pub fn nbytes(&self) -> usize {
+        // SAFETY: pure computation over the live node's shape.
+        unsafe { sys::ggml_nbytes(self.raw) }
+    }
+
+    fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
+        let data = self.t().data as *const u8;
+        if data.is_null() || offset.checked_add(N)? > self.nbytes() {
+            return None;
+        }
+        let mut out = [0u8; N];
+        // SAFETY: the node was computed before the non-ask callback, its data
+        // spans nbytes() bytes and the range is inside it (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(data.add(offset), out.as_mut_ptr(), N) };
+        Some(out)
+    }
+
+    /// The i32 at byte `offset` of the node's data (None if out of bounds).
+    pub fn read_i32(&self, offset: usize) -> Option<i32> {
+        self.read::<4>(offset).map(i32::from_ne_bytes)
+    }
+
+    /// The f32 at byte `offset` of the node's data (None if out of bounds).
+    pub fn read_f32(&self, offset: usize) -> Option<f32> {
+        self.read::<4>(offset).map(f32::from_ne_bytes)
+    }
+
+    /// A handle that outlives the callback. Only meaningful for model
+    /// weights, which live as long as the model.
+    pub fn handle(&self) -> TensorHandle {
+        TensorHandle(self.raw)
+    }
+}
+
+/// A model weight tensor remembered across calls (captured during warm-up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorHandle(*mut sys::ggml_tensor);
+
+// SAFETY: the handle is an address; it is only dereferenced on the eval
+// thread or between decodes, while the model is alive.
+unsafe impl Send for TensorHandle {}
+// SAFETY: see Send.
+unsafe impl Sync for TensorHandle {}
+
+impl TensorHandle {
+    /// Bytes of the tensor's data.
+    pub fn nbytes(&self) -> usize {
+        // SAFETY: weight tensors live as long as the model that owns them.
+        unsafe { sys::ggml_nbytes(self.0) }
+    }
+
+    /// Points the tensor's data at `region` (which must hold at least
+    /// `nbytes()`), keeping the region alive; the returned binding restores
+    /// the original pointer when dropped.
+    pub fn bind(self, region: Arc<Region>) -> Result<TensorBinding, String> {
+        let need = self.nbytes();
+        if region.len() < need {
+            return Err(format!("region of {} bytes is smaller than the tensor ({need})", region.len()));
+        }
+        // SAFETY: the tensor is a live model weight; no graph is computing
+        // while bindings change (called between decodes), and the region
+        // stays alive for as long as the binding exists.
+        let original = unsafe {
+            let t = &mut *self.0;
+            std::mem::replace(&mut t.data, region.base_ptr().cast())
+        };
+        Ok(TensorBinding { tensor: self, original, _region: region })
+    }
+}
+
+/// A weight tensor rebound to engine memory; dropping it restores the
+/// tensor's own data pointer.
+pub struct TensorBinding {
+    tensor: TensorHandle,
+    original: *mut std::ffi::c_void,
+    _region: Arc<Region>,
+}
+
+// SAFETY: holds only addresses, used under the same rules as TensorHandle.
+unsafe impl Send for TensorBinding {}
+
+impl Drop for TensorBinding {
+    fn drop(&mut self) {
+        // SAFETY: the binding is dropped while the model is alive (the hook
+        // that owns it is dropped before the model), between decodes.
+        unsafe { (*self.tensor.0).data = self.original };
+    }
+}

@@ -1,0 +1,367 @@
+//! Read lanes: N threads (the eval thread is lane 0), each with its own
+//! file descriptors and page-aligned bounce buffer, reading expert slices
+//! with positioned reads. O_DIRECT is used when the storage serves it
+//! correctly, verified at open against a buffered read of the same bytes.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::llama::memory::{AlignedBuf, PAGE, Region};
+
+/// One slice to read: `len` bytes at `offset` in shard `shard`, into
+/// `region` at `region_offset`.
+#[derive(Clone)]
+pub struct ReadJob {
+    /// Shard index.
+    pub shard: usize,
+    /// Absolute file offset.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: usize,
+    /// Destination.
+    pub region: Arc<Region>,
+    /// Destination offset.
+    pub region_offset: usize,
+}
+
+/// What a batch of reads moved.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadStats {
+    /// Bytes requested.
+    pub bytes: u64,
+    /// Bytes actually transferred from storage (O_DIRECT windows round outward).
+    pub window_bytes: u64,
+    /// Slices read.
+    pub slices: u64,
+}
+
+impl std::ops::AddAssign for ReadStats {
+    fn add_assign(&mut self, o: ReadStats) {
+        self.bytes += o.bytes;
+        self.window_bytes += o.window_bytes;
+        self.slices += o.slices;
+    }
+}
+
+struct LaneFile {
+    direct: Option<File>,
+    buffered: File,
+}
+
+/// One lane's private descriptors and buffer.
+struct Lane {
+    files: Vec<LaneFile>,
+    bounce: AlignedBuf,
+}
+
+impl Lane {
+    fn open(paths: &[PathBuf], direct: &[bool]) -> io::Result<Lane> {
+        let mut files = Vec::with_capacity(paths.len());
+        for (p, &d) in paths.iter().zip(direct) {
+            let buffered = File::open(p).map_err(|e| with_path(e, p))?;
+            let direct = if d { Some(open_direct(p)?) } else { None };
+            files.push(LaneFile { direct, buffered });
+        }
+        Ok(Lane { files, bounce: AlignedBuf::new(1 << 20) })
+    }
+
+    fn read(&mut self, job: &ReadJob) -> io::Result<ReadStats> {
+        let f = &self.files[job.shard];
+        let window = match &f.direct {
+            Some(direct) => {
+                let start = job.offset / PAGE as u64 * PAGE as u64;
+                let end = (job.offset + job.len as u64).next_multiple_of(PAGE as u64);
+                let wlen = (end - start) as usize;
+                self.bounce.ensure(wlen);
+                let need = (job.offset + job.len as u64 - start) as usize;
+                let buf = &mut self.bounce.as_mut_slice()[..wlen];
+                let mut got = 0;
+                while got < need {
+                    let n = direct.read_at(&mut buf[got..], start + got as u64)?;
+                    if n == 0 {
+                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
+                    }
+                    got += n;
+                }
+                let from = (job.offset - start) as usize;
+                job.region.write(job.region_offset, &buf[from..from + job.len])?;
+                wlen as u64
+            }
+            None => {
+                job.region.fill_with(job.region_offset, job.len, |dst| f.buffered.read_exact_at(dst, job.offset))??;
+                job.len as u64
+            }
+        };
+        Ok(ReadStats { bytes: job.len as u64, window_bytes: window, slices: 1 })
+    }
+}
+
+fn open_direct(p: &Path) -> io::Result<File> {
+    OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p)
+}
+
+fn with_path(e: io::Error, p: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", p.display()))
+}
+
+/// Checks that O_DIRECT opens and returns the same bytes as a buffered read.
+fn direct_works(p: &Path) -> Result<(), String> {
+    let direct = open_direct(p).map_err(|e| format!("cannot open with O_DIRECT ({e})"))?;
+    let buffered = File::open(p).map_err(|e| e.to_string())?;
+    let size = buffered.metadata().map_err(|e| e.to_string())?.len();
+    let at = (size / 2) / PAGE as u64 * PAGE as u64;
+    let len = (size - at).min(PAGE as u64) as usize;
+    let mut a = AlignedBuf::new(PAGE);
+    let mut b = vec![0u8; len];
+    let n = direct.read_at(a.as_mut_slice(), at).map_err(|e| format!("O_DIRECT read failed ({e})"))?;
+    buffered.read_exact_at(&mut b, at).map_err(|e| e.to_string())?;
+    if n < len || a.as_slice()[..len] != b[..] {
+        return Err("O_DIRECT returned different bytes than a buffered read".into());
+    }
+    Ok(())
+}
+
+struct Shared {
+    jobs: Arc<Vec<ReadJob>>,
+    next: usize,
+    done: usize,
+    generation: u64,
+    stats: ReadStats,
+    error: Option<io::Error>,
+    shutdown: bool,
+}
+
+struct Pool {
+    state: Mutex<Shared>,
+    work: Condvar,
+    finished: Condvar,
+}
+
+/// The set of read lanes.
+pub struct ReadLanes {
+    paths: Vec<PathBuf>,
+    lane0: Lane,
+    pool: Arc<Pool>,
+    workers: Vec<JoinHandle<()>>,
+    direct: Vec<bool>,
+}
+
+impl ReadLanes {
+    /// Opens `lanes` lanes over `paths`. With `want_direct`, each file uses
+    /// O_DIRECT if it passes the check; otherwise buffered reads, and a
+    /// notice saying why is returned.
+    pub fn open(paths: &[PathBuf], lanes: usize, want_direct: bool) -> io::Result<(ReadLanes, Vec<String>)> {
+        let mut notices = Vec::new();
+        let direct: Vec<bool> = paths
+            .iter()
+            .map(|p| {
+                want_direct
+                    && match direct_works(p) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            notices.push(format!("{}: {why}; using buffered reads", p.display()));
+                            false
+                        }
+                    }
+            })
+            .collect();
+        let lane0 = Lane::open(paths, &direct)?;
+        let pool = Arc::new(Pool {
+            state: Mutex::new(Shared {
+                jobs: Arc::new(Vec::new()),
+                next: 0,
+                done: 0,
+                generation: 0,
+                stats: ReadStats::default(),
+                error: None,
+                shutdown: false,
+            }),
+            work: Condvar::new(),
+            finished: Condvar::new(),
+        });
+        let mut workers = Vec::new();
+        for i in 1..lanes.max(1) {
+            let mut lane = Lane::open(paths, &direct)?;
+            let pool = pool.clone();
+            let paths = paths.to_vec();
+            let handle = std::thread::Builder::new()
+                .name(format!("bmoe-read-{i}"))
+                .spawn(move || worker(&pool, &mut lane, &paths))?;
+            workers.push(handle);
+        }
+        Ok((ReadLanes { paths: paths.to_vec(), lane0, pool, workers, direct }, notices))
+    }
+
+    /// True when every file is read with O_DIRECT.
+    pub fn o_direct(&self) -> bool {
+        self.direct.iter().all(|&d| d)
+    }
+
+    /// Number of lanes, the eval thread included.
+    pub fn lanes(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Reads every job, using all lanes, and returns when all are done.
+    pub fn read_all(&mut self, jobs: Vec<ReadJob>) -> io::Result<ReadStats> {
+        if jobs.is_empty() {
+            return Ok(ReadStats::default());
+        }
+        if self.workers.is_empty() || jobs.len() == 1 {
+            let mut stats = ReadStats::default();
+            for job in &jobs {
+                stats += self.lane0.read(job).map_err(|e| self.explain(e, job))?;
+            }
+            return Ok(stats);
+        }
+        let n = jobs.len();
+        let jobs = Arc::new(jobs);
+        {
+            let mut s = self.pool.state.lock().expect("read pool lock");
+            s.jobs = jobs.clone();
+            s.next = 0;
+            s.done = 0;
+            s.generation += 1;
+            s.stats = ReadStats::default();
+            s.error = None;
+        }
+        self.pool.work.notify_all();
+        // The eval thread works as lane 0.
+        loop {
+            let i = {
+                let mut s = self.pool.state.lock().expect("read pool lock");
+                if s.next >= n || s.error.is_some() {
+                    break;
+                }
+                s.next += 1;
+                s.next - 1
+            };
+            let r = self.lane0.read(&jobs[i]);
+            finish(&self.pool, r.map_err(|e| self.explain(e, &jobs[i])));
+        }
+        let mut s = self.pool.state.lock().expect("read pool lock");
+        while s.done < s.next {
+            s = self.pool.finished.wait(s).expect("read pool lock");
+        }
+        s.next = n; // nothing left for stragglers
+        match s.error.take() {
+            Some(e) => Err(e),
+            None => Ok(s.stats),
+        }
+    }
+
+    fn explain(&self, e: io::Error, job: &ReadJob) -> io::Error {
+        explain(e, &self.paths, job)
+    }
+}
+
+fn explain(e: io::Error, paths: &[PathBuf], job: &ReadJob) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("reading {} bytes at offset {} of {}: {e}", job.len, job.offset, paths[job.shard].display()),
+    )
+}
+
+fn finish(pool: &Pool, r: io::Result<ReadStats>) {
+    let mut s = pool.state.lock().expect("read pool lock");
+    s.done += 1;
+    match r {
+        Ok(st) => s.stats += st,
+        Err(e) => {
+            if s.error.is_none() {
+                s.error = Some(e);
+            }
+        }
+    }
+    if s.done == s.next {
+        pool.finished.notify_all();
+    }
+}
+
+fn worker(pool: &Pool, lane: &mut Lane, paths: &[PathBuf]) {
+    let mut seen = 0u64;
+    loop {
+        let (jobs, i) = {
+            let mut s = pool.state.lock().expect("read pool lock");
+            loop {
+                if s.shutdown {
+                    return;
+                }
+                if s.generation != seen && s.next < s.jobs.len() && s.error.is_none() {
+                    break;
+                }
+                if s.generation != seen {
+                    seen = s.generation;
+                }
+                s = pool.work.wait(s).expect("read pool lock");
+            }
+            s.next += 1;
+            (s.jobs.clone(), s.next - 1)
+        };
+        let r = lane.read(&jobs[i]);
+        finish(pool, r.map_err(|e| explain(e, paths, &jobs[i])));
+    }
+}
+
+impl Drop for ReadLanes {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.pool.state.lock() {
+            s.shutdown = true;
+        }
+        self.pool.work.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn sample_file(dir: &Path, len: usize) -> (PathBuf, Vec<u8>) {
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let p = dir.join("data.bin");
+        File::create(&p).unwrap().write_all(&data).unwrap();
+        (p, data)
+    }
+
+    #[test]
+    fn lanes_read_exact_bytes_direct_and_buffered() {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let (p, data) = sample_file(dir.path(), 300_000);
+        for (lanes, direct) in [(1, false), (1, true), (4, true), (3, false)] {
+            let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, direct).unwrap();
+            let region = Arc::new(Region::reserve(300_000).unwrap());
+            // Unaligned offsets and lengths, including the file's last byte.
+            let cuts = [(0usize, 1000usize), (1000, 5000), (6000, 70_001), (76_001, 223_999)];
+            let jobs = cuts
+                .iter()
+                .map(|&(o, l)| ReadJob { shard: 0, offset: o as u64, len: l, region: region.clone(), region_offset: o })
+                .collect();
+            let st = r.read_all(jobs).unwrap();
+            assert_eq!(st.bytes, 300_000);
+            region.fill_with(0, 300_000, |s| assert!(s == &data[..], "lanes={lanes} direct={direct}")).unwrap();
+        }
+    }
+
+    #[test]
+    fn reading_past_the_end_is_an_error_not_garbage() {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let (p, _) = sample_file(dir.path(), 10_000);
+        for lanes in [1, 2] {
+            let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
+            let region = Arc::new(Region::reserve(20_000).unwrap());
+            let jobs = (0..2)
+                .map(|i| ReadJob { shard: 0, offset: 9_000, len: 2_000, region: region.clone(), region_offset: i * 2_000 })
+                .collect();
+            let err = r.read_all(jobs).unwrap_err();
+            assert!(err.to_string().contains("offset 9000"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Where routed experts live: shared full-bank slots re-read every token
+//! (cache off), or a byte-budgeted global LRU over (layer, expert) with
+//! per-(layer, projection) reserved ranges whose pages are released on
+//! eviction (cache on). Either way expert `e` of a projection sits at
+//! `e * slice_bytes`, exactly where the rebound tensor expects it.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::lanes::{ReadJob, ReadLanes, ReadStats};
+use crate::llama::memory::Region;
+use crate::llama::{TensorBinding, TensorHandle};
+
+/// One projection of one layer's expert bank.
+pub struct Projection {
+    /// The weight tensor in the model.
+    pub tensor: TensorHandle,
+    /// Bytes per expert (`nb[2]`).
+    pub slice_bytes: usize,
+    /// Shard holding the tensor.
+    pub shard: usize,
+    /// Absolute file offset of expert 0.
+    pub file_offset: u64,
+}
+
+/// Per-load outcome, one entry per distinct expert in load order.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    /// (expert, was resident before this load).
+    pub experts: Vec<(u32, bool)>,
+    /// What the reads moved.
+    pub read: ReadStats,
+    /// Nanoseconds blocked on reads.
+    pub read_ns: u64,
+    /// Nanoseconds of cache bookkeeping, page commits and releases.
+    pub mgmt_ns: u64,
+    /// Entries evicted.
+    pub evictions: u64,
+}
+
+const NIL: u32 = u32::MAX;
+
+/// Global LRU over (layer, expert) entries.
+struct Lru {
+    budget: u64,
+    resident: u64,
+    valid: Vec<bool>,
+    stamp: Vec<u64>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    head: u32,
+    tail: u32,
+}
+
+impl Lru {
+    fn new(entries: usize, budget: u64) -> Lru {
+        Lru {
+            budget,
+            resident: 0,
+            valid: vec![false; entries],
+            stamp: vec![0; entries],
+            prev: vec![NIL; entries],
+            next: vec![NIL; entries],
+            head: NIL,
+            tail: NIL,
+        }
+    }
+
+    fn unlink(&mut self, id: u32) {
+        let (p, n) = (self.prev[id as usize], self.next[id as usize]);
+        if p != NIL { self.next[p as usize] = n } else { self.head = n }
+        if n != NIL { self.prev[n as usize] = p } else { self.tail = p }
+        self.prev[id as usize] = NIL;
+        self.next[id as usize] = NIL;
+    }
+
+    fn push_front(&mut self, id: u32) {
+        self.next[id as usize] = self.head;
+        self.prev[id as usize] = NIL;
+        if self.head != NIL {
+            self.prev[self.head as usize] = id;
+        }
+        self.head = id;
+        if self.tail == NIL {
+            self.tail = id;
+        }
+    }
+
+    fn promote(&mut self, id: u32) {
+        if self.head != id {
+            self.unlink(id);
+            self.push_front(id);
+        }
+    }
+}
+
+enum Residency {
+    /// One region per projection kind, shared by every layer.
+    Slots,
+    /// LRU with one region per (layer, projection).
+    Cache(Lru),
+}
+
+/// The expert store of a session.
+pub struct ExpertStore {
+    n_expert: usize,
+    /// Projections by layer (empty for layers without experts).
+    layers: Vec<Vec<Projection>>,
+    /// Destination region of each (layer, projection).
+    regions: Vec<Vec<Arc<Region>>>,
+    entry_bytes: Vec<u64>,
+    residency: Residency,
+    lanes: ReadLanes,
+    _bindings: Vec<TensorBinding>,
+    generation: u64,
+    seen: Vec<u64>,
+}
+
+impl ExpertStore {
+    /// Builds the store and rebinds every expert tensor to engine memory.
+    /// `cache_bytes == 0` selects shared slots.
+    pub fn new(layers: Vec<Vec<Projection>>, n_expert: usize, cache_bytes: u64, lanes: ReadLanes) -> io::Result<ExpertStore> {
+        let n_proj = layers.iter().map(Vec::len).max().unwrap_or(0);
+        let mut regions: Vec<Vec<Arc<Region>>> = Vec::with_capacity(layers.len());
+        let residency = if cache_bytes == 0 {
+            // One shared region per projection index, sized for the widest layer.
+            let mut shared = Vec::with_capacity(n_proj);
+            for p in 0..n_proj {
+                let size = layers.iter().filter_map(|l| l.get(p)).map(|x| x.slice_bytes * n_expert).max().unwrap_or(0);
+                shared.push(Arc::new(Region::reserve(size)?));
+            }
+            for l in &layers {
+                regions.push(shared[..l.len()].to_vec());
+            }
+            Residency::Slots
+        } else {
+            for l in &layers {
+                let mut per = Vec::with_capacity(l.len());
+                for p in l {
+                    per.push(Arc::new(Region::reserve(p.slice_bytes * n_expert)?));
+                }
+                regions.push(per);
+            }
+            Residency::Cache(Lru::new(layers.len() * n_expert, cache_bytes))
+        };
+        let mut bindings = Vec::new();
+        for (l, projs) in layers.iter().enumerate() {
+            for (p, proj) in projs.iter().enumerate() {
+                bindings.push(proj.tensor.bind(regions[l][p].clone()).map_err(io::Error::other)?);
+            }
+        }
+        let entry_bytes = layers.iter().map(|l| l.iter().map(|p| p.slice_bytes as u64).sum()).collect();
+        Ok(ExpertStore {
+            n_expert,
+            seen: vec![0; n_expert],
+            layers,
+            regions,
+            entry_bytes,
+            residency,
+            lanes,
+            _bindings: bindings,
+            generation: 0,
+        })
+    }
+
+    /// Experts per layer.
+    pub fn n_expert(&self) -> usize {
+        self.n_expert
+    }
+
+    /// True when layer `il` has streamed experts.
+    pub fn has_layer(&self, il: usize) -> bool {
+        self.layers.get(il).is_some_and(|l| !l.is_empty())
+    }
+
+    /// Bytes of one (layer, expert) entry, all projections.
+    pub fn entry_bytes(&self, il: usize) -> u64 {
+        self.entry_bytes.get(il).copied().unwrap_or(0)
+    }
+
+    /// Total bytes of every streamed expert.
+    pub fn bank_bytes(&self) -> u64 {
+        self.entry_bytes.iter().sum::<u64>() * self.n_expert as u64
+    }
+
+    /// Budget in bytes (0 with the cache off).
+    pub fn budget(&self) -> u64 {
+        match &self.residency {
+            Residency::Slots => 0,
+            Residency::Cache(c) => c.budget,
+        }
+    }
+
+    /// Bytes currently held by the cache (0 with the cache off).
+    pub fn resident_bytes(&self) -> u64 {
+        match &self.residency {
+            Residency::Slots => 0,
+            Residency::Cache(c) => c.resident,
+        }
+    }
+
+    /// True when the LRU cache is on.
+    pub fn cached(&self) -> bool {
+        matches!(self.residency, Residency::Cache(_))
+    }
+
+    /// Read lanes in use.
+    pub fn lanes(&self) -> &ReadLanes {
+        &self.lanes
+    }
+
+    /// Whether `expert` of layer `il` is in the cache right now.
+    pub fn is_resident(&self, il: usize, expert: u32) -> bool {
+        match &self.residency {
+            Residency::Slots => false,
+            Residency::Cache(c) => c.valid[il * self.n_expert + expert as usize],
+        }
+    }
+
+    /// Makes every expert in `ids` (routed ids of one layer, any order,
+    /// duplicates allowed) present in its slot before the layer computes.
+    pub fn load_layer(&mut self, il: usize, ids: &[i32]) -> io::Result<LoadReport> {
+        let t0 = Instant::now();
+        let mut report = LoadReport::default();
+        if !self.has_layer(il) {
+            return Err(io::Error::other(format!("layer {il} has no streamed experts")));
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        let n_expert = self.n_expert;
+        let mut jobs = Vec::new();
+        let mut missed = Vec::new();
+        for &raw in ids {
+            let e = usize::try_from(raw).ok().filter(|&e| e < n_expert).ok_or_else(|| {
+                io::Error::other(format!("router chose expert {raw} in layer {il}, which has {n_expert} experts"))
+            })?;
+            let id = (il * n_expert + e) as u32;
+            let first = self.seen[e] != generation;
+            if let Residency::Cache(lru) = &mut self.residency {
+                // Promote on every use, so the LRU order reflects the last token.
+                if lru.valid[id as usize] {
+                    lru.promote(id);
+                }
+            }
+            if !first {
+                continue;
+            }
+            self.seen[e] = generation;
+            let hit = match &mut self.residency {
+                Residency::Slots => false,
+                Residency::Cache(lru) => {
+                    let hit = lru.valid[id as usize];
+                    lru.stamp[id as usize] = generation;
+                    if !hit {
+                        lru.valid[id as usize] = true;
+                        lru.resident += self.entry_bytes[il];
+                        lru.push_front(id);
+                    }
+                    hit
+                }
+            };
+            report.experts.push((e as u32, hit));
+            if !hit {
+                missed.push(id);
+                for (p, proj) in self.layers[il].iter().enumerate() {
+                    jobs.push(ReadJob {
+                        shard: proj.shard,
+                        offset: proj.file_offset + (e * proj.slice_bytes) as u64,
+                        len: proj.slice_bytes,
+                        region: self.regions[il][p].clone(),
+                        region_offset: e * proj.slice_bytes,
+                    });
+                }
+            }
+        }
+        let t_read = Instant::now();
+        let read = self.lanes.read_all(jobs);
+        let t_after = Instant::now();
+        report.read_ns = (t_after - t_read).as_nanos() as u64;
+        match read {
+            Ok(stats) => report.read = stats,
+            Err(e) => {
+                // Forget entries whose bytes may be incomplete, so a retry re-reads them.
+                for id in missed {
+                    self.forget(id)?;
+                }
+                return Err(e);
+            }
+        }
+        report.evictions = self.evict_to_budget(generation)?;
+        report.mgmt_ns = ((t_read - t0) + t_after.elapsed()).as_nanos() as u64;
+        Ok(report)
+    }
+
+    /// Drops one entry from the cache and releases its pages.
+    fn forget(&mut self, id: u32) -> io::Result<()> {
+        let n_expert = self.n_expert;
+        let Residency::Cache(lru) = &mut self.residency else { return Ok(()) };
+        if !lru.valid[id as usize] {
+            return Ok(());
+        }
+        let (il, e) = (id as usize / n_expert, id as usize % n_expert);
+        lru.unlink(id);
+        lru.valid[id as usize] = false;
+        lru.resident -= self.entry_bytes[il];
+        for (p, proj) in self.layers[il].iter().enumerate() {
+            self.regions[il][p].release(e * proj.slice_bytes, proj.slice_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Evicts least recently used entries until the budget holds, never
+    /// touching entries used by the load in flight (`protect`).
+    fn evict_to_budget(&mut self, protect: u64) -> io::Result<u64> {
+        let mut evicted = 0;
+        loop {
+            let Residency::Cache(lru) = &self.residency else { return Ok(0) };
+            if lru.resident <= lru.budget || lru.tail == NIL || lru.stamp[lru.tail as usize] == protect {
+                return Ok(evicted);
+            }
+            let tail = lru.tail;
+            self.forget(tail)?;
+            evicted += 1;
+        }
+    }
+
+    /// Empties the cache (used to measure cold starts).
+    pub fn clear(&mut self) -> io::Result<()> {
+        let ids: Vec<u32> = match &self.residency {
+            Residency::Slots => return Ok(()),
+            Residency::Cache(lru) => (0..lru.valid.len() as u32).filter(|&i| lru.valid[i as usize]).collect(),
+        };
+        for id in ids {
+            self.forget(id)?;
+        }
+        Ok(())
+    }
+}

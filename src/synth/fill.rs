@@ -1,0 +1,180 @@
+//! Turning a fill rule into tensor bytes: deterministic per (seed, tensor,
+//! chunk), so the same seed gives the same file whatever the thread count.
+
+use std::sync::Arc;
+
+use half::f16;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::gguf::{GgmlType, TensorSpec};
+
+/// How a tensor's values are produced.
+#[derive(Clone)]
+pub enum Fill {
+    /// Every element equal to this value (norm weights, rope factors).
+    Const(f32),
+    /// Independent random values with this standard deviation (uniform
+    /// distribution; quantized types get random quants with a matching scale).
+    Random {
+        /// Target standard deviation of the dequantized values.
+        std: f32,
+    },
+    /// Exact values, row-major in ggml order (`ne[0]` fastest).
+    Values(Arc<Vec<f32>>),
+}
+
+/// Bytes per generation chunk; each chunk has its own random stream.
+const CHUNK_BYTES: u64 = 1 << 20;
+
+/// Renders `spec` filled by `fill`, using up to `threads` threads.
+pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Vec<u8> {
+    let size = spec.size() as usize;
+    let block_bytes = spec.ty.block_bytes() as usize;
+    let block_elems = spec.ty.block_elems() as usize;
+    let chunk = ((CHUNK_BYTES as usize) / block_bytes).max(1) * block_bytes;
+    let mut out = vec![0u8; size];
+    let chunks: Vec<(usize, &mut [u8])> = out.chunks_mut(chunk).enumerate().collect();
+    let per_thread = chunks.len().div_ceil(threads.max(1));
+    let tensor_seed = mix(seed ^ name_hash(&spec.name));
+    let mut groups: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
+    let mut it = chunks.into_iter().peekable();
+    while it.peek().is_some() {
+        groups.push(it.by_ref().take(per_thread.max(1)).collect());
+    }
+    std::thread::scope(|s| {
+        for group in groups {
+            s.spawn(move || {
+                for (index, bytes) in group {
+                    let first_elem = index * (chunk / block_bytes) * block_elems;
+                    let mut rng = ChaCha8Rng::seed_from_u64(mix(tensor_seed ^ index as u64));
+                    fill_chunk(spec.ty, fill, first_elem, bytes, &mut rng);
+                }
+            });
+        }
+    });
+    out
+}
+
+fn fill_chunk(ty: GgmlType, fill: &Fill, first_elem: usize, out: &mut [u8], rng: &mut ChaCha8Rng) {
+    match fill {
+        Fill::Random { std } => fill_random(ty, *std, out, rng),
+        Fill::Const(c) => {
+            let n = out.len() / ty.block_bytes() as usize * ty.block_elems() as usize;
+            encode(ty, &vec![*c; n], out);
+        }
+        Fill::Values(values) => {
+            let n = out.len() / ty.block_bytes() as usize * ty.block_elems() as usize;
+            encode(ty, &values[first_elem..first_elem + n], out);
+        }
+    }
+}
+
+/// Random data straight in the target encoding (no float detour for quants).
+fn fill_random(ty: GgmlType, std: f32, out: &mut [u8], rng: &mut ChaCha8Rng) {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q8_0 => {
+            rng.fill_bytes(out);
+            // Uniform nibbles -8..7 have std ~4.61; uniform bytes -128..127 ~73.9.
+            let spread = if ty == GgmlType::Q4_0 { 4.61 } else { 73.9 };
+            let d = f16::from_f32(std / spread).to_le_bytes();
+            for block in out.chunks_mut(ty.block_bytes() as usize) {
+                block[..2].copy_from_slice(&d);
+            }
+        }
+        _ => {
+            // Uniform on [-a, a] has std a / sqrt(3).
+            let a = std * 3f32.sqrt();
+            let n = out.len() / ty.block_bytes() as usize * ty.block_elems() as usize;
+            let values: Vec<f32> = (0..n).map(|_| a * signed_unit(rng.next_u32())).collect();
+            encode(ty, &values, out);
+        }
+    }
+}
+
+/// Maps 32 random bits to a float in [-1, 1).
+fn signed_unit(bits: u32) -> f32 {
+    (bits >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+}
+
+/// Encodes floats in `ty`; `out` holds exactly `values.len()` elements.
+pub fn encode(ty: GgmlType, values: &[f32], out: &mut [u8]) {
+    match ty {
+        GgmlType::F32 => {
+            for (v, o) in values.iter().zip(out.chunks_exact_mut(4)) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        GgmlType::F16 => {
+            for (v, o) in values.iter().zip(out.chunks_exact_mut(2)) {
+                o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+            }
+        }
+        GgmlType::Q8_0 => {
+            for (block, o) in values.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
+                let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+                o[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                for (q, v) in o[2..].iter_mut().zip(block) {
+                    *q = ((v * inv).round() as i8) as u8;
+                }
+            }
+        }
+        GgmlType::Q4_0 => {
+            for (block, o) in values.chunks_exact(32).zip(out.chunks_exact_mut(18)) {
+                // ggml's reference: the value of largest magnitude maps to -8.
+                let max = block.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+                let d = max / -8.0;
+                let inv = if d != 0.0 { 1.0 / d } else { 0.0 };
+                o[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                for j in 0..16 {
+                    let lo = ((block[j] * inv + 8.5) as u8).min(15);
+                    let hi = ((block[j + 16] * inv + 8.5) as u8).min(15);
+                    o[2 + j] = lo | (hi << 4);
+                }
+            }
+        }
+        other => unreachable!("synthetic models do not encode {other}"),
+    }
+}
+
+/// FNV-1a over the tensor name, so each tensor has its own stream.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// SplitMix64 finalizer: spreads nearby seeds apart.
+pub fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_bytes_any_thread_count() {
+        let spec = TensorSpec::new("blk.0.ffn_up_exps.weight", &[64, 64, 40], GgmlType::Q4_0);
+        let fill = Fill::Random { std: 0.02 };
+        let a = render(&spec, &fill, 7, 1);
+        let b = render(&spec, &fill, 7, 3);
+        assert_eq!(a, b);
+        assert_ne!(a, render(&spec, &fill, 8, 1));
+    }
+
+    #[test]
+    fn q8_0_round_trips_within_a_step() {
+        let values: Vec<f32> = (0..64).map(|i| (i as f32 - 30.0) / 10.0).collect();
+        let mut out = vec![0u8; 68];
+        encode(GgmlType::Q8_0, &values, &mut out);
+        let d = f16::from_le_bytes([out[0], out[1]]).to_f32();
+        for (i, v) in values[..32].iter().enumerate() {
+            let q = out[2 + i] as i8 as f32 * d;
+            assert!((q - v).abs() <= d, "{q} vs {v}");
+        }
+    }
+}

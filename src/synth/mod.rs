@@ -1,0 +1,240 @@
+//! Synthetic MoE models: real GGUF files in real llama.cpp architectures with
+//! random weights, shaped so that routing behaves like a trained model's.
+//!
+//! The shaping (see `docs/architecture.md`, "Synthetic models"):
+//! - Text tokens form one long cycle; each token's embedding is an AR(1) step
+//!   from its predecessor's (correlation `token_corr`) plus a shared direction
+//!   `u`. The output head maps a token to its successor, so greedy decoding
+//!   walks the cycle instead of collapsing into a short loop.
+//! - Router row `e` of layer `l` is `gain * (B[l][e] * u / sqrt(d) + r[l][e])`:
+//!   the `u` part gives each expert a fixed popularity bias `B` (spread
+//!   `skew`), the random part a per-token preference that consecutive tokens
+//!   share through the AR(1) embeddings.
+//! - Attention and expert outputs are scaled down (`mix`) so the residual
+//!   stream keeps that structure through every layer.
+
+mod fill;
+mod plan;
+mod vocab;
+mod write;
+
+pub use fill::{Fill, mix};
+pub use plan::{Planned, plan};
+pub use vocab::{BOS_ID, EOS_ID, Vocab};
+pub use write::{WriteReport, write_model};
+
+use crate::gguf::GgmlType;
+
+/// Architectures the generator can produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// `qwen3moe`: split `ffn_{gate,up,down}_exps`, softmax top-k, normalized weights.
+    Qwen3Moe,
+    /// `gemma4`: fused `ffn_gate_up_exps`, a dense first layer and a shared expert.
+    Gemma4,
+}
+
+impl Arch {
+    /// The `general.architecture` string.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Gemma4 => "gemma4",
+        }
+    }
+
+    /// Parses an architecture name.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        match name {
+            "qwen3moe" => Some(Arch::Qwen3Moe),
+            "gemma4" => Some(Arch::Gemma4),
+            _ => None,
+        }
+    }
+
+    /// Every architecture the generator supports.
+    pub const ALL: [Arch; 2] = [Arch::Qwen3Moe, Arch::Gemma4];
+}
+
+/// Named model sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// Under 5 MB: for tests.
+    Tiny,
+    /// About 200 MB: the model `bmoe generate` uses when given none.
+    Demo,
+    /// Qwen3-30B-A3B-shaped layers, over 5 GB: for benchmarks.
+    Bench,
+}
+
+impl Preset {
+    /// Parses a preset name.
+    pub fn from_name(name: &str) -> Option<Preset> {
+        match name {
+            "tiny" => Some(Preset::Tiny),
+            "demo" => Some(Preset::Demo),
+            "bench" => Some(Preset::Bench),
+            _ => None,
+        }
+    }
+}
+
+/// How routing is shaped (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoutingShape {
+    /// Correlation between consecutive text tokens' embeddings (0..1).
+    pub token_corr: f32,
+    /// Spread of per-expert popularity bias in the first MoE layer.
+    pub skew_first: f32,
+    /// Spread of per-expert popularity bias from a quarter of the depth on.
+    pub skew: f32,
+    /// Router logit scale (softmax sharpness; does not change the ranking).
+    pub gain: f32,
+    /// Size of each attention and expert output relative to the residual stream.
+    pub mix: f32,
+}
+
+impl Default for RoutingShape {
+    fn default() -> RoutingShape {
+        RoutingShape { token_corr: 0.3, skew_first: 0.4, skew: 1.3, gain: 2.0, mix: 0.1 }
+    }
+}
+
+/// Everything that determines a synthetic model file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    /// Architecture.
+    pub arch: Arch,
+    /// Transformer blocks.
+    pub layers: u32,
+    /// Embedding width.
+    pub embd: u32,
+    /// Attention heads.
+    pub heads: u32,
+    /// Key/value heads.
+    pub kv_heads: u32,
+    /// Width of one head.
+    pub head_dim: u32,
+    /// Experts per MoE layer.
+    pub experts: u32,
+    /// Experts routed per token.
+    pub experts_used: u32,
+    /// Hidden width of one expert.
+    pub expert_ff: u32,
+    /// Hidden width of dense / shared FFNs (gemma4).
+    pub dense_ff: u32,
+    /// Training context length written to metadata.
+    pub ctx: u32,
+    /// Type of the expert tensors.
+    pub expert_type: GgmlType,
+    /// Type of the large dense matrices (attention, embeddings).
+    pub dense_type: GgmlType,
+    /// Random seed: same seed, same bytes.
+    pub seed: u64,
+    /// Number of shard files (1 = a single file).
+    pub split: u32,
+    /// Letter pieces in the vocabulary (readable output).
+    pub pieces: bool,
+    /// Routing shape.
+    pub routing: RoutingShape,
+}
+
+impl ModelSpec {
+    /// The spec of a preset for `arch`.
+    pub fn preset(preset: Preset, arch: Arch) -> ModelSpec {
+        let tiny = ModelSpec {
+            arch,
+            layers: 4,
+            embd: 64,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            experts: 8,
+            experts_used: 2,
+            expert_ff: 64,
+            dense_ff: 128,
+            ctx: 4096,
+            expert_type: GgmlType::F32,
+            dense_type: GgmlType::F32,
+            seed: 42,
+            split: 1,
+            pieces: true,
+            routing: RoutingShape::default(),
+        };
+        match preset {
+            Preset::Tiny => tiny,
+            Preset::Demo => ModelSpec {
+                layers: 8,
+                embd: 512,
+                heads: 8,
+                kv_heads: 4,
+                head_dim: 64,
+                experts: 64,
+                experts_used: 8,
+                expert_ff: 256,
+                dense_ff: 1024,
+                expert_type: GgmlType::Q8_0,
+                dense_type: GgmlType::F16,
+                ..tiny
+            },
+            Preset::Bench => ModelSpec {
+                layers: 10,
+                embd: 2048,
+                heads: 32,
+                kv_heads: 4,
+                head_dim: 128,
+                experts: 128,
+                experts_used: 8,
+                expert_ff: 768,
+                dense_ff: 2048,
+                expert_type: GgmlType::Q4_0,
+                dense_type: GgmlType::F16,
+                ..tiny
+            },
+        }
+    }
+
+    /// Checks the shape for values llama.cpp or the generator cannot take.
+    pub fn validate(&self) -> Result<(), String> {
+        let blocks = |what: &str, n: u32, ty: GgmlType| {
+            if ty.row_bytes(u64::from(n)).is_none() {
+                Err(format!("{what} ({n}) must be a multiple of {} for {ty}", ty.block_elems()))
+            } else {
+                Ok(())
+            }
+        };
+        if ![GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0].contains(&self.expert_type) {
+            return Err(format!("expert type {} is not supported (f32, f16, q8_0, q4_0)", self.expert_type));
+        }
+        if ![GgmlType::F32, GgmlType::F16].contains(&self.dense_type) {
+            return Err(format!("dense type {} is not supported (f32, f16)", self.dense_type));
+        }
+        let min_layers = if self.arch == Arch::Gemma4 { 2 } else { 1 };
+        if self.layers < min_layers || self.layers > 256 {
+            return Err(format!("layers must be in {min_layers}..=256 (got {})", self.layers));
+        }
+        if self.experts < 2 || self.experts > 512 {
+            return Err(format!("experts must be in 2..=512 (got {})", self.experts));
+        }
+        if self.experts_used == 0 || self.experts_used > self.experts {
+            return Err(format!("experts-used must be in 1..={} (got {})", self.experts, self.experts_used));
+        }
+        if self.heads == 0 || self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+            return Err(format!("heads ({}) must be a positive multiple of kv heads ({})", self.heads, self.kv_heads));
+        }
+        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+            return Err(format!("head width must be even and positive (got {})", self.head_dim));
+        }
+        if self.split == 0 || self.split > 99 {
+            return Err(format!("split must be in 1..=99 (got {})", self.split));
+        }
+        let r = &self.routing;
+        if !(0.0..1.0).contains(&r.token_corr) {
+            return Err(format!("token correlation must be in [0, 1) (got {})", r.token_corr));
+        }
+        blocks("embedding width", self.embd, self.expert_type)?;
+        blocks("expert width", self.expert_ff, self.expert_type)?;
+        blocks("embedding width", self.embd, self.dense_type)?;
+        Ok(())
+    }
+}

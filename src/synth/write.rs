@@ -1,0 +1,118 @@
+//! Writing a planned model to one or more GGUF files at disk speed: tensor
+//! data is generated on all cores one tensor ahead of the writer.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use super::fill::render;
+use super::plan::plan;
+use super::ModelSpec;
+use crate::gguf::{GgufWriter, Value, split_path};
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct WriteReport {
+    /// The files, first shard first.
+    pub paths: Vec<PathBuf>,
+    /// Total bytes written.
+    pub bytes: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+/// Writes the model described by `spec` to `out` (or to
+/// `<out without .gguf>-0000i-of-0000N.gguf` when `spec.split > 1`).
+/// `progress(done, total)` is called as bytes are written. Each file is
+/// written under a `.partial` name and renamed when complete.
+pub fn write_model(spec: &ModelSpec, out: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<WriteReport> {
+    if let Err(e) = spec.validate() {
+        bail!("invalid model shape: {e}");
+    }
+    let start = Instant::now();
+    let planned = plan(spec);
+    let n_shards = spec.split as usize;
+    let paths: Vec<PathBuf> = if n_shards == 1 {
+        vec![out.to_path_buf()]
+    } else {
+        let s = out.to_str().context("output path is not valid UTF-8")?;
+        let prefix = s.strip_suffix(".gguf").unwrap_or(s);
+        (1..=n_shards as u32).map(|i| split_path(Path::new(prefix), i, n_shards as u32)).collect()
+    };
+
+    // Shard boundaries: contiguous runs of tensors with roughly equal bytes.
+    let total_data: u64 = planned.tensors.iter().map(|(t, _)| t.size()).sum();
+    let mut shard_of = Vec::with_capacity(planned.tensors.len());
+    let mut acc = 0u64;
+    for (t, _) in &planned.tensors {
+        let shard = ((acc * n_shards as u64) / total_data.max(1)) as usize;
+        shard_of.push(shard.min(n_shards - 1));
+        acc += t.size();
+    }
+    let mut writers: Vec<GgufWriter> = (0..n_shards).map(|_| GgufWriter::new()).collect();
+    for (k, v) in &planned.metadata {
+        writers[0].set(k, v.clone());
+    }
+    if n_shards > 1 {
+        for (i, w) in writers.iter_mut().enumerate() {
+            w.set("split.no", Value::U16(i as u16));
+            w.set("split.count", Value::U16(n_shards as u16));
+            w.set("split.tensors.count", Value::I32(planned.tensors.len() as i32));
+        }
+    }
+    for ((t, _), &s) in planned.tensors.iter().zip(&shard_of) {
+        writers[s].add_tensor(t.clone());
+    }
+    if let Some(i) = writers.iter().position(|w| w.tensors().is_empty()) {
+        bail!("--split {n_shards} leaves shard {} without tensors; use fewer shards", i + 1);
+    }
+    let total: u64 = writers.iter().map(GgufWriter::file_size).sum();
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(1);
+    let tensors = &planned.tensors;
+    let seed = spec.seed;
+    let mut done = 0u64;
+    std::thread::scope(|scope| -> Result<()> {
+        scope.spawn(move || {
+            for (t, fill) in tensors {
+                if tx.send(render(t, fill, seed, threads)).is_err() {
+                    return; // the writer stopped on an error
+                }
+            }
+        });
+        let mut index = 0;
+        for (w, path) in writers.iter().zip(&paths) {
+            let partial = path.with_extension("gguf.partial");
+            let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+            let mut out = BufWriter::with_capacity(8 << 20, file);
+            let header = w.header();
+            out.write_all(&header).with_context(|| format!("writing {}", partial.display()))?;
+            done += header.len() as u64;
+            for t in w.tensors() {
+                let bytes = rx.recv().context("tensor generator stopped")?;
+                crate::gguf::write_tensor_padded(&mut out, t, &bytes)
+                    .with_context(|| format!("writing {}", partial.display()))?;
+                done += t.size().next_multiple_of(32);
+                index += 1;
+                progress(done.min(total), total);
+            }
+            out.into_inner()
+                .map_err(|e| e.into_error())
+                .and_then(|f| f.sync_all())
+                .with_context(|| format!("writing {}", partial.display()))?;
+            fs::rename(&partial, path).with_context(|| format!("renaming {}", partial.display()))?;
+        }
+        debug_assert_eq!(index, tensors.len());
+        Ok(())
+    })?;
+    progress(total, total);
+    Ok(WriteReport { paths, bytes: total, seconds: start.elapsed().as_secs_f64() })
+}

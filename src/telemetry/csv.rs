@@ -1,0 +1,123 @@
+//! The per-token CSV (`--csv`): a `#` preamble with the engine version and
+//! the full resolved configuration, one row per decode call, a `# summary`
+//! trailer. Columns are documented in `docs/telemetry.md`.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use crate::engine::{OpenReport, StepReport};
+use crate::telemetry::summary::RunSummary;
+
+/// Column names, in order.
+pub const COLUMNS: &[&str] = &[
+    "turn",
+    "phase",
+    "step",
+    "pos",
+    "tokens",
+    "wall_ms",
+    "read_ms",
+    "mgmt_ms",
+    "compute_ms_residual",
+    "read_bytes",
+    "window_bytes",
+    "lookups",
+    "hits",
+    "evictions",
+    "cache_budget_mib",
+    "cache_resident_mib",
+    "rss_mib",
+    "rss_anon_mib",
+    "rss_file_mib",
+    "mem_available_mib",
+];
+
+/// Writes the metrics CSV.
+pub struct CsvSink {
+    out: BufWriter<File>,
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / 1048576.0)
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "nan".into(), |x| format!("{x:.1}"))
+}
+
+impl CsvSink {
+    /// Creates the file and writes the preamble and header.
+    pub fn create(path: &Path, config: &[(String, String)], open: &OpenReport) -> io::Result<CsvSink> {
+        let mut out = BufWriter::new(File::create(path)?);
+        writeln!(out, "# bmoe_metrics v1")?;
+        writeln!(out, "# engine={}", super::engine_version().replace(' ', "_"))?;
+        let cfg: Vec<String> = config.iter().map(|(k, v)| format!("{k}={}", v.replace(' ', "_"))).collect();
+        writeln!(out, "# config {}", cfg.join(" "))?;
+        writeln!(
+            out,
+            "# open arch={} n_layer={} n_expert={} n_expert_used={} streamed_layers={} bank_mib={} io_threads={} o_direct={} load_s={:.3}",
+            open.arch,
+            open.n_layer,
+            open.n_expert,
+            open.n_expert_used,
+            open.streamed_layers,
+            mib(open.bank_bytes),
+            open.io_threads,
+            open.o_direct,
+            open.load_s
+        )?;
+        writeln!(out, "{}", COLUMNS.join(","))?;
+        Ok(CsvSink { out })
+    }
+
+    /// Appends one row.
+    pub fn row(&mut self, r: &StepReport) -> io::Result<()> {
+        let t = &r.trace;
+        let fields = [
+            r.turn.to_string(),
+            r.phase.code().to_string(),
+            r.step.to_string(),
+            r.first_pos.to_string(),
+            r.tokens.to_string(),
+            ms(r.wall_ns),
+            ms(t.read_ns),
+            ms(t.mgmt_ns),
+            ms(r.compute_residual_ns()),
+            t.bytes_read.to_string(),
+            t.window_bytes.to_string(),
+            t.lookups.to_string(),
+            t.hits.to_string(),
+            t.evictions.to_string(),
+            mib(r.cache_budget),
+            mib(r.cache_resident),
+            opt(r.mem.rss_mib),
+            opt(r.mem.rss_anon_mib),
+            opt(r.mem.rss_file_mib),
+            opt(r.mem.available_mib),
+        ];
+        writeln!(self.out, "{}", fields.join(","))
+    }
+
+    /// Writes the summary trailer and flushes.
+    pub fn finish(mut self, s: &RunSummary) -> io::Result<()> {
+        let f = |v: Option<f64>| v.map_or_else(|| "nan".into(), |x| format!("{x:.3}"));
+        writeln!(
+            self.out,
+            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3}",
+            s.decode_steps,
+            f(s.decode_tps()),
+            s.prompt_tokens,
+            f(s.prefill_tps()),
+            f(s.mib_per_token()),
+            f(s.hit_rate_pct()),
+            s.evictions,
+            s.load_s
+        )?;
+        self.out.flush()
+    }
+}
