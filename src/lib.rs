@@ -4,6 +4,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod gguf;
 #[allow(unsafe_code)]

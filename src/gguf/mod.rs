@@ -81,3 +81,6 @@ impl std::error::Error for GgufError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! Run configuration: `bmoe.toml` (every field optional, with a default),
+//! command-line flags on top, and [`RunConfig::validate`] to reject bad values
+//! and combinations with a message naming the field.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{SessionOptions, StreamOptions};
+use crate::llama::Sampling;
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// Which model.
+    pub model: ModelConfig,
+    /// Generation settings.
+    pub generate: GenerateConfig,
+    /// Expert streaming.
+    pub moe: MoeConfig,
+    /// Telemetry outputs.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[model]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// GGUF file (first shard of a split set); empty = the built-in demo model.
+    pub path: PathBuf,
+}
+
+/// `[generate]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GenerateConfig {
+    /// Tokens to generate.
+    pub n_predict: u32,
+    /// Compute threads; 0 = one per core.
+    pub threads: u32,
+    /// Context length in tokens.
+    pub ctx_size: u32,
+    /// Most prompt tokens per decode call.
+    pub batch: u32,
+    /// Most tokens per graph computation.
+    pub ubatch: u32,
+    /// Temperature; 0 = greedy.
+    pub temp: f64,
+    /// Top-k stage of sampling (0 = off).
+    pub top_k: i32,
+    /// Top-p stage of sampling.
+    pub top_p: f64,
+    /// Sampling seed.
+    pub seed: u32,
+}
+
+impl Default for GenerateConfig {
+    fn default() -> GenerateConfig {
+        GenerateConfig {
+            n_predict: 128,
+            threads: 0,
+            ctx_size: 4096,
+            batch: 512,
+            ubatch: 512,
+            temp: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            seed: 0,
+        }
+    }
+}
+
+/// `[moe]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MoeConfig {
+    /// Stream routed experts from disk.
+    pub stream: bool,
+    /// Expert LRU budget in MiB; 0 = no cache.
+    pub cache_mb: u64,
+    /// Read lanes.
+    pub io_threads: u32,
+    /// Use O_DIRECT for expert reads (verified at open).
+    pub o_direct: bool,
+    /// Experts per token; 0 = the model's own.
+    pub n_expert_used: u32,
+}
+
+impl Default for MoeConfig {
+    fn default() -> MoeConfig {
+        MoeConfig { stream: false, cache_mb: 0, io_threads: 4, o_direct: true, n_expert_used: 0 }
+    }
+}
+
+/// `[telemetry]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Per-token CSV path (empty = none).
+    pub csv: PathBuf,
+    /// Route trace path (empty = none).
+    pub route_trace: PathBuf,
+    /// Show llama.cpp's own log.
+    pub verbose: bool,
+}
+
+/// A configuration value that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ConfigError {
+    /// `section.field`.
+    pub field: &'static str,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { field, reason: reason.into() }
+}
+
+impl RunConfig {
+    /// Reads a TOML file; unknown keys are errors.
+    pub fn from_file(path: &Path) -> Result<RunConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        RunConfig::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<RunConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Checks every field and combination.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let g = &self.generate;
+        if g.n_predict == 0 {
+            return Err(bad("generate.n_predict", "must be at least 1"));
+        }
+        if g.threads > 1024 {
+            return Err(bad("generate.threads", format!("{} is more than 1024", g.threads)));
+        }
+        if !(16..=1 << 20).contains(&g.ctx_size) {
+            return Err(bad("generate.ctx_size", format!("must be between 16 and 1048576 (got {})", g.ctx_size)));
+        }
+        if g.batch == 0 || g.batch > g.ctx_size {
+            return Err(bad("generate.batch", format!("must be between 1 and ctx_size {} (got {})", g.ctx_size, g.batch)));
+        }
+        if g.ubatch == 0 || g.ubatch > g.batch {
+            return Err(bad("generate.ubatch", format!("must be between 1 and batch {} (got {})", g.batch, g.ubatch)));
+        }
+        if !g.temp.is_finite() || g.temp < 0.0 {
+            return Err(bad("generate.temp", format!("must be 0 (greedy) or positive (got {})", g.temp)));
+        }
+        if g.top_k < 0 {
+            return Err(bad("generate.top_k", format!("must be 0 (off) or positive (got {})", g.top_k)));
+        }
+        if !(g.top_p > 0.0 && g.top_p <= 1.0) {
+            return Err(bad("generate.top_p", format!("must be in (0, 1] (got {})", g.top_p)));
+        }
+        let m = &self.moe;
+        if !(1..=64).contains(&m.io_threads) {
+            return Err(bad("moe.io_threads", format!("must be between 1 and 64 (got {})", m.io_threads)));
+        }
+        if m.cache_mb > 0 && !m.stream {
+            return Err(bad("moe.cache_mb", "an expert cache needs streaming (moe.stream = true / --moe-stream)"));
+        }
+        if m.cache_mb > 1 << 30 {
+            return Err(bad("moe.cache_mb", format!("{} MiB is not a plausible budget", m.cache_mb)));
+        }
+        Ok(())
+    }
+
+    /// Compute threads after resolving 0 to the core count.
+    pub fn threads(&self) -> u32 {
+        match self.generate.threads {
+            0 => std::thread::available_parallelism().map_or(4, |n| n.get() as u32),
+            n => n,
+        }
+    }
+
+    /// Session options for `model`.
+    pub fn session_options(&self, model: &Path) -> SessionOptions {
+        let m = &self.moe;
+        SessionOptions {
+            model: model.to_path_buf(),
+            threads: self.threads(),
+            ctx_size: self.generate.ctx_size,
+            batch: self.generate.batch,
+            ubatch: self.generate.ubatch,
+            n_expert_used: (m.n_expert_used > 0).then_some(m.n_expert_used),
+            stream: m.stream.then(|| StreamOptions {
+                cache_bytes: m.cache_mb * 1024 * 1024,
+                io_threads: m.io_threads as usize,
+                o_direct: m.o_direct,
+            }),
+        }
+    }
+
+    /// Sampling settings.
+    pub fn sampling(&self) -> Sampling {
+        let g = &self.generate;
+        Sampling { temp: g.temp as f32, top_k: g.top_k, top_p: g.top_p as f32, seed: g.seed }
+    }
+
+    /// Every field as `section.field = value`, for telemetry preambles.
+    pub fn resolved_pairs(&self) -> Vec<(String, String)> {
+        let value = toml::Value::try_from(self).expect("config serializes");
+        let mut out = Vec::new();
+        if let toml::Value::Table(sections) = value {
+            for (section, fields) in sections {
+                if let toml::Value::Table(fields) = fields {
+                    for (k, v) in fields {
+                        let v = match v {
+                            toml::Value::String(s) => s,
+                            other => other.to_string(),
+                        };
+                        out.push((format!("{section}.{k}"), v));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_in_file_is_the_defaults() {
+        let text = include_str!("../bmoe.toml");
+        assert_eq!(RunConfig::from_toml(text).unwrap(), RunConfig::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let e = RunConfig::from_toml("[moe]\ncache_gb = 3\n").unwrap_err();
+        assert!(e.contains("cache_gb"), "{e}");
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let mut c = RunConfig::default();
+        assert!(c.validate().is_ok());
+        c.moe.io_threads = 0;
+        assert_eq!(c.validate().unwrap_err().field, "moe.io_threads");
+        c = RunConfig::default();
+        c.moe.cache_mb = 100;
+        assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
+        c.moe.stream = true;
+        assert!(c.validate().is_ok());
+        c.generate.top_p = f64::NAN;
+        assert_eq!(c.validate().unwrap_err().field, "generate.top_p");
+        c = RunConfig::default();
+        c.generate.ubatch = 1024;
+        assert_eq!(c.validate().unwrap_err().field, "generate.ubatch");
+        c = RunConfig::default();
+        c.generate.temp = -1.0;
+        assert_eq!(c.validate().unwrap_err().field, "generate.temp");
+        c = RunConfig::default();
+        c.generate.n_predict = 0;
+        assert_eq!(c.validate().unwrap_err().field, "generate.n_predict");
+    }
+
+    #[test]
+    fn resolved_pairs_cover_every_field() {
+        let pairs = RunConfig::default().resolved_pairs();
+        assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "0"));
+        assert_eq!(pairs.len(), 1 + 9 + 5 + 3);
+    }
+}

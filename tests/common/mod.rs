@@ -1,0 +1,110 @@
+//! Shared helpers for the integration tests: tiny models written to disk,
+//! sessions run resident and streamed, and a bitwise comparison.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use bmoe::engine::{Event, GenerateRequest, Generation, Session, SessionOptions, StepReport, StreamOptions};
+use bmoe::llama::Sampling;
+use bmoe::synth::{self, Arch, ModelSpec, Preset};
+
+/// Tests that run llama.cpp take this lock: ggml's threadpools spin while
+/// waiting, so parallel runs on a small machine slow each other down 40x.
+pub fn llama_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A temporary directory on the target's filesystem (so O_DIRECT works).
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+/// The tiny preset of `arch`, adjusted by `edit`, written under `dir`.
+pub fn write_tiny(dir: &Path, name: &str, arch: Arch, edit: impl FnOnce(&mut ModelSpec)) -> PathBuf {
+    let mut spec = ModelSpec::preset(Preset::Tiny, arch);
+    edit(&mut spec);
+    let path = dir.join(name);
+    let report = synth::write_model(&spec, &path, &mut |_, _| {}).expect("write model");
+    report.paths[0].clone()
+}
+
+/// Session options for a gate run.
+pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
+    SessionOptions { model: model.to_path_buf(), threads: 2, ctx_size: 512, batch: 64, ubatch: 64, n_expert_used: None, stream }
+}
+
+/// Streaming with the cache off.
+pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
+    Some(StreamOptions { cache_bytes: 0, io_threads: lanes, o_direct })
+}
+
+/// Streaming with an LRU of `bytes`.
+pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
+    Some(StreamOptions { cache_bytes: bytes, io_threads: lanes, o_direct: true })
+}
+
+/// The gates' fixed prompt.
+pub const PROMPT: &str = "Hello world, this is a streaming test.";
+
+/// Runs one turn per prompt on one session; returns each generation and
+/// every decode report.
+pub fn run_turns(opts: SessionOptions, prompts: &[&str], n_predict: u32) -> (Vec<Generation>, Vec<StepReport>) {
+    let _serial = llama_lock();
+    let mut session = Session::open(opts).unwrap_or_else(|e| panic!("open: {e}"));
+    let mut reports = Vec::new();
+    let gens = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let req = GenerateRequest {
+                prompt: p.to_string(),
+                n_predict,
+                sampling: Sampling::default(),
+                continue_context: i > 0,
+                keep_logits: true,
+            };
+            session
+                .generate(&req, &mut |e| {
+                    if let Event::Prefill(r) | Event::Step(r) = e {
+                        reports.push(r.clone());
+                    }
+                })
+                .unwrap_or_else(|e| panic!("generate: {e}"))
+        })
+        .collect();
+    (gens, reports)
+}
+
+/// One turn.
+pub fn run(opts: SessionOptions, n_predict: u32) -> (Generation, Vec<StepReport>) {
+    let (mut g, r) = run_turns(opts, &[PROMPT], n_predict);
+    (g.remove(0), r)
+}
+
+/// Where two runs first differ, if they do: tokens and every logit bit.
+pub fn first_difference(a: &Generation, b: &Generation) -> Option<String> {
+    if a.tokens != b.tokens {
+        let i = a.tokens.iter().zip(&b.tokens).position(|(x, y)| x != y).unwrap_or(a.tokens.len().min(b.tokens.len()));
+        return Some(format!("tokens differ at step {i}: {:?} vs {:?}", a.tokens.get(i), b.tokens.get(i)));
+    }
+    if a.logits.len() != b.logits.len() {
+        return Some(format!("{} vs {} logit vectors", a.logits.len(), b.logits.len()));
+    }
+    for (step, (x, y)) in a.logits.iter().zip(&b.logits).enumerate() {
+        if let Some(i) = x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits()) {
+            return Some(format!("logits differ at step {step}, token id {i}: {} vs {}", x[i], y[i]));
+        }
+    }
+    None
+}
+
+/// Asserts bitwise identity of tokens and logits.
+pub fn assert_identical(reference: &Generation, streamed: &Generation, what: &str) {
+    assert!(!reference.tokens.is_empty(), "{what}: nothing generated");
+    assert_eq!(reference.logits.len(), reference.tokens.len(), "{what}: one logit vector per token");
+    if let Some(d) = first_difference(reference, streamed) {
+        panic!("{what}: streamed output is not identical to the resident run: {d}");
+    }
+}

@@ -1,0 +1,194 @@
+//! Byte-identity gates: every lossless streaming configuration must produce
+//! the same tokens and bitwise the same logits, at every step, as the plain
+//! memory-mapped (resident) run of the same model.
+
+mod common;
+
+use bmoe::engine::{Phase, SessionOptions, StreamOptions};
+use bmoe::gguf::GgmlType;
+use bmoe::synth::Arch;
+use common::*;
+
+const N: u32 = 32;
+
+fn gate(model: &std::path::Path, stream: Option<StreamOptions>, what: &str) -> Vec<bmoe::engine::StepReport> {
+    let (reference, _) = run(options(model, None), N);
+    let (streamed, reports) = run(options(model, stream), N);
+    assert_identical(&reference, &streamed, what);
+    let read: u64 = reports.iter().map(|r| r.trace.bytes_read).sum();
+    assert!(read > 0, "{what}: no expert bytes were read, so nothing was streamed");
+    reports
+}
+
+#[test]
+fn cache_off_one_lane() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let reports = gate(&m, stream0(1, true), "cache off, 1 lane");
+    // Cache off re-reads every routed expert every token.
+    for r in reports.iter().filter(|r| r.phase == Phase::Decode) {
+        assert_eq!(r.trace.hits, 0);
+        assert_eq!(r.trace.bytes_read, r.trace.lookups * 3 * 64 * 64 * 4, "step {}", r.step);
+    }
+}
+
+#[test]
+fn cache_off_four_lanes() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    gate(&m, stream0(4, true), "cache off, 4 lanes");
+}
+
+#[test]
+fn cache_evicting_every_token() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    // One entry is 48 KiB; a token routes 8 entries; 100 KiB holds about two.
+    for lanes in [1, 4] {
+        let reports = gate(&m, cached(100 * 1024, lanes), "cache 100 KiB");
+        for r in reports.iter().filter(|r| r.phase == Phase::Decode) {
+            assert!(r.trace.evictions > 0, "step {} evicted nothing", r.step);
+        }
+    }
+}
+
+#[test]
+fn cache_holding_everything_hits() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let reports = gate(&m, cached(64 << 20, 2), "cache larger than the bank");
+    let hits: u64 = reports.iter().map(|r| r.trace.hits).sum();
+    assert!(hits > 0);
+    assert!(reports.iter().all(|r| r.trace.evictions == 0));
+}
+
+#[test]
+fn buffered_reads() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    gate(&m, stream0(2, false), "O_DIRECT off");
+    gate(&m, cached(100 * 1024, 2).map(|s| StreamOptions { o_direct: false, ..s }), "O_DIRECT off, cache");
+}
+
+#[test]
+fn o_direct_is_really_used() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    {
+        let _serial = llama_lock();
+        let s = bmoe::engine::Session::open(options(&m, stream0(2, true))).unwrap();
+        let info = s.info();
+        assert!(info.o_direct, "O_DIRECT was not available under {}: {:?}", env!("CARGO_TARGET_TMPDIR"), info.notices);
+    }
+    let reports = gate(&m, stream0(2, true), "O_DIRECT on");
+    // Unaligned slices read whole 4 KiB windows.
+    assert!(reports.iter().any(|r| r.trace.window_bytes > r.trace.bytes_read));
+}
+
+#[test]
+fn three_turn_session() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let turns = [PROMPT, " and then", " finally, the end."];
+    let (reference, _) = run_turns(options(&m, None), &turns, 16);
+    for stream in [stream0(2, true), cached(100 * 1024, 2), cached(64 << 20, 2)] {
+        let (streamed, _) = run_turns(options(&m, stream.clone()), &turns, 16);
+        for (i, (a, b)) in reference.iter().zip(&streamed).enumerate() {
+            assert_identical(a, b, &format!("turn {i} with {stream:?}"));
+        }
+    }
+}
+
+#[test]
+fn prompt_prefilled_in_several_ubatches() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let prompt = "A longer prompt, long enough to need several micro-batches of seven tokens each, and two batches.";
+    let small = |stream| SessionOptions { batch: 40, ubatch: 7, ..options(&m, stream) };
+    let (reference, _) = run_turns(small(None), &[prompt], 24);
+    for stream in [stream0(1, true), cached(100 * 1024, 4)] {
+        let (streamed, reports) = run_turns(small(stream), &[prompt], 24);
+        assert_identical(&reference[0], &streamed[0], "ubatch 7, batch 40");
+        let prefills = reports.iter().filter(|r| r.phase == Phase::Prefill).count();
+        assert!(prefills >= 2, "prompt should take several batches, took {prefills}");
+    }
+}
+
+#[test]
+fn three_shard_split_model() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "split.gguf", Arch::Qwen3Moe, |s| s.split = 3);
+    assert!(m.to_string_lossy().ends_with("split-00001-of-00003.gguf"));
+    let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    assert_eq!(files.paths().len(), 3);
+    let shards: std::collections::BTreeSet<usize> = files
+        .tensors()
+        .filter(|t| t.info.name.contains("_exps"))
+        .map(|t| t.shard)
+        .collect();
+    assert!(shards.len() >= 2, "experts should span shards: {shards:?}");
+    gate(&m, stream0(2, true), "3-shard split, cache off");
+    gate(&m, cached(100 * 1024, 2), "3-shard split, cache");
+}
+
+#[test]
+fn quantized_experts() {
+    let dir = tempdir();
+    for (ty, name) in [(GgmlType::Q8_0, "q8.gguf"), (GgmlType::Q4_0, "q4.gguf"), (GgmlType::F16, "f16.gguf")] {
+        let m = write_tiny(dir.path(), name, Arch::Qwen3Moe, |s| s.expert_type = ty);
+        gate(&m, stream0(2, true), &format!("{ty} experts, cache off"));
+        gate(&m, cached(20 * 1024, 2), &format!("{ty} experts, cache"));
+    }
+}
+
+#[test]
+fn fused_gate_up_layout() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "gemma.gguf", Arch::Gemma4, |_| {});
+    let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    assert!(files.locate("blk.1.ffn_gate_up_exps.weight").is_some());
+    assert!(files.locate("blk.0.ffn_gate_up_exps.weight").is_none(), "layer 0 is dense");
+    let reports = gate(&m, stream0(2, true), "gemma4 fused, cache off");
+    // Layer 0 has no experts: no routing rows for it.
+    assert!(reports.iter().all(|r| r.trace.rows.iter().all(|row| row.layer >= 1)));
+    gate(&m, cached(100 * 1024, 2), "gemma4 fused, cache");
+    gate(&m, Some(StreamOptions { cache_bytes: 0, io_threads: 1, o_direct: false }), "gemma4 buffered");
+}
+
+#[test]
+fn fewer_experts_is_reproducible_and_lossy() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |s| s.experts_used = 3);
+    let k1 = |stream| SessionOptions { n_expert_used: Some(1), ..options(&m, stream) };
+    let (resident_k1, _) = run(k1(None), N);
+    let (streamed_k1, reports) = run(k1(stream0(2, true)), N);
+    assert_identical(&resident_k1, &streamed_k1, "--n-expert-used 1");
+    let decode = reports.iter().find(|r| r.phase == Phase::Decode).unwrap();
+    assert!(decode.trace.rows.iter().all(|r| r.slot == 0), "one expert per token");
+    let (full, _) = run(options(&m, None), N);
+    assert!(first_difference(&full, &resident_k1).is_some(), "top-1 should change the logits");
+}
+
+/// Negative control: the gate must be able to fail. Poison one expert slice
+/// that the run routes, in the file the streamer reads, and check that the
+/// comparison catches it.
+#[test]
+fn poisoned_slice_is_detected() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (reference, reports) = run(options(&m, stream0(1, false)), N);
+    let decode_row = reports.iter().find(|r| r.phase == Phase::Decode).unwrap().trace.rows[0];
+    let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    let name = format!("blk.{}.ffn_down_exps.weight", decode_row.layer);
+    let loc = files.locate(&name).unwrap();
+    let slice = loc.info.size / 8;
+    let at = loc.file_offset + u64::from(decode_row.expert) * slice;
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&m).unwrap();
+        f.write_all_at(&vec![0x7f; 64], at + slice / 2).unwrap();
+    }
+    let (poisoned, _) = run(options(&m, stream0(1, false)), N);
+    let diff = first_difference(&reference, &poisoned);
+    assert!(diff.is_some(), "a poisoned slice of layer {} expert {} went unnoticed", decode_row.layer, decode_row.expert);
+}

@@ -1,0 +1,105 @@
+//! Session behaviour: abort from another thread, disk errors mid-run, and
+//! sampling; the session must stay usable and lose nothing.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+
+use bmoe::engine::{EngineError, Event, GenerateRequest, Session};
+use bmoe::llama::Sampling;
+use bmoe::synth::Arch;
+use common::*;
+
+fn request(n: u32) -> GenerateRequest {
+    GenerateRequest { prompt: PROMPT.into(), n_predict: n, sampling: Sampling::default(), continue_context: false, keep_logits: true }
+}
+
+#[test]
+fn abort_from_another_thread_leaves_the_session_usable() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (reference, _) = run(options(&m, None), 24);
+    let _serial = llama_lock();
+    for stream in [None, stream0(2, true), cached(100 * 1024, 2)] {
+        let mut session = Session::open(options(&m, stream.clone())).unwrap();
+        let handle = session.abort_handle();
+        // Abort from a second thread once the fifth token is out.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let aborter = std::thread::spawn(move || {
+            if rx.recv().is_ok() {
+                handle.abort();
+            }
+        });
+        let mut tx = Some(tx);
+        let mut seen = 0;
+        let g = session
+            .generate(&request(24), &mut |e| {
+                if let Event::Token { .. } = e {
+                    seen += 1;
+                    if seen == 5 {
+                        let _ = tx.take().map(|t| t.send(()));
+                        // Give the other thread time to raise the flag mid-decode.
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+            })
+            .unwrap();
+        aborter.join().unwrap();
+        assert!(g.aborted, "{stream:?}: the generation should report the abort");
+        assert!(g.tokens.len() < 24 && g.tokens.len() >= 5);
+        assert_eq!(g.tokens[..], reference.tokens[..g.tokens.len()], "output before the abort is the normal output");
+        // A fresh generation on the same session equals a fresh run.
+        let again = session.generate(&request(24), &mut |_| {}).unwrap();
+        assert!(!again.aborted);
+        assert_identical(&reference, &again, &format!("after abort, {stream:?}"));
+    }
+}
+
+#[test]
+fn disk_error_mid_run_is_reported_and_recoverable() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (reference, _) = run(options(&m, None), 24);
+    let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    // The last tensor of the file: blk.3.ffn_down_exps. Cut the file inside it.
+    let last = files.locate("blk.3.ffn_down_exps.weight").unwrap();
+    let cut = last.file_offset + last.info.size / 4;
+    let original = std::fs::read(&m).unwrap();
+    let _serial = llama_lock();
+    let mut session = Session::open(options(&m, stream0(2, false))).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&m).unwrap().set_len(cut).unwrap();
+    let err = session.generate(&request(24), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, EngineError::Stream(_)), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("layer 3") && msg.contains("m.gguf"), "the error names the layer and file: {msg}");
+    // Restore the file: the same session now produces the exact reference output.
+    let f = std::fs::OpenOptions::new().write(true).open(&m).unwrap();
+    f.write_all_at(&original[cut as usize..], cut).unwrap();
+    let g = session.generate(&request(24), &mut |_| {}).unwrap();
+    assert_identical(&reference, &g, "after a disk error");
+}
+
+#[test]
+fn seeded_sampling_repeats_and_streams_identically() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let sampled = GenerateRequest { sampling: Sampling { temp: 0.8, top_k: 40, top_p: 0.95, seed: 7 }, ..request(24) };
+    let _serial = llama_lock();
+    let go = |stream| Session::open(options(&m, stream)).unwrap().generate(&sampled, &mut |_| {}).unwrap();
+    let a = go(None);
+    assert_identical(&a, &go(None), "same seed, resident");
+    assert_identical(&a, &go(cached(100 * 1024, 2)), "same seed, streamed");
+    let greedy = Session::open(options(&m, None)).unwrap().generate(&request(24), &mut |_| {}).unwrap();
+    assert_ne!(a.tokens, greedy.tokens, "temperature 0.8 should leave the greedy path");
+}
+
+#[test]
+fn context_overflow_is_a_request_error() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let _serial = llama_lock();
+    let mut session = Session::open(options(&m, stream0(1, true))).unwrap();
+    let err = session.generate(&request(600), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, EngineError::Request(_)), "{err}");
+    assert!(session.generate(&request(8), &mut |_| {}).is_ok());
+}
