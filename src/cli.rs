@@ -245,14 +245,19 @@ fn generate(args: GenerateArgs) -> Result<()> {
     }
     let mut csv = match &config.telemetry.csv {
         p if p.as_os_str().is_empty() => None,
-        p => Some(CsvSink::create(p, &config.resolved_pairs(), &info).with_context(|| format!("creating {}", p.display()))?),
+        p => Some(
+            CsvSink::create(p, &config.resolved_pairs(), &info).with_context(|| format!("creating {}", p.display()))?,
+        ),
     };
     let mut route = match &config.telemetry.route_trace {
         p if p.as_os_str().is_empty() => None,
         p => {
             let files = ModelFiles::open(&model)?;
             let layers = trace::layer_bytes(&files, u64::from(info.n_expert));
-            Some(RouteTraceSink::create(p, &model, &info, &layers).with_context(|| format!("creating {}", p.display()))?)
+            Some(
+                RouteTraceSink::create(p, &model, &info, &layers)
+                    .with_context(|| format!("creating {}", p.display()))?,
+            )
         }
     };
     let request = GenerateRequest {
@@ -294,12 +299,16 @@ fn generate(args: GenerateArgs) -> Result<()> {
 }
 
 fn make_model(a: MakeModelArgs) -> Result<()> {
-    let preset = Preset::from_name(&a.preset).ok_or_else(|| anyhow!("--preset {}: expected tiny, demo or bench", a.preset))?;
+    let preset =
+        Preset::from_name(&a.preset).ok_or_else(|| anyhow!("--preset {}: expected tiny, demo or bench", a.preset))?;
     let arch = Arch::from_name(&a.arch)
         .ok_or_else(|| anyhow!("--arch {}: the generator makes {}", a.arch, Arch::ALL.map(Arch::name).join(", ")))?;
     let mut spec = ModelSpec::preset(preset, arch);
     if let Some(q) = &a.quant {
-        spec.expert_type = GgmlType::from_name(q).ok_or_else(|| anyhow!("--quant {q}: expected f32, f16, q8_0 or q4_0"))?;
+        let supported = [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0];
+        spec.expert_type = GgmlType::from_name(q)
+            .filter(|t| supported.contains(t))
+            .ok_or_else(|| anyhow!("--quant {q}: the generator writes f32, f16, q8_0 or q4_0 experts"))?;
     }
     let set = |dst: &mut u32, v: Option<u32>| {
         if let Some(v) = v {
@@ -356,10 +365,20 @@ fn inspect(file: &Path) -> Result<()> {
     if files.paths().len() > 1 {
         let _ = writeln!(out, "shards:        {}", files.paths().len());
     }
-    let _ = writeln!(out, "gguf:          v{}, alignment {}, {} tensors", meta.version, meta.alignment, files.tensors().count());
+    let _ = writeln!(
+        out,
+        "gguf:          v{}, alignment {}, {} tensors",
+        meta.version,
+        meta.alignment,
+        files.tensors().count()
+    );
     let _ = writeln!(out, "architecture:  {arch}");
     let _ = writeln!(out, "layers:        {}", n_layer.map_or("?".into(), |v| v.to_string()));
-    let _ = writeln!(out, "experts:       {n_expert} per layer, {} routed per token", k.map_or("?".into(), |v| v.to_string()));
+    let _ = writeln!(
+        out,
+        "experts:       {n_expert} per layer, {} routed per token",
+        k.map_or("?".into(), |v| v.to_string())
+    );
     let (mut expert_bytes, mut dense_bytes) = (0u64, 0u64);
     // (layer) -> (slice bytes per expert over all projections, projections, types, aligned)
     let mut layers: std::collections::BTreeMap<u32, (u64, Vec<String>, bool)> = Default::default();
@@ -404,7 +423,9 @@ fn inspect(file: &Path) -> Result<()> {
     let verdict = match recipe::recipe_for(arch) {
         None => format!("no: architecture {arch} has no recipe (see `bmoe archs`)"),
         Some(_) if layers.is_empty() => "no: no expert tensors found".to_string(),
-        Some(r) => format!("yes ({:?} layout{})", r.layout, if r.gated { ", covered by byte-identity gates" } else { "" }),
+        Some(r) => {
+            format!("yes ({:?} layout{})", r.layout, if r.gated { ", covered by byte-identity gates" } else { "" })
+        }
     };
     let _ = writeln!(out, "streamable:    {verdict}");
     print!("{out}");
@@ -418,7 +439,13 @@ fn archs() {
             recipe::Layout::Split => "ffn_{gate,up,down}_exps",
             recipe::Layout::Fused => "ffn_gate_up_exps + ffn_down_exps (or split)",
         };
-        println!("{:<12} {:<7} {:<6} {:<45} {tensors}", r.arch, format!("{:?}", r.layout).to_lowercase(), if r.gated { "yes" } else { "no" }, r.models);
+        println!(
+            "{:<12} {:<7} {:<6} {:<45} {tensors}",
+            r.arch,
+            format!("{:?}", r.layout).to_lowercase(),
+            if r.gated { "yes" } else { "no" },
+            r.models
+        );
     }
     println!("\nStreamed: blk.<il>.<tensor>.weight whose dimension 2 indexes the expert. Everything else");
     println!("(attention, norms, routers, shared experts, .scale/.bias companions) stays resident.");
@@ -428,15 +455,28 @@ fn trace_stats(files: &[PathBuf], tokens: usize) -> Result<()> {
     if files.is_empty() {
         bail!("give at least one route-trace file");
     }
-    println!("{:<40} {:>6} {:>4} {:>6} {:>14} {:>8} {:>7} {:>7} {:>7} {:>7}", "trace", "layers", "k", "tokens", "distinct/layer", "overlap", "top10%", "lru10%", "lru25%", "lru50%");
+    println!(
+        "{:<40} {:>6} {:>4} {:>6} {:>14} {:>8} {:>7} {:>7} {:>7} {:>7}",
+        "trace", "layers", "k", "tokens", "distinct/layer", "overlap", "top10%", "lru10%", "lru25%", "lru50%"
+    );
     for f in files {
         let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
         let s = trace::analyze(&text, tokens, &[0.10, 0.25, 0.50]).map_err(|e| anyhow!("{}: {e}", f.display()))?;
         let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
         println!(
             "{:<40} {:>6} {:>4} {:>6} {:>6.1} [{:>2}-{:>3}] {:>8.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
-            name, s.layers, s.k, s.decode_tokens, s.distinct_mean, s.distinct_min, s.distinct_max, s.prev_overlap,
-            s.top10_share, s.lru_hits[0].1, s.lru_hits[1].1, s.lru_hits[2].1
+            name,
+            s.layers,
+            s.k,
+            s.decode_tokens,
+            s.distinct_mean,
+            s.distinct_min,
+            s.distinct_max,
+            s.prev_overlap,
+            s.top10_share,
+            s.lru_hits[0].1,
+            s.lru_hits[1].1,
+            s.lru_hits[2].1
         );
     }
     Ok(())

@@ -144,7 +144,10 @@ impl RunConfig {
             return Err(bad("generate.ctx_size", format!("must be between 16 and 1048576 (got {})", g.ctx_size)));
         }
         if g.batch == 0 || g.batch > g.ctx_size {
-            return Err(bad("generate.batch", format!("must be between 1 and ctx_size {} (got {})", g.ctx_size, g.batch)));
+            return Err(bad(
+                "generate.batch",
+                format!("must be between 1 and ctx_size {} (got {})", g.ctx_size, g.batch),
+            ));
         }
         if g.ubatch == 0 || g.ubatch > g.batch {
             return Err(bad("generate.ubatch", format!("must be between 1 and batch {} (got {})", g.batch, g.ubatch)));

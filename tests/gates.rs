@@ -121,11 +121,8 @@ fn three_shard_split_model() {
     assert!(m.to_string_lossy().ends_with("split-00001-of-00003.gguf"));
     let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
     assert_eq!(files.paths().len(), 3);
-    let shards: std::collections::BTreeSet<usize> = files
-        .tensors()
-        .filter(|t| t.info.name.contains("_exps"))
-        .map(|t| t.shard)
-        .collect();
+    let shards: std::collections::BTreeSet<usize> =
+        files.tensors().filter(|t| t.info.name.contains("_exps")).map(|t| t.shard).collect();
     assert!(shards.len() >= 2, "experts should span shards: {shards:?}");
     gate(&m, stream0(2, true), "3-shard split, cache off");
     gate(&m, cached(100 * 1024, 2), "3-shard split, cache");
@@ -186,9 +183,14 @@ fn poisoned_slice_is_detected() {
     {
         use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new().write(true).open(&m).unwrap();
-        f.write_all_at(&vec![0x7f; 64], at + slice / 2).unwrap();
+        f.write_all_at(&[0x7f; 64], at + slice / 2).unwrap();
     }
     let (poisoned, _) = run(options(&m, stream0(1, false)), N);
     let diff = first_difference(&reference, &poisoned);
-    assert!(diff.is_some(), "a poisoned slice of layer {} expert {} went unnoticed", decode_row.layer, decode_row.expert);
+    assert!(
+        diff.is_some(),
+        "a poisoned slice of layer {} expert {} went unnoticed",
+        decode_row.layer,
+        decode_row.expert
+    );
 }

@@ -11,7 +11,13 @@ use bmoe::synth::Arch;
 use common::*;
 
 fn request(n: u32) -> GenerateRequest {
-    GenerateRequest { prompt: PROMPT.into(), n_predict: n, sampling: Sampling::default(), continue_context: false, keep_logits: true }
+    GenerateRequest {
+        prompt: PROMPT.into(),
+        n_predict: n,
+        sampling: Sampling::default(),
+        continue_context: false,
+        keep_logits: true,
+    }
 }
 
 #[test]

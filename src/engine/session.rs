@@ -154,7 +154,9 @@ impl Session {
         let meta = files.meta();
         let arch = meta
             .architecture()
-            .ok_or_else(|| EngineError::Unsupported(format!("{}: no general.architecture key", options.model.display())))?
+            .ok_or_else(|| {
+                EngineError::Unsupported(format!("{}: no general.architecture key", options.model.display()))
+            })?
             .to_string();
         let n_expert = meta.arch_u64("expert_count").unwrap_or(0) as u32;
         let mut n_expert_used = meta.arch_u64("expert_used_count").unwrap_or(0) as u32;
@@ -188,13 +190,7 @@ impl Session {
             n_threads: options.threads,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
-        let mut info = OpenReport {
-            arch,
-            n_layer: model.n_layer(),
-            n_expert,
-            n_expert_used,
-            ..OpenReport::default()
-        };
+        let mut info = OpenReport { arch, n_layer: model.n_layer(), n_expert, n_expert_used, ..OpenReport::default() };
         if let Some(stream) = &options.stream {
             // Capture: one warm-up decode that only observes the graph.
             let bos = model.tokenize("", true).first().copied().unwrap_or(0);

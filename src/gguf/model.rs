@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::read::{GgufFile, TensorInfo, parse_split_path, split_path};
 use super::GgufError;
+use super::read::{GgufFile, TensorInfo, parse_split_path, split_path};
 
 /// Where one tensor's bytes live.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +37,10 @@ impl ModelFiles {
                     return Err(split_error(path, format!("this is shard {no} of {count}; pass the first shard")));
                 }
                 if u64::from(count) != declared {
-                    return Err(split_error(path, format!("file name says {count} shards, split.count says {declared}")));
+                    return Err(split_error(
+                        path,
+                        format!("file name says {count} shards, split.count says {declared}"),
+                    ));
                 }
                 (1..=count).map(|i| split_path(&prefix, i, count)).collect()
             }
@@ -72,7 +75,10 @@ impl ModelFiles {
         if let Some(expected) = shards[0].get_u64("split.tensors.count")
             && expected != index.len() as u64
         {
-            return Err(split_error(path, format!("split.tensors.count is {expected} but the shards hold {}", index.len())));
+            return Err(split_error(
+                path,
+                format!("split.tensors.count is {expected} but the shards hold {}", index.len()),
+            ));
         }
         Ok(ModelFiles { paths, shards, index })
     }

@@ -132,10 +132,9 @@ impl<'a> Parser<'a> {
 
     fn take(&mut self, n: u64, field: &str) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(self.err(
-                field,
-                format!("needs {n} bytes but only {} remain before end of file", self.remaining()),
-            ));
+            return Err(
+                self.err(field, format!("needs {n} bytes but only {} remain before end of file", self.remaining()))
+            );
         }
         let n = n as usize;
         let out = &self.buf[self.pos..self.pos + n];
@@ -175,15 +174,13 @@ impl<'a> Parser<'a> {
         let at = self.pos as u64;
         let len = self.u64(field)?;
         let bytes = self.take(len, field)?;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| GgufError::invalid(at, field, "string is not valid UTF-8"))
+        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::invalid(at, field, "string is not valid UTF-8"))
     }
 
     fn value_type(&mut self, field: &str) -> Result<ValueType> {
         let at = self.pos as u64;
         let tag = self.u32(field)?;
-        ValueType::from_tag(tag)
-            .ok_or_else(|| GgufError::invalid(at, field, format!("unknown value type {tag}")))
+        ValueType::from_tag(tag).ok_or_else(|| GgufError::invalid(at, field, format!("unknown value type {tag}")))
     }
 
     fn value(&mut self, ty: ValueType, field: &str, depth: u32) -> Result<Value> {
@@ -310,17 +307,13 @@ impl<'a> Parser<'a> {
             .ok_or_else(|| GgufError::invalid(type_at, &name, format!("unknown ggml type {tag}")))?;
         let offset = self.u64(&name)?;
         let rows = dims[1..].iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
-        let size = ty
-            .row_bytes(dims[0])
-            .zip(rows)
-            .and_then(|(row, rows)| row.checked_mul(rows))
-            .ok_or_else(|| {
-                GgufError::invalid(
-                    dims_at,
-                    &name,
-                    format!("shape {dims:?} is not a whole number of {ty} blocks or overflows"),
-                )
-            })?;
+        let size = ty.row_bytes(dims[0]).zip(rows).and_then(|(row, rows)| row.checked_mul(rows)).ok_or_else(|| {
+            GgufError::invalid(
+                dims_at,
+                &name,
+                format!("shape {dims:?} is not a whole number of {ty} blocks or overflows"),
+            )
+        })?;
         Ok(TensorInfo { name, dims, ty, offset, size })
     }
 }

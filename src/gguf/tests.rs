@@ -15,7 +15,10 @@ fn sample() -> (GgufWriter, Vec<u8>) {
         "a.nested",
         Value::Array(
             ValueType::Array,
-            vec![Value::Array(ValueType::I16, vec![Value::I16(1), Value::I16(-2)]), Value::Array(ValueType::String, vec![Value::String("x".into())])],
+            vec![
+                Value::Array(ValueType::I16, vec![Value::I16(1), Value::I16(-2)]),
+                Value::Array(ValueType::String, vec![Value::String("x".into())]),
+            ],
         ),
     );
     w.add_tensor(TensorSpec::new("t0", &[8, 2], GgmlType::F32));

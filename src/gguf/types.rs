@@ -70,10 +70,7 @@ impl GgmlType {
 
     /// The type with this lower-case ggml name (`q4_0`, `f16`, `q4_K`...).
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        TYPES
-            .iter()
-            .find(|t| t.name.eq_ignore_ascii_case(name))
-            .map(|t| GgmlType(t.id))
+        TYPES.iter().find(|t| t.name.eq_ignore_ascii_case(name)).map(|t| GgmlType(t.id))
     }
 
     /// The numeric id stored in files.
@@ -82,10 +79,7 @@ impl GgmlType {
     }
 
     fn info(self) -> &'static TypeInfo {
-        TYPES
-            .iter()
-            .find(|t| t.id == self.0)
-            .expect("GgmlType is only constructed from known ids")
+        TYPES.iter().find(|t| t.id == self.0).expect("GgmlType is only constructed from known ids")
     }
 
     /// ggml's name for the type.
@@ -107,7 +101,7 @@ impl GgmlType {
     /// whole number of blocks or the size overflows.
     pub fn row_bytes(self, elems: u64) -> Option<u64> {
         let info = self.info();
-        if elems % info.block_elems != 0 {
+        if !elems.is_multiple_of(info.block_elems) {
             return None;
         }
         (elems / info.block_elems).checked_mul(info.block_bytes)

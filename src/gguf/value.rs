@@ -195,7 +195,9 @@ impl fmt::Display for Value {
             Value::I32(v) => write!(f, "{v}"),
             Value::F32(v) => write!(f, "{v}"),
             Value::Bool(v) => write!(f, "{v}"),
-            Value::String(s) if s.len() > 60 => write!(f, "{:?}... ({} bytes)", &s[..s.floor_char_boundary(60)], s.len()),
+            Value::String(s) if s.len() > 60 => {
+                write!(f, "{:?}... ({} bytes)", &s[..s.floor_char_boundary(60)], s.len())
+            }
             Value::String(s) => write!(f, "{s:?}"),
             Value::Array(t, v) if v.len() > 8 => write!(f, "[{:?} x {}]", t, v.len()),
             Value::Array(_, v) => {

@@ -3,10 +3,10 @@
 
 use std::io::{self, Write};
 
+use super::MAGIC;
 use super::read::DEFAULT_ALIGNMENT;
 use super::types::GgmlType;
 use super::value::Value;
-use super::MAGIC;
 
 /// A tensor to be written: name, ggml dims (fastest first) and type.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,13 +35,11 @@ unsafe extern "C" fn on_log(level: sys::ggml_log_level, text: *const c_char, _us
     // SAFETY: llama.cpp passes a valid NUL-terminated string for the call.
     let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
     let important = level == sys::GGML_LOG_LEVEL_WARN || level == sys::GGML_LOG_LEVEL_ERROR;
-    if important {
-        if let Ok(mut recent) = RECENT.lock() {
-            if recent.len() == KEEP {
-                recent.pop_front();
-            }
-            recent.push_back(line.trim().to_string());
+    if important && let Ok(mut recent) = RECENT.lock() {
+        if recent.len() == KEEP {
+            recent.pop_front();
         }
+        recent.push_back(line.trim().to_string());
     }
     if VERBOSE.load(Ordering::Relaxed) {
         eprint!("{line}");

@@ -75,10 +75,7 @@ impl Region {
     fn check(&self, offset: usize, len: usize) -> io::Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(io::Error::other(format!(
-                "range {offset}+{len} outside region of {} bytes",
-                self.len
-            ))),
+            _ => Err(io::Error::other(format!("range {offset}+{len} outside region of {} bytes", self.len))),
         }
     }
 

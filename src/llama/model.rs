@@ -36,8 +36,8 @@ impl Model {
     pub fn load(path: &Path, int_overrides: &[(String, i64)]) -> Result<Model, ModelLoadError> {
         super::init();
         let fail = |reason: String| ModelLoadError { path: path.to_path_buf(), reason };
-        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| fail("path contains a NUL byte".into()))?;
+        let cpath =
+            CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| fail("path contains a NUL byte".into()))?;
         let mut overrides = Vec::with_capacity(int_overrides.len() + 1);
         for (key, value) in int_overrides {
             // SAFETY: an all-zero override is a valid (terminator) value of this plain C struct.

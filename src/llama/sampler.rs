@@ -58,8 +58,11 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32]) -> i32 {
         let Some(chain) = self.chain else { return argmax(logits) };
         self.scratch.clear();
-        self.scratch
-            .extend(logits.iter().enumerate().map(|(i, &logit)| sys::llama_token_data { id: i as i32, logit, p: 0.0 }));
+        self.scratch.extend(logits.iter().enumerate().map(|(i, &logit)| sys::llama_token_data {
+            id: i as i32,
+            logit,
+            p: 0.0,
+        }));
         let mut arr = sys::llama_token_data_array {
             data: self.scratch.as_mut_ptr(),
             size: self.scratch.len(),

@@ -252,11 +252,8 @@ impl MoeHook {
         let entry = store.entry_bytes(il);
         // Rows of a layer that saw fewer tokens than the ubatch (the last
         // layer computes only output rows) belong to the batch's last tokens.
-        let first_token = if (nt as u32) < self.ubatch_tokens {
-            self.batch_tokens - nt as u32
-        } else {
-            self.token_base
-        };
+        let first_token =
+            if (nt as u32) < self.ubatch_tokens { self.batch_tokens - nt as u32 } else { self.token_base };
         let first_row = t.rows.len();
         let mut charged = vec![false; store.n_expert()];
         for j in 0..nt {

@@ -358,7 +358,13 @@ mod tests {
             let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
             let region = Arc::new(Region::reserve(20_000).unwrap());
             let jobs = (0..2)
-                .map(|i| ReadJob { shard: 0, offset: 9_000, len: 2_000, region: region.clone(), region_offset: i * 2_000 })
+                .map(|i| ReadJob {
+                    shard: 0,
+                    offset: 9_000,
+                    len: 2_000,
+                    region: region.clone(),
+                    region_offset: i * 2_000,
+                })
                 .collect();
             let err = r.read_all(jobs).unwrap_err();
             assert!(err.to_string().contains("offset 9000"), "{err}");

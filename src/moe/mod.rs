@@ -32,9 +32,7 @@ pub fn resolve_banks(captured: &BTreeMap<(u32, usize), CapturedTensor>, files: &
     let mut layers: Vec<Vec<Projection>> = Vec::new();
     let mut unaligned = false;
     for t in captured.values() {
-        let loc = files
-            .locate(&t.name)
-            .ok_or_else(|| format!("expert tensor {} is not in the model files", t.name))?;
+        let loc = files.locate(&t.name).ok_or_else(|| format!("expert tensor {} is not in the model files", t.name))?;
         let experts = usize::try_from(t.ne[2]).map_err(|_| format!("{}: bad expert count", t.name))?;
         if *n_expert.get_or_insert(experts) != experts {
             return Err(format!("{} has {experts} experts, other layers have {}", t.name, n_expert.unwrap_or(0)));
@@ -53,7 +51,12 @@ pub fn resolve_banks(captured: &BTreeMap<(u32, usize), CapturedTensor>, files: &
         if layers.len() <= il {
             layers.resize_with(il + 1, Vec::new);
         }
-        layers[il].push(Projection { tensor: t.handle, slice_bytes: slice, shard: loc.shard, file_offset: loc.file_offset });
+        layers[il].push(Projection {
+            tensor: t.handle,
+            slice_bytes: slice,
+            shard: loc.shard,
+            file_offset: loc.file_offset,
+        });
     }
     let n_expert = n_expert.ok_or("no expert tensors were captured")?;
     Ok(Banks { layers, n_expert, unaligned })

@@ -69,8 +69,16 @@ impl Lru {
 
     fn unlink(&mut self, id: u32) {
         let (p, n) = (self.prev[id as usize], self.next[id as usize]);
-        if p != NIL { self.next[p as usize] = n } else { self.head = n }
-        if n != NIL { self.prev[n as usize] = p } else { self.tail = p }
+        if p != NIL {
+            self.next[p as usize] = n
+        } else {
+            self.head = n
+        }
+        if n != NIL {
+            self.prev[n as usize] = p
+        } else {
+            self.tail = p
+        }
         self.prev[id as usize] = NIL;
         self.next[id as usize] = NIL;
     }
@@ -120,7 +128,12 @@ pub struct ExpertStore {
 impl ExpertStore {
     /// Builds the store and rebinds every expert tensor to engine memory.
     /// `cache_bytes == 0` selects shared slots.
-    pub fn new(layers: Vec<Vec<Projection>>, n_expert: usize, cache_bytes: u64, lanes: ReadLanes) -> io::Result<ExpertStore> {
+    pub fn new(
+        layers: Vec<Vec<Projection>>,
+        n_expert: usize,
+        cache_bytes: u64,
+        lanes: ReadLanes,
+    ) -> io::Result<ExpertStore> {
         let n_proj = layers.iter().map(Vec::len).max().unwrap_or(0);
         let mut regions: Vec<Vec<Arc<Region>>> = Vec::with_capacity(layers.len());
         let residency = if cache_bytes == 0 {

@@ -219,10 +219,10 @@ impl ModelSpec {
         if self.experts_used == 0 || self.experts_used > self.experts {
             return Err(format!("experts-used must be in 1..={} (got {})", self.experts, self.experts_used));
         }
-        if self.heads == 0 || self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+        if self.heads == 0 || self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return Err(format!("heads ({}) must be a positive multiple of kv heads ({})", self.heads, self.kv_heads));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(format!("head width must be even and positive (got {})", self.head_dim));
         }
         if self.split == 0 || self.split > 99 {

@@ -197,12 +197,7 @@ impl Structure {
         for _ in 0..spec.experts {
             let bias = skew * gaussian(&mut rng);
             let random = gaussian_vec(&mut rng, d);
-            w.extend(
-                random
-                    .iter()
-                    .zip(&self.common)
-                    .map(|(z, u)| r.gain * (bias / sqrt_d * u + z / sqrt_d)),
-            );
+            w.extend(random.iter().zip(&self.common).map(|(z, u)| r.gain * (bias / sqrt_d * u + z / sqrt_d)));
         }
         Arc::new(w)
     }

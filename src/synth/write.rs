@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use super::ModelSpec;
 use super::fill::render;
 use super::plan::plan;
-use super::ModelSpec;
 use crate::gguf::{GgufWriter, Value, split_path};
 
 /// What was written.

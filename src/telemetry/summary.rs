@@ -77,7 +77,8 @@ impl RunSummary {
 
     /// Prefill tokens per second.
     pub fn prefill_tps(&self) -> Option<f64> {
-        (self.prompt_tokens > 0 && self.prefill_ns > 0).then(|| self.prompt_tokens as f64 / (self.prefill_ns as f64 / 1e9))
+        (self.prompt_tokens > 0 && self.prefill_ns > 0)
+            .then(|| self.prompt_tokens as f64 / (self.prefill_ns as f64 / 1e9))
     }
 
     /// MiB read per decode step.
@@ -122,12 +123,7 @@ impl fmt::Display for RunSummary {
                 per(compute)
             )?;
             if self.cached {
-                writeln!(
-                    f,
-                    "cache:   {} hit rate, {} evictions",
-                    opt(self.hit_rate_pct(), 1, "%"),
-                    self.evictions
-                )?;
+                writeln!(f, "cache:   {} hit rate, {} evictions", opt(self.hit_rate_pct(), 1, "%"), self.evictions)?;
             }
         }
         if let Some(rss) = self.peak_rss_mib {

@@ -35,10 +35,8 @@ pub fn layer_bytes(files: &ModelFiles, n_expert: u64) -> Vec<LayerBytes> {
             slot.1 += t.info.size;
         }
     }
-    let mut v: Vec<LayerBytes> = by_layer
-        .into_iter()
-        .map(|(layer, (e, d))| LayerBytes { layer, expert_bytes: e, dense_bytes: d })
-        .collect();
+    let mut v: Vec<LayerBytes> =
+        by_layer.into_iter().map(|(layer, (e, d))| LayerBytes { layer, expert_bytes: e, dense_bytes: d }).collect();
     v.sort_by_key(|l| l.layer);
     v
 }
@@ -122,12 +120,14 @@ pub struct TraceStats {
     pub lru_hits: Vec<(f64, f64)>,
 }
 
+/// One trace row: (phase, step, layer, expert).
+type Row = (u8, i64, u32, u32);
+
 /// Parses and analyses a route trace (ours or the reference engine's).
 pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Result<TraceStats, String> {
     let mut n_expert = None;
     let mut k = None;
-    // (phase, step, layer, expert) in file order.
-    let mut rows: Vec<(u8, i64, u32, u32)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for (no, line) in text.lines().enumerate() {
         if let Some(h) = line.strip_prefix('#') {
             for kv in h.split_whitespace() {
@@ -158,7 +158,7 @@ pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Resul
     let mut decode_steps: Vec<i64> = rows.iter().filter(|r| r.0 == 1).map(|r| r.1).collect();
     decode_steps.dedup();
     let window: HashSet<i64> = decode_steps.iter().copied().take(max_decode_tokens).collect();
-    let in_window = |r: &(u8, i64, u32, u32)| r.0 == 1 && window.contains(&r.1);
+    let in_window = |r: &Row| r.0 == 1 && window.contains(&r.1);
 
     // Per layer: experts per decode step.
     let mut per_layer: HashMap<u32, HashMap<i64, Vec<u32>>> = HashMap::new();
@@ -218,7 +218,7 @@ pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Resul
 
 /// Replays prefill and the decode window through a global LRU of `cap`
 /// (layer, expert) entries; returns the hit rate over decode rows.
-fn lru_hit_rate(rows: &[(u8, i64, u32, u32)], cap: usize, in_window: &dyn Fn(&(u8, i64, u32, u32)) -> bool) -> f64 {
+fn lru_hit_rate(rows: &[Row], cap: usize, in_window: &dyn Fn(&Row) -> bool) -> f64 {
     // Recency stamps with lazy deletion from a queue: O(rows) amortized.
     let mut stamp: HashMap<(u32, u32), u64> = HashMap::new();
     let mut queue: VecDeque<((u32, u32), u64)> = VecDeque::new();

@@ -32,7 +32,15 @@ pub fn write_tiny(dir: &Path, name: &str, arch: Arch, edit: impl FnOnce(&mut Mod
 
 /// Session options for a gate run.
 pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
-    SessionOptions { model: model.to_path_buf(), threads: 2, ctx_size: 512, batch: 64, ubatch: 64, n_expert_used: None, stream }
+    SessionOptions {
+        model: model.to_path_buf(),
+        threads: 2,
+        ctx_size: 512,
+        batch: 64,
+        ubatch: 64,
+        n_expert_used: None,
+        stream,
+    }
 }
 
 /// Streaming with the cache off.

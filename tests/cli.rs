@@ -1,0 +1,226 @@
+//! The `bmoe` binary end to end: models made on disk, text on stdout only,
+//! telemetry files, and one clear line for bad input.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::tempdir;
+
+fn bmoe(args: &[&str]) -> Output {
+    let _serial = common::llama_lock();
+    Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(args)
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .output()
+        .expect("run bmoe")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = bmoe(args);
+    assert!(out.status.success(), "bmoe {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn make_tiny(dir: &Path, name: &str, extra: &[&str]) -> String {
+    let p = dir.join(name).to_string_lossy().into_owned();
+    let mut args = vec!["make-model", "--preset", "tiny", "-o", &p];
+    args.extend_from_slice(extra);
+    ok(&args);
+    p
+}
+
+#[test]
+fn tiny_model_is_small_and_deterministic() {
+    let dir = tempdir();
+    let a = make_tiny(dir.path(), "a.gguf", &[]);
+    let b = make_tiny(dir.path(), "b.gguf", &[]);
+    let c = make_tiny(dir.path(), "c.gguf", &["--seed", "43"]);
+    let (a, b, c) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), std::fs::read(c).unwrap());
+    assert!(a.len() < 5_000_000, "tiny preset is {} bytes", a.len());
+    assert_eq!(a, b, "same seed, same bytes");
+    assert_ne!(a, c, "another seed, other bytes");
+}
+
+#[test]
+fn streamed_and_resident_print_the_same_text() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let base = ["generate", "-m", m.as_str(), "-p", "hello", "-n", "32"];
+    let resident = ok(&base);
+    let text = stdout(&resident);
+    assert!(text.trim_end().chars().count() >= 16, "{text:?}");
+    for extra in [
+        &["--moe-stream"][..],
+        &["--moe-stream", "--cache-mb", "1"],
+        &["--moe-stream", "--no-odirect", "--io-threads", "1"],
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let out = ok(&args);
+        assert_eq!(stdout(&out), text, "{extra:?}");
+        assert!(stderr(&out).contains("MiB/token read"), "summary on stderr: {}", stderr(&out));
+    }
+    // stdout carries only the generated text: no summary, no log lines.
+    assert!(!text.contains("tok/s") && !text.contains("llama"));
+}
+
+#[test]
+fn csv_and_route_trace_are_written() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let csv = dir.path().join("run.csv").to_string_lossy().into_owned();
+    let trace = dir.path().join("run.trace").to_string_lossy().into_owned();
+    ok(&[
+        "generate",
+        "-m",
+        &m,
+        "-p",
+        "hello",
+        "-n",
+        "20",
+        "--moe-stream",
+        "--cache-mb",
+        "1",
+        "--csv",
+        &csv,
+        "--route-trace",
+        &trace,
+    ]);
+    let csv = std::fs::read_to_string(csv).unwrap();
+    assert!(csv.starts_with("# bmoe_metrics v1\n# engine=bmoe_"));
+    assert!(csv.contains("moe.cache_mb=1") && csv.contains("moe.stream=true"), "config in the preamble");
+    let header = csv.lines().find(|l| !l.starts_with('#')).unwrap();
+    assert!(header.starts_with("turn,phase,step,pos,tokens,wall_ms,read_ms,mgmt_ms,compute_ms_residual"));
+    let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).skip(1).collect();
+    assert_eq!(rows.len(), 1 + 19, "one prefill row and 19 decode rows");
+    assert!(csv.lines().last().unwrap().starts_with("# summary tokens=19"));
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert!(trace.starts_with("# route_trace v1"));
+    assert!(trace.contains("n_expert=8 n_expert_used=2"));
+    assert!(trace.contains("turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"));
+    // 19 decode tokens x 4 layers x 2 slots.
+    let decode_rows = trace.lines().filter(|l| l.starts_with("0,1,")).count();
+    assert_eq!(decode_rows, 19 * 4 * 2);
+    // Weights of a token's slots are normalized (qwen3moe) and sorted.
+    let w: Vec<f64> = trace
+        .lines()
+        .filter(|l| l.starts_with("0,1,"))
+        .take(2)
+        .map(|l| l.split(',').nth(6).unwrap().parse().unwrap())
+        .collect();
+    assert!((w[0] + w[1] - 1.0).abs() < 1e-4 && w[0] >= w[1], "{w:?}");
+    let stats = ok(&["trace-stats", dir.path().join("run.trace").to_str().unwrap()]);
+    assert!(stdout(&stats).contains("run.trace"));
+}
+
+#[test]
+fn missing_and_corrupt_models_fail_with_one_line() {
+    let dir = tempdir();
+    let missing = dir.path().join("missing.gguf").to_string_lossy().into_owned();
+    let out = bmoe(&["generate", "-m", &missing, "-n", "4"]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).starts_with("bmoe: error: ") && stderr(&out).contains("missing.gguf"));
+    assert!(stdout(&out).is_empty());
+
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let bytes = std::fs::read(&m).unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let out = bmoe(&["generate", "-m", truncated.to_str().unwrap(), "-n", "4", "--moe-stream"]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("past end of file"), "{}", stderr(&out));
+
+    let garbage = dir.path().join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a model at all").unwrap();
+    let out = bmoe(&["generate", "-m", garbage.to_str().unwrap(), "-n", "4"]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("magic"), "{}", stderr(&out));
+}
+
+#[test]
+fn model_llama_cpp_rejects_is_one_clear_line() {
+    // Structurally valid GGUF with an architecture llama.cpp does not know.
+    let dir = tempdir();
+    let mut w = bmoe::gguf::GgufWriter::new();
+    w.set("general.architecture", bmoe::gguf::Value::String("not-an-arch".into()));
+    let p = dir.path().join("odd.gguf");
+    let mut f = std::fs::File::create(&p).unwrap();
+    w.write(&mut f, &mut |_| Ok(Vec::new())).unwrap();
+    let out = bmoe(&["generate", "-m", p.to_str().unwrap(), "-n", "4"]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("llama.cpp could not load"), "{}", stderr(&out));
+}
+
+#[test]
+fn config_file_flags_and_bad_values() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let cfg = dir.path().join("bmoe.toml");
+    std::fs::write(&cfg, format!("[model]\npath = \"{m}\"\n[generate]\nn_predict = 5\n[moe]\nstream = true\n"))
+        .unwrap();
+    let csv = dir.path().join("c.csv");
+    ok(&["generate", "--config", cfg.to_str().unwrap(), "-p", "hi", "-n", "7", "--csv", csv.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.contains("generate.n_predict=7"), "the flag overrides the file");
+    assert!(text.contains("moe.stream=true"), "the file applies");
+
+    std::fs::write(&cfg, "[moe]\nio_threads = 0\n").unwrap();
+    let out = bmoe(&["generate", "--config", cfg.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("moe.io_threads: must be between 1 and 64"), "{}", stderr(&out));
+
+    std::fs::write(&cfg, "[moe]\ncahce_mb = 10\n").unwrap();
+    let out = bmoe(&["generate", "--config", cfg.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cahce_mb"), "{}", stderr(&out));
+
+    let out = bmoe(&["generate", "-m", &m, "--cache-mb", "10"]);
+    assert!(stderr(&out).contains("moe.cache_mb") && stderr(&out).contains("--moe-stream"), "{}", stderr(&out));
+}
+
+#[test]
+fn inspect_archs_and_split() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &["--quant", "q4_0"]);
+    let out = stdout(&ok(&["inspect", &m]));
+    assert!(out.contains("architecture:  qwen3moe"));
+    assert!(out.contains("experts:       8 per layer, 2 routed per token"));
+    assert!(out.contains("ffn_gate_exps q4_0"));
+    assert!(out.contains("streamable:    yes"));
+    let archs = stdout(&ok(&["archs"]));
+    for a in ["qwen3moe", "qwen2moe", "qwen35moe", "gemma4", "gpt-oss", "lfm2moe", "deepseek4", "bailingmoe3"] {
+        assert!(archs.contains(a), "{a}");
+    }
+    let split = dir.path().join("s.gguf").to_string_lossy().into_owned();
+    ok(&["make-model", "--preset", "tiny", "--split", "3", "-o", &split]);
+    let first = dir.path().join("s-00001-of-00003.gguf");
+    assert!(stdout(&ok(&["inspect", first.to_str().unwrap()])).contains("shards:        3"));
+    let g = make_tiny(dir.path(), "g.gguf", &["--arch", "gemma4"]);
+    assert!(stdout(&ok(&["inspect", &g])).contains("ffn_gate_up_exps"));
+    let out = bmoe(&["make-model", "--preset", "tiny", "--quant", "q5_k", "-o", &split]);
+    assert!(!out.status.success() && stderr(&out).contains("--quant"), "{}", stderr(&out));
+}
+
+#[test]
+fn demo_model_is_generated_once_when_no_model_is_given() {
+    let out = ok(&["generate", "-p", "hi", "-n", "8", "--moe-stream", "--cache-mb", "64"]);
+    let err = stderr(&out);
+    assert!(err.contains("RANDOM weights"), "{err}");
+    let demo = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bmoe/demo-qwen3moe-v1.gguf");
+    assert!(demo.exists());
+    assert!(!stdout(&out).trim().is_empty());
+}
