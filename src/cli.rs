@@ -149,6 +149,18 @@ pub struct MakeModelArgs {
     /// Write N shard files (llama.cpp's split format).
     #[arg(long)]
     pub split: Option<u32>,
+    /// Routing shape: correlation of consecutive tokens' embeddings, in [0, 1).
+    #[arg(long, help_heading = "Routing shape")]
+    pub token_corr: Option<f32>,
+    /// Routing shape: spread of per-expert popularity from a quarter of the depth on.
+    #[arg(long, help_heading = "Routing shape")]
+    pub skew: Option<f32>,
+    /// Routing shape: spread of per-expert popularity in the first MoE layer.
+    #[arg(long, help_heading = "Routing shape")]
+    pub skew_first: Option<f32>,
+    /// Routing shape: size of attention and expert outputs relative to the residual stream.
+    #[arg(long, help_heading = "Routing shape")]
+    pub mix: Option<f32>,
 }
 
 /// Runs the command line; returns the process exit code.
@@ -323,6 +335,17 @@ fn make_model(a: MakeModelArgs) -> Result<()> {
     set(&mut spec.split, a.split);
     if let Some(s) = a.seed {
         spec.seed = s;
+    }
+    let r = &mut spec.routing;
+    for (dst, v) in [
+        (&mut r.token_corr, a.token_corr),
+        (&mut r.skew, a.skew),
+        (&mut r.skew_first, a.skew_first),
+        (&mut r.mix, a.mix),
+    ] {
+        if let Some(v) = v {
+            *dst = v;
+        }
     }
     let mut bar = None;
     let report = synth::write_model(&spec, &a.output, &mut |done, total| {

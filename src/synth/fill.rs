@@ -75,11 +75,16 @@ fn fill_random(ty: GgmlType, std: f32, out: &mut [u8], rng: &mut ChaCha8Rng) {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q8_0 => {
             rng.fill_bytes(out);
-            // Uniform nibbles -8..7 have std ~4.61; uniform bytes -128..127 ~73.9.
-            let spread = if ty == GgmlType::Q4_0 { 4.61 } else { 73.9 };
+            // Raw random quants have mean -0.5 (nibbles -8..7, bytes -128..127);
+            // summed over thousands of weights that bias swamps the signal.
+            // Mapping the lone negative extreme to 0 makes them symmetric.
+            let (table, spread) = if ty == GgmlType::Q4_0 { (&*Q4_SYMMETRIC, 4.18) } else { (&*Q8_SYMMETRIC, 73.47) };
             let d = f16::from_f32(std / spread).to_le_bytes();
             for block in out.chunks_mut(ty.block_bytes() as usize) {
                 block[..2].copy_from_slice(&d);
+                for q in &mut block[2..] {
+                    *q = table[*q as usize];
+                }
             }
         }
         _ => {
@@ -91,6 +96,15 @@ fn fill_random(ty: GgmlType, std: f32, out: &mut [u8], rng: &mut ChaCha8Rng) {
         }
     }
 }
+
+/// Byte remaps making random q4_0 nibbles (stored value 0 = -8) and q8_0
+/// bytes (-128) symmetric around zero.
+static Q4_SYMMETRIC: std::sync::LazyLock<[u8; 256]> = std::sync::LazyLock::new(|| {
+    let fix = |n: u8| if n == 0 { 8 } else { n };
+    std::array::from_fn(|b| fix(b as u8 & 15) | (fix(b as u8 >> 4) << 4))
+});
+static Q8_SYMMETRIC: std::sync::LazyLock<[u8; 256]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|b| if b == 0x80 { 0 } else { b as u8 }));
 
 /// Maps 32 random bits to a float in [-1, 1).
 fn signed_unit(bits: u32) -> f32 {
@@ -164,6 +178,29 @@ mod tests {
         let b = render(&spec, &fill, 7, 3);
         assert_eq!(a, b);
         assert_ne!(a, render(&spec, &fill, 8, 1));
+    }
+
+    #[test]
+    fn random_quants_are_zero_mean() {
+        for (ty, bias) in [(GgmlType::Q4_0, 8i64), (GgmlType::Q8_0, 0)] {
+            let spec = TensorSpec::new("w", &[256, 256], ty);
+            let bytes = render(&spec, &Fill::Random { std: 1.0 }, 1, 2);
+            let mut sum = 0i64;
+            let mut n = 0i64;
+            for block in bytes.chunks(ty.block_bytes() as usize) {
+                for &q in &block[2..] {
+                    if ty == GgmlType::Q4_0 {
+                        sum += i64::from(q & 15) - bias + i64::from(q >> 4) - bias;
+                        n += 2;
+                    } else {
+                        sum += i64::from(q as i8);
+                        n += 1;
+                    }
+                }
+            }
+            let mean = sum as f64 / n as f64;
+            assert!(mean.abs() < 0.05 * if ty == GgmlType::Q4_0 { 1.0 } else { 16.0 }, "{ty}: mean {mean}");
+        }
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub struct RoutingShape {
 
 impl Default for RoutingShape {
     fn default() -> RoutingShape {
-        RoutingShape { token_corr: 0.3, skew_first: 0.4, skew: 1.3, gain: 2.0, mix: 0.1 }
+        RoutingShape { token_corr: 0.3, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03 }
     }
 }
 
@@ -178,7 +178,7 @@ impl ModelSpec {
                 ..tiny
             },
             Preset::Bench => ModelSpec {
-                layers: 10,
+                layers: 16,
                 embd: 2048,
                 heads: 32,
                 kv_heads: 4,

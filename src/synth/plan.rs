@@ -196,7 +196,12 @@ impl Structure {
         let mut w = Vec::with_capacity(d * spec.experts as usize);
         for _ in 0..spec.experts {
             let bias = skew * gaussian(&mut rng);
-            let random = gaussian_vec(&mut rng, d);
+            // The random part must not lean on `u`, or it adds a hidden bias.
+            let mut random = gaussian_vec(&mut rng, d);
+            let along: f32 = random.iter().zip(&self.common).map(|(z, u)| z * u).sum();
+            for (z, u) in random.iter_mut().zip(&self.common) {
+                *z -= along * u;
+            }
             w.extend(random.iter().zip(&self.common).map(|(z, u)| r.gain * (bias / sqrt_d * u + z / sqrt_d)));
         }
         Arc::new(w)
