@@ -223,7 +223,7 @@ fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
 /// The demo model's path, generating it on first use.
 fn demo_model() -> Result<PathBuf> {
     let dir = dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe");
-    let path = dir.join("demo-qwen3moe-v1.gguf");
+    let path = dir.join(format!("demo-qwen3moe-v{}.gguf", synth::GENERATOR_VERSION));
     eprintln!(
         "bmoe: no model given: using the built-in demo, a synthetic qwen3moe with RANDOM weights \
          (its text is gibberish by design): {}",

@@ -213,6 +213,27 @@ impl Session {
             let store = ExpertStore::new(banks.layers, banks.n_expert, stream.cache_bytes, lanes)
                 .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?;
             info.bank_bytes = store.bank_bytes();
+            if stream.cache_bytes > 0 {
+                // One token touches k experts in every layer; a smaller LRU
+                // budget evicts each layer's experts before they come round again.
+                let cycle: u64 = (0..info.n_layer as usize)
+                    .map(|il| store.entry_bytes(il) * u64::from(n_expert_used.min(n_expert)))
+                    .sum();
+                let mib = |b: u64| b as f64 / 1048576.0;
+                if stream.cache_bytes < cycle {
+                    notices.push(format!(
+                        "cache budget {:.1} MiB is below one token's working set ({:.1} MiB): expect a hit rate near 0%",
+                        mib(stream.cache_bytes),
+                        mib(cycle)
+                    ));
+                } else if stream.cache_bytes >= info.bank_bytes {
+                    notices.push(format!(
+                        "cache budget {:.1} MiB holds every expert ({:.1} MiB): nothing will be evicted",
+                        mib(stream.cache_bytes),
+                        mib(info.bank_bytes)
+                    ));
+                }
+            }
             info.notices = notices;
             hook.start_streaming(store);
         }

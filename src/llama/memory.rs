@@ -19,6 +19,20 @@ pub fn map_file_readonly(file: &File) -> io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }
 }
 
+/// Tells the kernel that `len` bytes at `offset` of `file` will not be read
+/// through the page cache soon, so clean cached pages can be dropped.
+pub fn drop_file_cache(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain advisory syscall on a descriptor we own.
+    let rc = unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED)
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 /// A reserved, initially uncommitted range of anonymous memory
 /// (`MAP_NORESERVE`): pages cost RAM only once written, and
 /// [`Region::release`] gives them back.

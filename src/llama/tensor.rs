@@ -157,6 +157,31 @@ pub struct TensorBinding {
 // SAFETY: holds only addresses, used under the same rules as TensorHandle.
 unsafe impl Send for TensorBinding {}
 
+impl TensorBinding {
+    /// Drops this process's mapping of the tensor's own bytes (llama.cpp's
+    /// memory map of the file), so they stop counting towards the resident
+    /// set. They are only read again if the binding is dropped, in which
+    /// case the kernel pages them back in from the file. Returns the bytes
+    /// released.
+    pub fn release_original_pages(&self) -> std::io::Result<usize> {
+        let len = self.tensor.nbytes();
+        let start = (self.original as usize).next_multiple_of(super::memory::PAGE);
+        let end = (self.original as usize + len) / super::memory::PAGE * super::memory::PAGE;
+        if end <= start {
+            return Ok(0);
+        }
+        // SAFETY: [start, end) lies inside the tensor's bytes in llama.cpp's
+        // read-only file mapping, which nothing reads while the tensor is
+        // rebound; MADV_DONTNEED on a file mapping only drops page-table
+        // entries, and a later access re-reads the file.
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(end - start)
+    }
+}
+
 impl Drop for TensorBinding {
     fn drop(&mut self) {
         // SAFETY: the binding is dropped while the model is alive (the hook

@@ -206,6 +206,11 @@ impl ReadLanes {
         self.workers.len() + 1
     }
 
+    /// Asks the kernel to drop cached pages of a byte range of a shard.
+    pub fn drop_cached(&self, shard: usize, offset: u64, len: u64) -> io::Result<()> {
+        crate::llama::memory::drop_file_cache(&self.lane0.files[shard].buffered, offset, len)
+    }
+
     /// Reads every job, using all lanes, and returns when all are done.
     pub fn read_all(&mut self, jobs: Vec<ReadJob>) -> io::Result<ReadStats> {
         if jobs.is_empty() {
@@ -348,6 +353,22 @@ mod tests {
             assert_eq!(st.bytes, 300_000);
             region.fill_with(0, 300_000, |s| assert!(s == &data[..], "lanes={lanes} direct={direct}")).unwrap();
         }
+    }
+
+    #[test]
+    fn o_direct_falls_back_with_a_notice_where_unsupported() {
+        // procfs refuses O_DIRECT (EINVAL) but serves positioned buffered reads;
+        // /proc/version does not change while we read it.
+        let p = PathBuf::from("/proc/version");
+        let expected = std::fs::read(&p).unwrap();
+        let (mut r, notices) = ReadLanes::open(std::slice::from_ref(&p), 2, true).unwrap();
+        assert!(!r.o_direct());
+        assert!(notices.iter().any(|n| n.contains("cannot open with O_DIRECT") && n.contains("buffered")), "{notices:?}");
+        let len = expected.len().min(200);
+        let region = Arc::new(Region::reserve(len).unwrap());
+        let job = ReadJob { shard: 0, offset: 0, len, region: region.clone(), region_offset: 0 };
+        r.read_all(vec![job]).unwrap();
+        region.fill_with(0, len, |s| assert!(s == &expected[..len])).unwrap();
     }
 
     #[test]

@@ -163,6 +163,17 @@ impl ExpertStore {
                 bindings.push(proj.tensor.bind(regions[l][p].clone()).map_err(io::Error::other)?);
             }
         }
+        // The experts now live in engine memory: give back llama.cpp's mapped
+        // copy (it populated the whole file at load) so the resident set
+        // follows the cache budget, and let the page cache drop it too.
+        for b in &bindings {
+            b.release_original_pages()?;
+        }
+        for projs in &layers {
+            for p in projs {
+                lanes.drop_cached(p.shard, p.file_offset, (p.slice_bytes * n_expert) as u64)?;
+            }
+        }
         let entry_bytes = layers.iter().map(|l| l.iter().map(|p| p.slice_bytes as u64).sum()).collect();
         Ok(ExpertStore {
             n_expert,
@@ -348,5 +359,41 @@ impl ExpertStore {
             self.forget(id)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(l: &Lru) -> Vec<u32> {
+        let mut v = Vec::new();
+        let mut at = l.head;
+        while at != NIL {
+            v.push(at);
+            at = l.next[at as usize];
+        }
+        v
+    }
+
+    #[test]
+    fn lru_promotes_and_keeps_links_consistent() {
+        let mut l = Lru::new(5, 0);
+        for id in [0, 1, 2, 3] {
+            l.push_front(id);
+        }
+        assert_eq!(order(&l), [3, 2, 1, 0]);
+        l.promote(1);
+        assert_eq!(order(&l), [1, 3, 2, 0]);
+        l.promote(0);
+        assert_eq!(order(&l), [0, 1, 3, 2]);
+        assert_eq!(l.tail, 2);
+        l.unlink(2);
+        assert_eq!(l.tail, 3);
+        l.unlink(0);
+        assert_eq!(order(&l), [1, 3]);
+        assert_eq!(l.prev[3], 1);
+        l.promote(1);
+        assert_eq!(order(&l), [1, 3]);
     }
 }

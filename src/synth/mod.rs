@@ -25,6 +25,9 @@ pub use write::{WriteReport, write_model};
 
 use crate::gguf::GgmlType;
 
+/// Changes whenever the same spec would produce different bytes.
+pub const GENERATOR_VERSION: u32 = 2;
+
 /// Architectures the generator can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {

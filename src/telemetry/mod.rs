@@ -8,5 +8,5 @@ pub mod trace;
 
 /// The engine version string written into every telemetry file.
 pub fn engine_version() -> String {
-    format!("bmoe {} (llama-cpp-sys-2 0.1.161)", env!("CARGO_PKG_VERSION"))
+    format!("bmoe {} (llama-cpp-sys-2 0.1.161, ggml {})", env!("CARGO_PKG_VERSION"), env!("BMOE_GGML_VERSION"))
 }
