@@ -10,7 +10,9 @@ fn ggml_version() -> Option<String> {
     let src = cache.lines().find_map(|l| l.strip_prefix("ggml_SOURCE_DIR:STATIC="))?;
     let cmake = std::fs::read_to_string(PathBuf::from(src).join("CMakeLists.txt")).ok()?;
     let part = |name: &str| {
-        cmake.lines().find_map(|l| l.trim().strip_prefix(&format!("set({name} "))?.strip_suffix(')').map(str::to_string))
+        cmake
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("set({name} "))?.strip_suffix(')').map(str::to_string))
     };
     Some(format!("{}.{}.{}", part("GGML_VERSION_MAJOR")?, part("GGML_VERSION_MINOR")?, part("GGML_VERSION_PATCH")?))
 }

@@ -122,7 +122,7 @@ pub struct MakeModelArgs {
     /// Starting shape: tiny (<5 MB, tests), demo (~220 MB), bench (Qwen3-30B-A3B layers, >5 GB).
     #[arg(long, default_value = "tiny")]
     pub preset: String,
-    /// Architecture: qwen3moe (split experts) or gemma4 (fused gate_up).
+    /// Architecture: qwen3moe (split experts), gemma4 (fused gate_up) or gpt-oss (expert biases).
     #[arg(long, default_value = "qwen3moe")]
     pub arch: String,
     /// Transformer layers.

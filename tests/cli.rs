@@ -220,7 +220,8 @@ fn demo_model_is_generated_once_when_no_model_is_given() {
     let out = ok(&["generate", "-p", "hi", "-n", "8", "--moe-stream", "--cache-mb", "64"]);
     let err = stderr(&out);
     assert!(err.contains("RANDOM weights"), "{err}");
-    let demo = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bmoe/demo-qwen3moe-v{}.gguf", bmoe::synth::GENERATOR_VERSION));
+    let demo = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bmoe/demo-qwen3moe-v{}.gguf", bmoe::synth::GENERATOR_VERSION));
     assert!(demo.exists());
     assert!(!stdout(&out).trim().is_empty());
 }

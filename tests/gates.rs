@@ -153,6 +153,19 @@ fn fused_gate_up_layout() {
 }
 
 #[test]
+fn gpt_oss_with_expert_biases() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "oss.gguf", Arch::GptOss, |s| s.expert_type = GgmlType::Q8_0);
+    let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    assert!(files.locate("blk.0.ffn_up_exps.bias").is_some(), "biases exist and stay resident");
+    let reports = gate(&m, stream0(2, true), "gpt-oss, cache off");
+    // Softmax over the selected experts: each token's weights sum to 1.
+    let rows = &reports.iter().find(|r| r.phase == Phase::Decode).unwrap().trace.rows;
+    assert!((rows[0].weight + rows[1].weight - 1.0).abs() < 1e-5, "{rows:?}");
+    gate(&m, cached(20 * 1024, 2), "gpt-oss, cache");
+}
+
+#[test]
 fn fewer_experts_is_reproducible_and_lossy() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |s| s.experts_used = 3);

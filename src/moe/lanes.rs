@@ -363,7 +363,10 @@ mod tests {
         let expected = std::fs::read(&p).unwrap();
         let (mut r, notices) = ReadLanes::open(std::slice::from_ref(&p), 2, true).unwrap();
         assert!(!r.o_direct());
-        assert!(notices.iter().any(|n| n.contains("cannot open with O_DIRECT") && n.contains("buffered")), "{notices:?}");
+        assert!(
+            notices.iter().any(|n| n.contains("cannot open with O_DIRECT") && n.contains("buffered")),
+            "{notices:?}"
+        );
         let len = expected.len().min(200);
         let region = Arc::new(Region::reserve(len).unwrap());
         let job = ReadJob { shard: 0, offset: 0, len, region: region.clone(), region_offset: 0 };

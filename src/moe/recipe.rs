@@ -66,7 +66,7 @@ pub const RECIPES: &[Recipe] = &[
         layout: Layout::Split,
         models: "gpt-oss-20b, gpt-oss-120b",
         notes: "MXFP4 experts; expert biases (ffn_*_exps.bias) resident",
-        gated: false,
+        gated: true,
     },
     Recipe {
         arch: "lfm2moe",

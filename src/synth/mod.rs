@@ -35,6 +35,9 @@ pub enum Arch {
     Qwen3Moe,
     /// `gemma4`: fused `ffn_gate_up_exps`, a dense first layer and a shared expert.
     Gemma4,
+    /// `gpt-oss`: split experts with per-expert biases, attention sinks,
+    /// softmax over the selected experts.
+    GptOss,
 }
 
 impl Arch {
@@ -43,6 +46,7 @@ impl Arch {
         match self {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma4 => "gemma4",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -51,12 +55,13 @@ impl Arch {
         match name {
             "qwen3moe" => Some(Arch::Qwen3Moe),
             "gemma4" => Some(Arch::Gemma4),
+            "gpt-oss" => Some(Arch::GptOss),
             _ => None,
         }
     }
 
     /// Every architecture the generator supports.
-    pub const ALL: [Arch; 2] = [Arch::Qwen3Moe, Arch::Gemma4];
+    pub const ALL: [Arch; 3] = [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss];
 }
 
 /// Named model sizes.

@@ -52,6 +52,10 @@ pub fn plan(spec: &ModelSpec) -> Planned {
         meta(&a("embedding_length_per_layer_input"), Value::U32(0));
         meta(&a("rope.freq_base_swa"), Value::F32(10_000.0));
     }
+    if spec.arch == Arch::GptOss {
+        // Every other layer uses a sliding window (llama.cpp's default pattern for gpt-oss).
+        meta(&a("attention.sliding_window"), Value::U32(128));
+    }
     for (k, v) in vocab.metadata() {
         meta(k, v);
     }
@@ -92,9 +96,17 @@ pub fn plan(spec: &ModelSpec) -> Planned {
         add(b("attn_v"), &[d, kv], dense, proj(d));
         let o_scale = if spec.arch == Arch::Gemma4 { 1.0 } else { mixing };
         add(b("attn_output"), &[q, d], dense, out_proj(q, o_scale));
-        add(b("attn_q_norm"), &[hd], GgmlType::F32, one.clone());
-        add(b("attn_k_norm"), &[hd], GgmlType::F32, one.clone());
-        add(b("ffn_norm"), &[d], GgmlType::F32, one.clone());
+        let bias = |s: &str| format!("blk.{l}.{s}.bias");
+        let zero = Fill::Const(0.0);
+        if spec.arch == Arch::GptOss {
+            add(bias("attn_output"), &[d], GgmlType::F32, zero.clone());
+            add(b("attn_sinks"), &[u64::from(spec.heads)], GgmlType::F32, zero.clone());
+            add(b("post_attention_norm"), &[d], GgmlType::F32, one.clone());
+        } else {
+            add(b("attn_q_norm"), &[hd], GgmlType::F32, one.clone());
+            add(b("attn_k_norm"), &[hd], GgmlType::F32, one.clone());
+            add(b("ffn_norm"), &[d], GgmlType::F32, one.clone());
+        }
         let moe_layer = spec.arch != Arch::Gemma4 || l > 0;
         if spec.arch == Arch::Gemma4 {
             add(b("post_attention_norm"), &[d], GgmlType::F32, gemma_post.clone());
@@ -110,6 +122,15 @@ pub fn plan(spec: &ModelSpec) -> Planned {
         let ety = spec.expert_type;
         let down_scale = if spec.arch == Arch::Gemma4 { 1.0 } else { mixing * 2.5 };
         match spec.arch {
+            Arch::GptOss => {
+                add(bias("ffn_gate_inp"), &[ne], GgmlType::F32, zero.clone());
+                add(b("ffn_gate_exps"), &[d, ff, ne], ety, proj(d));
+                add(bias("ffn_gate_exps"), &[ff, ne], GgmlType::F32, zero.clone());
+                add(b("ffn_up_exps"), &[d, ff, ne], ety, proj(d));
+                add(bias("ffn_up_exps"), &[ff, ne], GgmlType::F32, zero.clone());
+                add(b("ffn_down_exps"), &[ff, d, ne], ety, out_proj(ff, down_scale));
+                add(bias("ffn_down_exps"), &[d, ne], GgmlType::F32, zero);
+            }
             Arch::Qwen3Moe => {
                 add(b("ffn_gate_exps"), &[d, ff, ne], ety, proj(d));
                 add(b("ffn_up_exps"), &[d, ff, ne], ety, proj(d));
