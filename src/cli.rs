@@ -66,9 +66,9 @@ pub struct GenerateArgs {
     /// Stream routed experts from disk instead of keeping the model mapped.
     #[arg(long)]
     pub moe_stream: bool,
-    /// Expert LRU cache budget in MiB (0 = re-read routed experts every token).
+    /// Expert LRU cache budget in MiB, fractions allowed (0 = re-read routed experts every token).
     #[arg(long)]
-    pub cache_mb: Option<u64>,
+    pub cache_mb: Option<f64>,
     /// Parallel read lanes [default 4].
     #[arg(long)]
     pub io_threads: Option<u32>,
@@ -280,22 +280,28 @@ fn generate(args: GenerateArgs) -> Result<()> {
         keep_logits: false,
     };
     let stdout = std::io::stdout();
+    let abort = session.abort_handle();
+    let mut out_error: Option<std::io::Error> = None;
     let mut sink_error: Option<std::io::Error> = None;
-    let generation = session.generate(&request, &mut |event| {
-        let r = match event {
-            Event::Token { text, .. } => {
-                let mut out = stdout.lock();
-                out.write_all(text.as_bytes()).and_then(|()| out.flush())
+    let generation = session.generate(&request, &mut |event| match event {
+        Event::Token { text, .. } => {
+            let mut out = stdout.lock();
+            if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                // Nobody reads the text any more (e.g. a closed pipe): stop generating.
+                out_error.get_or_insert(e);
+                abort.abort();
             }
-            Event::Prefill(report) | Event::Step(report) => {
-                let a = csv.as_mut().map_or(Ok(()), |c| c.row(report));
-                a.and_then(|()| route.as_mut().map_or(Ok(()), |t| t.rows(report)))
+        }
+        Event::Prefill(report) | Event::Step(report) => {
+            let r = csv.as_mut().map_or(Ok(()), |c| c.row(report));
+            if let Err(e) = r.and_then(|()| route.as_mut().map_or(Ok(()), |t| t.rows(report))) {
+                sink_error.get_or_insert(e);
             }
-        };
-        if let Err(e) = r {
-            sink_error.get_or_insert(e);
         }
     })?;
+    if let Some(e) = out_error {
+        bail!("writing the generated text to stdout: {e}");
+    }
     println!();
     if let Some(e) = sink_error {
         bail!("writing telemetry: {e}");

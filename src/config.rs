@@ -77,8 +77,8 @@ impl Default for GenerateConfig {
 pub struct MoeConfig {
     /// Stream routed experts from disk.
     pub stream: bool,
-    /// Expert LRU budget in MiB; 0 = no cache.
-    pub cache_mb: u64,
+    /// Expert LRU budget in MiB (fractions allowed); 0 = no cache.
+    pub cache_mb: f64,
     /// Read lanes.
     pub io_threads: u32,
     /// Use O_DIRECT for expert reads (verified at open).
@@ -89,7 +89,7 @@ pub struct MoeConfig {
 
 impl Default for MoeConfig {
     fn default() -> MoeConfig {
-        MoeConfig { stream: false, cache_mb: 0, io_threads: 4, o_direct: true, n_expert_used: 0 }
+        MoeConfig { stream: false, cache_mb: 0.0, io_threads: 4, o_direct: true, n_expert_used: 0 }
     }
 }
 
@@ -165,10 +165,16 @@ impl RunConfig {
         if !(1..=64).contains(&m.io_threads) {
             return Err(bad("moe.io_threads", format!("must be between 1 and 64 (got {})", m.io_threads)));
         }
-        if m.cache_mb > 0 && !m.stream {
+        if !(m.cache_mb.is_finite() && m.cache_mb >= 0.0) {
+            return Err(bad(
+                "moe.cache_mb",
+                format!("must be 0 (off) or a positive number of MiB (got {})", m.cache_mb),
+            ));
+        }
+        if m.cache_mb > 0.0 && !m.stream {
             return Err(bad("moe.cache_mb", "an expert cache needs streaming (moe.stream = true / --moe-stream)"));
         }
-        if m.cache_mb > 1 << 30 {
+        if m.cache_mb > (1u64 << 30) as f64 {
             return Err(bad("moe.cache_mb", format!("{} MiB is not a plausible budget", m.cache_mb)));
         }
         Ok(())
@@ -192,8 +198,8 @@ impl RunConfig {
             batch: self.generate.batch,
             ubatch: self.generate.ubatch,
             n_expert_used: (m.n_expert_used > 0).then_some(m.n_expert_used),
-            stream: m.stream.then(|| StreamOptions {
-                cache_bytes: m.cache_mb * 1024 * 1024,
+            stream: m.stream.then_some(StreamOptions {
+                cache_bytes: (m.cache_mb * 1048576.0) as u64,
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
             }),
@@ -250,10 +256,15 @@ mod tests {
         c.moe.io_threads = 0;
         assert_eq!(c.validate().unwrap_err().field, "moe.io_threads");
         c = RunConfig::default();
-        c.moe.cache_mb = 100;
+        c.moe.cache_mb = 100.0;
         assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
         c.moe.stream = true;
         assert!(c.validate().is_ok());
+        c.moe.cache_mb = -1.0;
+        assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
+        c.moe.cache_mb = f64::INFINITY;
+        assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
+        c.moe.cache_mb = 0.25;
         c.generate.top_p = f64::NAN;
         assert_eq!(c.validate().unwrap_err().field, "generate.top_p");
         c = RunConfig::default();
@@ -270,7 +281,7 @@ mod tests {
     #[test]
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
-        assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "0"));
+        assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "0.0"));
         assert_eq!(pairs.len(), 1 + 9 + 5 + 3);
     }
 }

@@ -70,6 +70,16 @@ fn streamed_and_resident_print_the_same_text() {
         assert_eq!(stdout(&out), text, "{extra:?}");
         assert!(stderr(&out).contains("MiB/token read"), "summary on stderr: {}", stderr(&out));
     }
+    // A cache small enough to evict (the tiny bank is 1.5 MiB).
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--moe-stream", "--cache-mb", "0.2"]);
+    let out = ok(&args);
+    assert_eq!(stdout(&out), text, "evicting cache");
+    let evictions: u64 = stderr(&out)
+        .split_once(" evictions")
+        .and_then(|(before, _)| before.rsplit(' ').next()?.parse().ok())
+        .expect("summary reports evictions");
+    assert!(evictions > 0, "{}", stderr(&out));
     // stdout carries only the generated text: no summary, no log lines.
     assert!(!text.contains("tok/s") && !text.contains("llama"));
 }
@@ -98,7 +108,7 @@ fn csv_and_route_trace_are_written() {
     ]);
     let csv = std::fs::read_to_string(csv).unwrap();
     assert!(csv.starts_with("# bmoe_metrics v1\n# engine=bmoe_"));
-    assert!(csv.contains("moe.cache_mb=1") && csv.contains("moe.stream=true"), "config in the preamble");
+    assert!(csv.contains("moe.cache_mb=1.0") && csv.contains("moe.stream=true"), "config in the preamble");
     let header = csv.lines().find(|l| !l.starts_with('#')).unwrap();
     assert!(header.starts_with("turn,phase,step,pos,tokens,wall_ms,read_ms,mgmt_ms,compute_ms_residual"));
     let rows: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).skip(1).collect();
