@@ -299,8 +299,11 @@ fn generate(args: GenerateArgs) -> Result<()> {
             }
         }
     })?;
-    if let Some(e) = out_error {
-        bail!("writing the generated text to stdout: {e}");
+    match out_error {
+        // The reader went away (`bmoe generate | head`): not an error.
+        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        Some(e) => bail!("writing the generated text to stdout: {e}"),
+        None => {}
     }
     println!();
     if let Some(e) = sink_error {
