@@ -192,50 +192,7 @@ impl Session {
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
         let mut info = OpenReport { arch, n_layer: model.n_layer(), n_expert, n_expert_used, ..OpenReport::default() };
         if let Some(stream) = &options.stream {
-            // Capture: one warm-up decode that only observes the graph.
-            let bos = model.tokenize("", true).first().copied().unwrap_or(0);
-            ctx.decode(&[bos], 0, false)?;
-            ctx.clear_kv();
-            let hook = ctx.hook_mut().expect("streaming sessions have a hook");
-            let banks = resolve_banks(hook.captured(), &files).map_err(EngineError::Unsupported)?;
-            let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
-                .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
-            if banks.unaligned && lanes.o_direct() {
-                notices.push(
-                    "expert slices are not 4096-byte aligned in this file: O_DIRECT reads whole aligned windows \
-                     and copies the slice out (the extra bytes are counted as window bytes)"
-                        .into(),
-                );
-            }
-            info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
-            info.io_threads = lanes.lanes();
-            info.o_direct = lanes.o_direct();
-            let store = ExpertStore::new(banks.layers, banks.n_expert, stream.cache_bytes, lanes)
-                .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?;
-            info.bank_bytes = store.bank_bytes();
-            if stream.cache_bytes > 0 {
-                // One token touches k experts in every layer; a smaller LRU
-                // budget evicts each layer's experts before they come round again.
-                let cycle: u64 = (0..info.n_layer as usize)
-                    .map(|il| store.entry_bytes(il) * u64::from(n_expert_used.min(n_expert)))
-                    .sum();
-                let mib = |b: u64| b as f64 / 1048576.0;
-                if stream.cache_bytes < cycle {
-                    notices.push(format!(
-                        "cache budget {:.1} MiB is below one token's working set ({:.1} MiB): expect a hit rate near 0%",
-                        mib(stream.cache_bytes),
-                        mib(cycle)
-                    ));
-                } else if stream.cache_bytes >= info.bank_bytes {
-                    notices.push(format!(
-                        "cache budget {:.1} MiB holds every expert ({:.1} MiB): nothing will be evicted",
-                        mib(stream.cache_bytes),
-                        mib(info.bank_bytes)
-                    ));
-                }
-            }
-            info.notices = notices;
-            hook.start_streaming(store);
+            attach_stream(&mut ctx, &files, stream, &mut info)?;
         }
         info.load_s = start.elapsed().as_secs_f64();
         Ok(Session { ctx, abort, options, info, history: Vec::new(), pending: None, turn: 0 })
@@ -446,6 +403,67 @@ impl Session {
     /// The expert store, when streaming (for tests and diagnostics).
     pub fn store(&mut self) -> Option<&mut ExpertStore> {
         self.ctx.hook_mut().and_then(|h| h.store_mut())
+    }
+}
+
+/// Captures the expert tensors with a warm-up decode, opens the read lanes,
+/// rebinds the experts to engine memory and switches the hook to streaming.
+fn attach_stream(
+    ctx: &mut Context<MoeHook>,
+    files: &ModelFiles,
+    stream: &StreamOptions,
+    info: &mut OpenReport,
+) -> Result<(), EngineError> {
+    let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
+    ctx.decode(&[bos], 0, false)?;
+    ctx.clear_kv();
+    let hook = ctx.hook_mut().ok_or_else(|| EngineError::Llama("the context has no eval hook".into()))?;
+    let banks = resolve_banks(hook.captured(), files).map_err(EngineError::Unsupported)?;
+    let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
+        .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
+    if banks.unaligned && lanes.o_direct() {
+        notices.push(
+            "expert slices are not 4096-byte aligned in this file: O_DIRECT reads whole aligned windows \
+             and copies the slice out (the extra bytes are counted as window bytes)"
+                .into(),
+        );
+    }
+    info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
+    info.io_threads = lanes.lanes();
+    info.o_direct = lanes.o_direct();
+    let store = ExpertStore::new(banks.layers, banks.n_expert, stream.cache_bytes, lanes)
+        .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?;
+    info.bank_bytes = store.bank_bytes();
+    notices.extend(budget_notice(&store, stream.cache_bytes, info));
+    info.notices = notices;
+    hook.start_streaming(store);
+    Ok(())
+}
+
+/// Warns about budgets that cannot work as the user probably expects.
+fn budget_notice(store: &ExpertStore, budget: u64, info: &OpenReport) -> Option<String> {
+    if budget == 0 {
+        return None;
+    }
+    let mib = |b: u64| b as f64 / 1048576.0;
+    // One token touches k experts in every layer; a smaller LRU budget evicts
+    // each layer's experts before they come round again.
+    let k = u64::from(info.n_expert_used.min(info.n_expert));
+    let cycle: u64 = (0..info.n_layer as usize).map(|il| store.entry_bytes(il) * k).sum();
+    if budget < cycle {
+        Some(format!(
+            "cache budget {:.1} MiB is below one token's working set ({:.1} MiB): expect a hit rate near 0%",
+            mib(budget),
+            mib(cycle)
+        ))
+    } else if budget >= info.bank_bytes {
+        Some(format!(
+            "cache budget {:.1} MiB holds every expert ({:.1} MiB): nothing will be evicted",
+            mib(budget),
+            mib(info.bank_bytes)
+        ))
+    } else {
+        None
     }
 }
 
