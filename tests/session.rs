@@ -109,3 +109,19 @@ fn context_overflow_is_a_request_error() {
     assert!(matches!(err, EngineError::Request(_)), "{err}");
     assert!(session.generate(&request(8), &mut |_| {}).is_ok());
 }
+
+#[test]
+fn an_out_of_range_expert_id_changes_nothing() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (reference, _) = run(options(&m, None), 16);
+    let _serial = llama_lock();
+    let mut session = Session::open(options(&m, cached(64 << 20, 2))).unwrap();
+    let store = session.store().unwrap();
+    let err = store.load_layer(0, &[3, 99]).unwrap_err().to_string();
+    assert!(err.contains("expert 99") && err.contains("layer 0"), "{err}");
+    assert!(!store.is_resident(0, 3), "a rejected load must not mark expert 3 resident");
+    assert_eq!(store.resident_bytes(), 0);
+    let g = session.generate(&request(16), &mut |_| {}).unwrap();
+    assert_identical(&reference, &g, "after a rejected load");
+}

@@ -250,15 +250,19 @@ impl ExpertStore {
         if !self.has_layer(il) {
             return Err(io::Error::other(format!("layer {il} has no streamed experts")));
         }
+        let n_expert = self.n_expert;
+        // Check every id before touching the cache, so a bad one changes nothing.
+        if let Some(&raw) = ids.iter().find(|&&raw| usize::try_from(raw).map_or(true, |e| e >= n_expert)) {
+            return Err(io::Error::other(format!(
+                "router chose expert {raw} in layer {il}, which has {n_expert} experts"
+            )));
+        }
         self.generation += 1;
         let generation = self.generation;
-        let n_expert = self.n_expert;
         let mut jobs = Vec::new();
         let mut missed = Vec::new();
         for &raw in ids {
-            let e = usize::try_from(raw).ok().filter(|&e| e < n_expert).ok_or_else(|| {
-                io::Error::other(format!("router chose expert {raw} in layer {il}, which has {n_expert} experts"))
-            })?;
+            let e = raw as usize;
             let id = (il * n_expert + e) as u32;
             let first = self.seen[e] != generation;
             if let Residency::Cache(lru) = &mut self.residency {
