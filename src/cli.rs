@@ -263,14 +263,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     };
     let mut route = match &config.telemetry.route_trace {
         p if p.as_os_str().is_empty() => None,
-        p => {
-            let files = ModelFiles::open(&model)?;
-            let layers = trace::layer_bytes(&files, u64::from(info.n_expert));
-            Some(
-                RouteTraceSink::create(p, &model, &info, &layers)
-                    .with_context(|| format!("creating {}", p.display()))?,
-            )
-        }
+        p => Some(RouteTraceSink::create(p, &model, &info).with_context(|| format!("creating {}", p.display()))?),
     };
     let request = GenerateRequest {
         prompt: args.prompt.clone(),

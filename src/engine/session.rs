@@ -11,6 +11,7 @@ use crate::llama::{Context, ContextParams, DecodeError, Model, Sampler, Sampling
 use crate::moe::{ExpertStore, MoeHook, ReadLanes, StepTrace, recipe, resolve_banks};
 use crate::telemetry::mem::MemSnapshot;
 use crate::telemetry::summary::RunSummary;
+use crate::telemetry::trace::{LayerBytes, layer_bytes};
 
 /// How experts are streamed.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +87,8 @@ pub struct OpenReport {
     pub o_direct: bool,
     /// Seconds to open.
     pub load_s: f64,
+    /// Per-layer bytes of one expert and of the layer's other tensors.
+    pub layers: Vec<LayerBytes>,
     /// Things the user should know (fallbacks, alignment).
     pub notices: Vec<String>,
 }
@@ -190,7 +193,14 @@ impl Session {
             n_threads: options.threads,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
-        let mut info = OpenReport { arch, n_layer: model.n_layer(), n_expert, n_expert_used, ..OpenReport::default() };
+        let mut info = OpenReport {
+            arch,
+            n_layer: model.n_layer(),
+            n_expert,
+            n_expert_used,
+            layers: layer_bytes(&files, u64::from(n_expert)),
+            ..OpenReport::default()
+        };
         if let Some(stream) = &options.stream {
             attach_stream(&mut ctx, &files, stream, &mut info)?;
         }

@@ -109,7 +109,10 @@ pub struct MoeHook {
     batch_tokens: u32,
     /// Rows of the current layer awaiting their weights: (first row, tokens, top-k).
     pending: Option<(usize, usize, usize, usize)>,
+    /// Scratch: the routed ids of the current layer, token-major.
     ids: Vec<i32>,
+    /// Scratch: per expert of the current load, (was resident, read charged).
+    residency: Vec<(bool, bool)>,
 }
 
 impl MoeHook {
@@ -129,6 +132,7 @@ impl MoeHook {
             batch_tokens: 0,
             pending: None,
             ids: Vec::new(),
+            residency: Vec::new(),
         }
     }
 
@@ -255,13 +259,18 @@ impl MoeHook {
         let first_token =
             if (nt as u32) < self.ubatch_tokens { self.batch_tokens - nt as u32 } else { self.token_base };
         let first_row = t.rows.len();
-        let mut charged = vec![false; store.n_expert()];
+        // Per expert of this load: was it resident, and has its read been charged to a row yet?
+        self.residency.clear();
+        self.residency.resize(store.n_expert(), (false, false));
+        for &(e, hit) in &report.experts {
+            self.residency[e as usize] = (hit, hit);
+        }
         for j in 0..nt {
             for s in 0..k {
                 let e = self.ids[j * k + s] as u32;
-                let hit = report.experts.iter().find(|(x, _)| *x == e).is_some_and(|(_, h)| *h);
-                let bytes = if hit || charged[e as usize] { 0 } else { entry };
-                charged[e as usize] = true;
+                let (hit, charged) = self.residency[e as usize];
+                let bytes = if charged { 0 } else { entry };
+                self.residency[e as usize].1 = true;
                 t.rows.push(RouteRow {
                     token: first_token + j as u32,
                     layer: il as u32,

@@ -48,7 +48,7 @@ pub struct RouteTraceSink {
 
 impl RouteTraceSink {
     /// Creates the file and writes the header.
-    pub fn create(path: &Path, model: &Path, open: &OpenReport, layers: &[LayerBytes]) -> io::Result<RouteTraceSink> {
+    pub fn create(path: &Path, model: &Path, open: &OpenReport) -> io::Result<RouteTraceSink> {
         let mut out = BufWriter::new(File::create(path)?);
         writeln!(out, "# route_trace v1")?;
         writeln!(out, "# engine={}", super::engine_version().replace(' ', "_"))?;
@@ -61,7 +61,7 @@ impl RouteTraceSink {
             open.n_expert,
             open.n_expert_used
         )?;
-        for l in layers {
+        for l in &open.layers {
             writeln!(out, "# layer={} expert_bytes={} dense_bytes={}", l.layer, l.expert_bytes, l.dense_bytes)?;
         }
         writeln!(out, "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes")?;
