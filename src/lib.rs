@@ -11,5 +11,6 @@ pub mod gguf;
 #[allow(unsafe_code)]
 pub mod llama;
 pub mod moe;
+pub mod policy;
 pub mod synth;
 pub mod telemetry;

@@ -1,0 +1,58 @@
+//! A dropper that misbehaves on purpose, for the host's containment tests.
+//! `configure(mode=...)`: keep (drops nothing), unrouted, out-of-range,
+//! all, duplicate, trap, loop, grow.
+
+use std::cell::RefCell;
+
+use exports::bmoe::policy::dropper_policy::Guest;
+use bmoe::policy::types::Info;
+
+wit_bindgen::generate!({ world: "dropper", path: "../../wit" });
+
+struct Hostile;
+
+thread_local! {
+    static MODE: RefCell<String> = RefCell::new(String::from("keep"));
+    static HOARD: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Guest for Hostile {
+    fn describe() -> Info {
+        Info {
+            name: "hostile-dropper".into(),
+            version: "0.0.1".into(),
+            description: "test fixture: keep, unrouted, out-of-range, all, duplicate, trap, loop, grow".into(),
+            params: Vec::new(),
+        }
+    }
+
+    fn configure(params: Vec<(String, String)>) -> Result<(), String> {
+        for (k, v) in params {
+            if k == "mode" {
+                MODE.with_borrow_mut(|m| *m = v);
+            }
+        }
+        Ok(())
+    }
+
+    fn decide(_layer: u32, experts: Vec<u32>, _weights: Vec<f32>, _resident: Vec<bool>, _k: u32) -> Vec<u32> {
+        let mode = MODE.with_borrow(|m| m.clone());
+        match mode.as_str() {
+            // An expert id that exists but was not routed for this token.
+            "unrouted" => vec![(0..).find(|e| !experts.contains(e)).unwrap_or(0)],
+            "out-of-range" => vec![100_000],
+            "all" => experts,
+            "duplicate" => vec![experts[experts.len() - 1]; 2],
+            "trap" => unreachable!("a trap on purpose"),
+            "loop" => loop {
+                std::hint::black_box(());
+            },
+            "grow" => loop {
+                HOARD.with_borrow_mut(|h| h.push(vec![1u8; 1 << 20]));
+            },
+            _ => Vec::new(),
+        }
+    }
+}
+
+export!(Hostile);

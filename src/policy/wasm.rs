@@ -1,0 +1,416 @@
+//! The WebAssembly plugin host (wasmtime, component model, no WASI).
+//!
+//! Every plugin gets its own store with a linear-memory cap, and every call
+//! an epoch deadline (a ticker thread advances the engine's epoch each
+//! millisecond). A plugin must import nothing and export exactly one
+//! `bmoe:policy` interface of a compatible version.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+
+use super::{DraftPolicy, DropCall, DropPolicy, PluginKind};
+
+mod bindings {
+    pub mod drafter {
+        wasmtime::component::bindgen!({ world: "drafter", path: "plugins/wit" });
+    }
+    pub mod dropper {
+        wasmtime::component::bindgen!({ world: "dropper", path: "plugins/wit" });
+    }
+}
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/bundled_plugins.rs"));
+}
+
+/// The interface version this host implements.
+pub const INTERFACE_VERSION: (u64, u64, u64) = (0, 1, 0);
+
+/// Resource limits of one plugin.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Wall-clock budget of one call, in milliseconds (1 ms granularity).
+    pub call_ms: u64,
+    /// Largest linear memory, in bytes.
+    pub memory_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { call_ms: 50, memory_bytes: 64 << 20 }
+    }
+}
+
+/// What a plugin says about itself, plus what the host found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginInfo {
+    /// Name from `describe`.
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// One line.
+    pub description: String,
+    /// (name, default, description) of each parameter.
+    pub params: Vec<(String, String, String)>,
+    /// Drafter or dropper.
+    pub kind: PluginKind,
+    /// The `bmoe:policy` version it was built against.
+    pub interface: String,
+    /// `bundled` or the file path.
+    pub source: String,
+}
+
+/// Where plugin bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A plugin built into bmoe, by name.
+    Bundled(&'static str),
+    /// A file (a component, or a core module carrying the component type).
+    File(PathBuf),
+}
+
+impl Source {
+    /// A bundled name, otherwise a path.
+    pub fn parse(spec: &str) -> Source {
+        match embedded::BUNDLED.iter().find(|(n, _)| *n == spec) {
+            Some((name, _)) => Source::Bundled(name),
+            None => Source::File(PathBuf::from(spec)),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Source::Bundled(n) => format!("bundled plugin `{n}`"),
+            Source::File(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// The shared engine, with a ticker thread driving epoch deadlines.
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).expect("a default wasmtime configuration is valid");
+        let ticker = engine.clone();
+        std::thread::Builder::new()
+            .name("bmoe-plugin-clock".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_millis(1));
+                    ticker.increment_epoch();
+                }
+            })
+            .expect("spawning the plugin clock thread");
+        engine
+    })
+}
+
+/// Per-store state: the memory cap and whether it was hit.
+struct Cap {
+    limit: usize,
+    refused: Option<usize>,
+}
+
+impl ResourceLimiter for Cap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.refused = Some(desired);
+            return Err(wasmtime::Error::msg("memory limit"));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// Reads, checks and compiles a plugin of `kind`.
+fn compile(source: &Source, kind: PluginKind) -> Result<(Component, String), String> {
+    let name = source.describe();
+    let bytes = match source {
+        Source::Bundled(n) => {
+            embedded::BUNDLED.iter().find(|(b, _)| b == n).map(|(_, b)| b.to_vec()).unwrap_or_default()
+        }
+        Source::File(p) => std::fs::read(p).map_err(|e| format!("cannot read plugin {name}: {e}"))?,
+    };
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(format!("{name} is not a WebAssembly file"));
+    }
+    // A core module (version 1) built with wit-bindgen carries its component
+    // type in a custom section: wrap it here, as the build does for bundled plugins.
+    let bytes = if bytes[4..8] == [1, 0, 0, 0] {
+        wit_component::ComponentEncoder::default()
+            .module(&bytes)
+            .and_then(|e| e.validate(true).encode())
+            .map_err(|e| format!("{name} is a core Wasm module that cannot be made a bmoe plugin: {e:#}"))?
+    } else {
+        bytes
+    };
+    let engine = engine();
+    let component = match source {
+        // Bundled plugins are compiled once per process.
+        Source::Bundled(n) => {
+            static COMPILED: Mutex<Vec<(&str, Component)>> = Mutex::new(Vec::new());
+            let mut compiled = COMPILED.lock().map_err(|_| "plugin cache poisoned".to_string())?;
+            match compiled.iter().find(|(b, _)| b == n) {
+                Some((_, c)) => c.clone(),
+                None => {
+                    let c = Component::new(engine, &bytes)
+                        .map_err(|e| format!("{name} is not a valid component: {e:#}"))?;
+                    compiled.push((n, c.clone()));
+                    c
+                }
+            }
+        }
+        Source::File(_) => {
+            Component::new(engine, &bytes).map_err(|e| format!("{name} is not a valid component: {e:#}"))?
+        }
+    };
+    let ty = component.component_type();
+    // The only import allowed is the types-only interface `bmoe:policy/types`
+    // that the exported interface uses; it carries no functions.
+    let imports: Vec<String> =
+        ty.imports(engine).map(|(n, _)| n.to_string()).filter(|n| !n.starts_with("bmoe:policy/types@")).collect();
+    if !imports.is_empty() {
+        return Err(format!(
+            "{name} imports {}; bmoe plugins may import nothing (build for wasm32-unknown-unknown)",
+            imports.join(", ")
+        ));
+    }
+    let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+    let wanted = format!("bmoe:policy/{}-policy", kind.name());
+    let Some(found) = exports.iter().find(|e| e.starts_with("bmoe:policy/")) else {
+        return Err(format!("{name} exports no bmoe:policy interface (exports: {})", exports.join(", ")));
+    };
+    let (iface, version) = found.split_once('@').unwrap_or((found, "?"));
+    if iface != wanted {
+        let other = if kind == PluginKind::Drafter { "dropper" } else { "drafter" };
+        return Err(format!("{name} is a {other} plugin ({iface}), not a {}", kind.name()));
+    }
+    if !compatible(version) {
+        let (ma, mi, _) = INTERFACE_VERSION;
+        return Err(format!(
+            "{name} was built for bmoe:policy@{version}, but this bmoe speaks bmoe:policy@{ma}.{mi}.x; \
+             rebuild the plugin against this bmoe's plugins/wit"
+        ));
+    }
+    Ok((component, version.to_string()))
+}
+
+/// Semver compatibility with [`INTERFACE_VERSION`]: same major, and for 0.x the same minor.
+fn compatible(version: &str) -> bool {
+    let parts: Vec<u64> = version.split(['.', '-', '+']).take(3).filter_map(|p| p.parse().ok()).collect();
+    let [major, minor, _] = parts[..] else { return false };
+    let (ma, mi, _) = INTERFACE_VERSION;
+    major == ma && (ma > 0 || minor == mi)
+}
+
+/// A linker that provides only the (function-less) types interface.
+fn linker(component: &Component) -> Result<Linker<Cap>, String> {
+    let engine = engine();
+    let mut linker = Linker::new(engine);
+    for (name, _) in component.component_type().imports(engine) {
+        linker.instance(name).map_err(|e| format!("linking {name}: {e:#}"))?;
+    }
+    Ok(linker)
+}
+
+fn new_store(limits: Limits) -> Store<Cap> {
+    let mut store = Store::new(engine(), Cap { limit: limits.memory_bytes, refused: None });
+    store.limiter(|cap| cap);
+    store.set_epoch_deadline(limits.call_ms.max(1));
+    store
+}
+
+/// Explains why a call failed.
+fn fault(e: wasmtime::Error, store: &Store<Cap>, limits: Limits) -> String {
+    if let Some(bytes) = store.data().refused {
+        return format!(
+            "exceeded its memory limit of {} MiB (asked to grow to {} MiB)",
+            limits.memory_bytes >> 20,
+            bytes >> 20
+        );
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => format!("ran past its {} ms limit per call", limits.call_ms),
+        Some(trap) => format!("trapped: {trap}"),
+        None => format!("failed: {e:#}"),
+    }
+}
+
+fn info_from(
+    i: bindings::drafter::bmoe::policy::types::Info,
+    kind: PluginKind,
+    interface: String,
+    source: &Source,
+) -> PluginInfo {
+    PluginInfo {
+        name: i.name,
+        version: i.version,
+        description: i.description,
+        params: i.params.into_iter().map(|p| (p.name, p.default, p.description)).collect(),
+        kind,
+        interface,
+        source: match source {
+            Source::Bundled(_) => "bundled".into(),
+            Source::File(p) => p.display().to_string(),
+        },
+    }
+}
+
+/// A draft policy running as a Wasm plugin.
+pub struct WasmDrafter {
+    store: Store<Cap>,
+    plugin: bindings::drafter::Drafter,
+    limits: Limits,
+    info: PluginInfo,
+}
+
+impl WasmDrafter {
+    /// Loads, describes and configures a drafter plugin.
+    pub fn load(source: &Source, params: &[(String, String)], limits: Limits) -> Result<WasmDrafter, String> {
+        let (component, interface) = compile(source, PluginKind::Drafter)?;
+        let mut store = new_store(limits);
+        let name = source.describe();
+        let plugin = bindings::drafter::Drafter::instantiate(&mut store, &component, &linker(&component)?)
+            .map_err(|e| format!("{name}: instantiation failed: {}", fault(e, &store, limits)))?;
+        let mut me = WasmDrafter { store, plugin, limits, info: PluginInfo::placeholder() };
+        let api = me.plugin.bmoe_policy_drafter_policy();
+        me.store.set_epoch_deadline(limits.call_ms.max(1));
+        let described = api
+            .call_describe(&mut me.store)
+            .map_err(|e| format!("{name}: describe {}", fault(e, &me.store, limits)))?;
+        me.info = info_from(described, PluginKind::Drafter, interface, source);
+        me.store.set_epoch_deadline(limits.call_ms.max(1));
+        api.call_configure(&mut me.store, params)
+            .map_err(|e| format!("{name}: configure {}", fault(e, &me.store, limits)))?
+            .map_err(|msg| format!("plugin `{}` rejected its parameters: {msg}", me.info.name))?;
+        Ok(me)
+    }
+
+    /// What the plugin said about itself.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+}
+
+impl DraftPolicy for WasmDrafter {
+    fn reset(&mut self, context: &[i32]) -> Result<(), String> {
+        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
+        let api = self.plugin.bmoe_policy_drafter_policy();
+        api.call_reset(&mut self.store, context).map_err(|e| fault(e, &self.store, self.limits))
+    }
+
+    fn observe(&mut self, accepted: &[i32]) -> Result<(), String> {
+        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
+        let api = self.plugin.bmoe_policy_drafter_policy();
+        api.call_observe(&mut self.store, accepted).map_err(|e| fault(e, &self.store, self.limits))
+    }
+
+    fn draft(&mut self, max: u32) -> Result<Vec<i32>, String> {
+        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
+        let api = self.plugin.bmoe_policy_drafter_policy();
+        api.call_draft(&mut self.store, max).map_err(|e| fault(e, &self.store, self.limits))
+    }
+}
+
+/// A drop policy running as a Wasm plugin.
+pub struct WasmDropper {
+    store: Store<Cap>,
+    plugin: bindings::dropper::Dropper,
+    limits: Limits,
+    info: PluginInfo,
+}
+
+impl WasmDropper {
+    /// Loads, describes and configures a dropper plugin.
+    pub fn load(source: &Source, params: &[(String, String)], limits: Limits) -> Result<WasmDropper, String> {
+        let (component, interface) = compile(source, PluginKind::Dropper)?;
+        let mut store = new_store(limits);
+        let name = source.describe();
+        let plugin = bindings::dropper::Dropper::instantiate(&mut store, &component, &linker(&component)?)
+            .map_err(|e| format!("{name}: instantiation failed: {}", fault(e, &store, limits)))?;
+        let mut me = WasmDropper { store, plugin, limits, info: PluginInfo::placeholder() };
+        let api = me.plugin.bmoe_policy_dropper_policy();
+        me.store.set_epoch_deadline(limits.call_ms.max(1));
+        let d = api
+            .call_describe(&mut me.store)
+            .map_err(|e| format!("{name}: describe {}", fault(e, &me.store, limits)))?;
+        // The two worlds share the `types` interface; convert field by field.
+        let described = bindings::drafter::bmoe::policy::types::Info {
+            name: d.name,
+            version: d.version,
+            description: d.description,
+            params: d
+                .params
+                .into_iter()
+                .map(|p| bindings::drafter::bmoe::policy::types::Param {
+                    name: p.name,
+                    default: p.default,
+                    description: p.description,
+                })
+                .collect(),
+        };
+        me.info = info_from(described, PluginKind::Dropper, interface, source);
+        me.store.set_epoch_deadline(limits.call_ms.max(1));
+        api.call_configure(&mut me.store, params)
+            .map_err(|e| format!("{name}: configure {}", fault(e, &me.store, limits)))?
+            .map_err(|msg| format!("plugin `{}` rejected its parameters: {msg}", me.info.name))?;
+        Ok(me)
+    }
+
+    /// What the plugin said about itself.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+}
+
+impl DropPolicy for WasmDropper {
+    fn decide(&mut self, call: &DropCall<'_>) -> Result<Vec<u32>, String> {
+        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
+        let api = self.plugin.bmoe_policy_dropper_policy();
+        api.call_decide(&mut self.store, call.layer, call.experts, call.weights, call.resident, call.k)
+            .map_err(|e| fault(e, &self.store, self.limits))
+    }
+}
+
+impl PluginInfo {
+    fn placeholder() -> PluginInfo {
+        PluginInfo {
+            name: String::new(),
+            version: String::new(),
+            description: String::new(),
+            params: Vec::new(),
+            kind: PluginKind::Drafter,
+            interface: String::new(),
+            source: String::new(),
+        }
+    }
+}
+
+/// Paths of the test-fixture plugins the build leaves next to the bundled ones.
+#[doc(hidden)]
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("OUT_DIR")).join(format!("{name}.wasm"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_versions() {
+        assert!(compatible("0.1.0"));
+        assert!(compatible("0.1.7"));
+        assert!(!compatible("0.2.0"));
+        assert!(!compatible("1.0.0"));
+        assert!(!compatible("garbage"));
+    }
+}
