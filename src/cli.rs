@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, parse_params};
+use crate::policy::wasm::{Limits, Source, WasmDrafter, WasmDropper};
+use crate::policy::{Drafter, Dropper};
 use crate::engine::{Event, GenerateRequest, Session};
 use crate::gguf::{GgmlType, ModelFiles};
 use crate::moe::recipe::{self, EXPERT_SUFFIXES, parse_expert_tensor};
@@ -102,6 +104,21 @@ pub struct GenerateArgs {
     /// Sampling seed.
     #[arg(long)]
     pub seed: Option<u32>,
+    /// Speculative decoding with this draft plugin: ngram, ngram-multi, suffix, or a .wasm file.
+    #[arg(long, help_heading = "Plugins")]
+    pub draft_plugin: Option<String>,
+    /// Most tokens drafted per step [default 3].
+    #[arg(long, help_heading = "Plugins")]
+    pub draft: Option<u32>,
+    /// A draft-plugin parameter, name=value (repeatable).
+    #[arg(long = "draft-param", value_name = "NAME=VALUE", help_heading = "Plugins")]
+    pub draft_params: Vec<String>,
+    /// Drop routed experts with this plugin (lossy): drop-cold, or a .wasm file.
+    #[arg(long, help_heading = "Plugins")]
+    pub drop_plugin: Option<String>,
+    /// A drop-plugin parameter, name=value (repeatable), e.g. F=0.75.
+    #[arg(long = "drop-param", value_name = "NAME=VALUE", help_heading = "Plugins")]
+    pub drop_params: Vec<String>,
     /// Write per-token metrics to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -200,6 +217,14 @@ pub fn resolve_config(args: &GenerateArgs) -> Result<RunConfig> {
     if args.no_odirect {
         m.o_direct = false;
     }
+    let p = &mut c.plugins;
+    set!(draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin);
+    if !args.draft_params.is_empty() {
+        p.draft_params = args.draft_params.clone();
+    }
+    if !args.drop_params.is_empty() {
+        p.drop_params = args.drop_params.clone();
+    }
     let t = &mut c.telemetry;
     set!(csv => t.csv, route_trace => t.route_trace);
     if args.verbose {
@@ -255,6 +280,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     for notice in &info.notices {
         eprintln!("bmoe: note: {notice}");
     }
+    attach_plugins(&mut session, &config)?;
     let mut csv = match &config.telemetry.csv {
         p if p.as_os_str().is_empty() => None,
         p => Some(
@@ -291,6 +317,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
                 sink_error.get_or_insert(e);
             }
         }
+        Event::Notice(text) => eprintln!("\nbmoe: note: {text}"),
     })?;
     match out_error {
         // The reader went away (`bmoe generate | head`): not an error.
@@ -309,6 +336,31 @@ fn generate(args: GenerateArgs) -> Result<()> {
         t.finish()?;
     }
     eprint!("{}", generation.summary);
+    Ok(())
+}
+
+/// Loads the configured draft and drop plugins into the session.
+fn attach_plugins(session: &mut Session, config: &RunConfig) -> Result<()> {
+    let p = &config.plugins;
+    let limits = Limits { call_ms: p.call_ms, memory_bytes: (p.memory_mb as usize) << 20 };
+    if !p.draft_plugin.is_empty() {
+        let params = parse_params("plugins.draft_params", &p.draft_params)?;
+        let plugin = WasmDrafter::load(&Source::parse(&p.draft_plugin), &params, limits).map_err(|e| anyhow!(e))?;
+        let i = plugin.info().clone();
+        eprintln!("bmoe: draft plugin {} {} ({}), up to {} tokens per step", i.name, i.version, i.source, p.draft);
+        session.set_drafter(Some(Drafter::new(&i.name, Box::new(plugin), session.n_vocab())), p.draft);
+    }
+    if !p.drop_plugin.is_empty() {
+        let params = parse_params("plugins.drop_params", &p.drop_params)?;
+        let plugin = WasmDropper::load(&Source::parse(&p.drop_plugin), &params, limits).map_err(|e| anyhow!(e))?;
+        let i = plugin.info().clone();
+        eprintln!("bmoe: drop plugin {} {} ({}): lossy, output depends on cache state", i.name, i.version, i.source);
+        if config.moe.cache_mb == 0.0 {
+            eprintln!("bmoe: note: without --cache-mb every expert is a cache miss to the drop plugin");
+        }
+        let n_expert = session.info().n_expert;
+        session.set_dropper(Some(Dropper::new(&i.name, Box::new(plugin), n_expert)))?;
+    }
     Ok(())
 }
 

@@ -19,8 +19,55 @@ pub struct RunConfig {
     pub generate: GenerateConfig,
     /// Expert streaming.
     pub moe: MoeConfig,
+    /// Policy plugins.
+    pub plugins: PluginConfig,
     /// Telemetry outputs.
     pub telemetry: TelemetryConfig,
+}
+
+/// `[plugins]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Draft plugin for speculative decoding: a bundled name or a .wasm path; empty = off.
+    pub draft_plugin: String,
+    /// Most tokens drafted per step.
+    pub draft: u32,
+    /// `name=value` parameters for the draft plugin.
+    pub draft_params: Vec<String>,
+    /// Expert-drop plugin: a bundled name or a .wasm path; empty = off.
+    pub drop_plugin: String,
+    /// `name=value` parameters for the drop plugin.
+    pub drop_params: Vec<String>,
+    /// Wall-clock limit of one plugin call, in milliseconds.
+    pub call_ms: u64,
+    /// Linear-memory limit of one plugin, in MiB.
+    pub memory_mb: u64,
+}
+
+impl Default for PluginConfig {
+    fn default() -> PluginConfig {
+        PluginConfig {
+            draft_plugin: String::new(),
+            draft: 3,
+            draft_params: Vec::new(),
+            drop_plugin: String::new(),
+            drop_params: Vec::new(),
+            call_ms: 50,
+            memory_mb: 64,
+        }
+    }
+}
+
+/// Splits `name=value` parameters.
+pub fn parse_params(field: &'static str, params: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
+    params
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+            _ => Err(bad(field, format!("`{p}` is not name=value"))),
+        })
+        .collect()
 }
 
 /// `[model]`
@@ -174,6 +221,24 @@ impl RunConfig {
         if m.cache_mb > 0.0 && !m.stream {
             return Err(bad("moe.cache_mb", "an expert cache needs streaming (moe.stream = true / --moe-stream)"));
         }
+        let p = &self.plugins;
+        if !(1..=16).contains(&p.draft) {
+            return Err(bad("plugins.draft", format!("must be between 1 and 16 (got {})", p.draft)));
+        }
+        if !p.draft_plugin.is_empty() && g.temp > 0.0 {
+            return Err(bad("plugins.draft_plugin", "speculative decoding needs greedy decoding (generate.temp = 0)"));
+        }
+        if !p.drop_plugin.is_empty() && !m.stream {
+            return Err(bad("plugins.drop_plugin", "dropping experts needs streaming (moe.stream = true / --moe-stream)"));
+        }
+        if !(1..=60_000).contains(&p.call_ms) {
+            return Err(bad("plugins.call_ms", format!("must be between 1 and 60000 (got {})", p.call_ms)));
+        }
+        if !(1..=4096).contains(&p.memory_mb) {
+            return Err(bad("plugins.memory_mb", format!("must be between 1 and 4096 (got {})", p.memory_mb)));
+        }
+        parse_params("plugins.draft_params", &p.draft_params)?;
+        parse_params("plugins.drop_params", &p.drop_params)?;
         if m.cache_mb > (1u64 << 30) as f64 {
             return Err(bad("moe.cache_mb", format!("{} MiB is not a plausible budget", m.cache_mb)));
         }
@@ -276,12 +341,25 @@ mod tests {
         c = RunConfig::default();
         c.generate.n_predict = 0;
         assert_eq!(c.validate().unwrap_err().field, "generate.n_predict");
+        c = RunConfig::default();
+        c.plugins.drop_plugin = "drop-cold".into();
+        assert_eq!(c.validate().unwrap_err().field, "plugins.drop_plugin");
+        c = RunConfig::default();
+        c.plugins.draft_plugin = "ngram".into();
+        c.generate.temp = 0.7;
+        assert_eq!(c.validate().unwrap_err().field, "plugins.draft_plugin");
+        c = RunConfig::default();
+        c.plugins.draft_params = vec!["min_match".into()];
+        assert_eq!(c.validate().unwrap_err().field, "plugins.draft_params");
+        c = RunConfig::default();
+        c.plugins.draft = 0;
+        assert_eq!(c.validate().unwrap_err().field, "plugins.draft");
     }
 
     #[test]
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "0.0"));
-        assert_eq!(pairs.len(), 1 + 9 + 5 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 5 + 7 + 3);
     }
 }

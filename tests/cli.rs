@@ -117,7 +117,7 @@ fn csv_and_route_trace_are_written() {
     let trace = std::fs::read_to_string(&trace).unwrap();
     assert!(trace.starts_with("# route_trace v1"));
     assert!(trace.contains("n_expert=8 n_expert_used=2"));
-    assert!(trace.contains("turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"));
+    assert!(trace.contains("turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped\n"));
     // 19 decode tokens x 4 layers x 2 slots.
     let decode_rows = trace.lines().filter(|l| l.starts_with("0,1,")).count();
     assert_eq!(decode_rows, 19 * 4 * 2);

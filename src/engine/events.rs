@@ -47,6 +47,10 @@ pub struct StepReport {
     pub cache_budget: u64,
     /// Bytes held by the expert cache.
     pub cache_resident: u64,
+    /// Draft tokens verified in this batch (speculative decoding).
+    pub drafted: u32,
+    /// Of those, accepted.
+    pub accepted: u32,
 }
 
 impl StepReport {
@@ -74,4 +78,6 @@ pub enum Event<'a> {
     },
     /// A generated token was decoded (its routing and costs).
     Step(&'a StepReport),
+    /// Something the user should know now, e.g. a plugin was disabled.
+    Notice(&'a str),
 }

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use super::events::{Event, Phase, StepReport};
 use crate::gguf::{GgufError, ModelFiles};
-use crate::llama::{Context, ContextParams, DecodeError, Model, Sampler, Sampling};
+use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
+use crate::policy::{Drafter, Dropper};
 use crate::moe::{ExpertStore, MoeHook, ReadLanes, StepTrace, recipe, resolve_banks};
 use crate::telemetry::mem::MemSnapshot;
 use crate::telemetry::summary::RunSummary;
@@ -121,6 +122,8 @@ pub struct Generation {
     pub aborted: bool,
     /// Stopped by an end-of-generation token.
     pub stopped_at_eog: bool,
+    /// Plugins disabled during this generation, with the reason.
+    pub notices: Vec<String>,
     /// Totals.
     pub summary: RunSummary,
 }
@@ -147,6 +150,8 @@ pub struct Session {
     /// The last generated token, not yet decoded (fed first next turn).
     pending: Option<i32>,
     turn: u32,
+    drafter: Option<Drafter>,
+    draft_max: u32,
 }
 
 impl Session {
@@ -205,7 +210,7 @@ impl Session {
             attach_stream(&mut ctx, &files, stream, &mut info)?;
         }
         info.load_s = start.elapsed().as_secs_f64();
-        Ok(Session { ctx, abort, options, info, history: Vec::new(), pending: None, turn: 0 })
+        Ok(Session { ctx, abort, options, info, history: Vec::new(), pending: None, turn: 0, drafter: None, draft_max: 3 })
     }
 
     /// What open found.
@@ -228,6 +233,29 @@ impl Session {
         self.history.len() + usize::from(self.pending.is_some())
     }
 
+    /// Uses `drafter` for speculative decoding, drafting up to `draft_max`
+    /// tokens per step (None turns it off).
+    pub fn set_drafter(&mut self, drafter: Option<Drafter>, draft_max: u32) {
+        self.drafter = drafter;
+        self.draft_max = draft_max;
+    }
+
+    /// Asks `dropper` which routed experts to skip at every MoE layer of
+    /// every decoded token (None turns it off). Needs streaming.
+    pub fn set_dropper(&mut self, dropper: Option<Dropper>) -> Result<(), EngineError> {
+        let Some(hook) = self.ctx.hook_mut() else {
+            return Err(EngineError::Request("a drop plugin needs --moe-stream".into()));
+        };
+        if dropper.is_some() && !hook.can_drop() {
+            return Err(EngineError::Unsupported(format!(
+                "{}: a layer runs its expert matmuls before its final routing weights, so experts cannot be dropped",
+                self.info.arch
+            )));
+        }
+        hook.set_dropper(dropper);
+        Ok(())
+    }
+
     /// Forgets the conversation (the expert cache stays warm).
     pub fn reset(&mut self) {
         self.ctx.clear_kv();
@@ -242,6 +270,11 @@ impl Session {
         on_event: &mut dyn FnMut(Event<'_>),
     ) -> Result<Generation, EngineError> {
         self.abort.store(false, Ordering::Relaxed);
+        if self.drafter.is_some() && req.sampling.temp > 0.0 {
+            return Err(EngineError::Request(
+                "speculative decoding verifies drafts against greedy argmax: use --temp 0 with --draft-plugin".into(),
+            ));
+        }
         if !req.continue_context {
             self.reset();
         }
@@ -269,6 +302,8 @@ impl Session {
                 load_s: self.info.load_s,
                 streaming: self.options.stream.is_some(),
                 cached: self.options.stream.as_ref().is_some_and(|s| s.cache_bytes > 0),
+                speculative: self.drafter.is_some(),
+                dropping: self.ctx.hook_mut().is_some_and(|h| h.dropper_mut().is_some()),
                 ..RunSummary::default()
             },
             ..Generation::default()
@@ -280,7 +315,8 @@ impl Session {
         let chunks: Vec<&[i32]> = input.chunks(self.options.batch as usize).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
-            match self.decode_step(chunk, last, turn, Phase::Prefill, i as u32) {
+            let logits = if last { Logits::Last } else { Logits::None };
+            match self.decode_step(chunk, logits, turn, Phase::Prefill, i as u32) {
                 Ok(Some(report)) => {
                     out.summary.add(&report);
                     on_event(Event::Prefill(&report));
@@ -297,31 +333,58 @@ impl Session {
             }
         }
 
+        let mut emit = Emitter { model: &model, utf8: Utf8Stream::default(), keep_logits: req.keep_logits, index: 0 };
+        if self.drafter.is_some() {
+            self.decode_speculative(req, turn, &mut emit, &mut out, on_event)?;
+        } else {
+            self.decode_plain(req, turn, &mut emit, &mut out, on_event)?;
+        }
+        let tail = emit.utf8.finish();
+        out.text.push_str(&tail);
+        self.drain_notices(&mut out, on_event);
+        Ok(out)
+    }
+
+    /// Reports plugins that were disabled since the last call.
+    fn drain_notices(&mut self, out: &mut Generation, on_event: &mut dyn FnMut(Event<'_>)) {
+        let drafter = self.drafter.as_mut().and_then(Drafter::take_notice);
+        let dropper = self.ctx.hook_mut().and_then(|h| h.dropper_mut()).and_then(Dropper::take_notice);
+        for notice in drafter.into_iter().chain(dropper) {
+            on_event(Event::Notice(&notice));
+            out.notices.push(notice);
+        }
+    }
+
+    /// Vocabulary size of the model.
+    pub fn n_vocab(&self) -> usize {
+        self.ctx.model().n_vocab()
+    }
+
+    /// One token per decode: sample, emit, decode it.
+    fn decode_plain(
+        &mut self,
+        req: &GenerateRequest,
+        turn: u32,
+        emit: &mut Emitter<'_>,
+        out: &mut Generation,
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), EngineError> {
         let mut sampler = Sampler::new(req.sampling);
-        let mut utf8 = Utf8Stream::default();
         for index in 0..req.n_predict {
             let logits = self.ctx.last_logits();
             let token = sampler.sample(logits);
-            if req.keep_logits {
-                out.logits.push(logits.to_vec());
-            }
-            if model.is_eog(token) {
-                out.stopped_at_eog = true;
+            if !emit.token(token, logits, out, on_event) {
                 break;
             }
-            out.tokens.push(token);
-            out.summary.generated += 1;
-            let text = utf8.push(&model.token_bytes(token));
-            out.text.push_str(&text);
-            on_event(Event::Token { index, token, text: &text });
             if index + 1 == req.n_predict {
                 self.pending = Some(token);
                 break;
             }
-            match self.decode_step(&[token], true, turn, Phase::Decode, index + 1)? {
+            match self.decode_step(&[token], Logits::Last, turn, Phase::Decode, index + 1)? {
                 Some(report) => {
                     out.summary.add(&report);
                     on_event(Event::Step(&report));
+                    self.drain_notices(out, on_event);
                 }
                 None => {
                     // The token was shown; keep it in the conversation.
@@ -331,9 +394,97 @@ impl Session {
                 }
             }
         }
-        let tail = utf8.finish();
-        out.text.push_str(&tail);
-        Ok(out)
+        Ok(())
+    }
+
+    /// Speculative decoding: the drafter guesses, one batch verifies the
+    /// guesses against greedy argmax, the longest agreeing prefix is kept and
+    /// the KV cache is rolled back past it. The emitted tokens are exactly
+    /// those of plain greedy decoding (as long as a batched forward pass
+    /// gives the same argmax as one-token passes, which the tests check).
+    fn decode_speculative(
+        &mut self,
+        req: &GenerateRequest,
+        turn: u32,
+        emit: &mut Emitter<'_>,
+        out: &mut Generation,
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), EngineError> {
+        let mut token = argmax(self.ctx.last_logits());
+        if !emit.token(token, self.ctx.last_logits(), out, on_event) {
+            return Ok(());
+        }
+        let mut context = self.history.clone();
+        context.push(token);
+        if let Some(d) = self.drafter.as_mut() {
+            d.reset(&context);
+        }
+        let mut step = 0;
+        while emit.index < req.n_predict {
+            let remaining = req.n_predict - emit.index;
+            let drafts = match self.drafter.as_mut() {
+                Some(d) => d.draft(self.draft_max.min(remaining - 1)),
+                None => Vec::new(),
+            };
+            let mut batch = Vec::with_capacity(drafts.len() + 1);
+            batch.push(token);
+            batch.extend_from_slice(&drafts);
+            step += 1;
+            let first_pos = self.history.len();
+            let Some(mut report) = self.decode_step(&batch, Logits::All, turn, Phase::Decode, step)? else {
+                self.pending = Some(token);
+                out.aborted = true;
+                return Ok(());
+            };
+            self.pending = None;
+            // Accept drafts while they equal greedy argmax; the first
+            // disagreement (or the position after the last draft) gives the next token.
+            let mut accepted = 0;
+            let mut chosen = Vec::with_capacity(batch.len());
+            let mut logits_of = Vec::new();
+            for i in 0..batch.len() {
+                let logits = self.ctx.logits_at(i);
+                let best = argmax(logits);
+                chosen.push(best);
+                if req.keep_logits {
+                    logits_of.push(logits.to_vec());
+                }
+                if i < drafts.len() && best == drafts[i] {
+                    accepted += 1;
+                } else {
+                    break;
+                }
+            }
+            // Positions past the accepted drafts hold guesses the model rejected.
+            let keep = first_pos + 1 + accepted;
+            if keep < self.history.len() {
+                self.roll_back_to(keep);
+            }
+            report.drafted = drafts.len() as u32;
+            report.accepted = accepted as u32;
+            out.summary.add(&report);
+            on_event(Event::Step(&report));
+            if let Some(d) = self.drafter.as_mut() {
+                d.observe(&chosen);
+            }
+            self.drain_notices(out, on_event);
+            for (i, &t) in chosen.iter().enumerate() {
+                let logits = logits_of.get(i).map_or(&[][..], Vec::as_slice);
+                if !emit.token(t, logits, out, on_event) {
+                    // An end-of-generation token: nothing from it on belongs to the conversation.
+                    self.roll_back_to(first_pos + 1 + i);
+                    return Ok(());
+                }
+                token = t;
+                if emit.index == req.n_predict {
+                    // The last token shown stays undecoded, as in plain decoding.
+                    self.roll_back_to(first_pos + 1 + i);
+                    break;
+                }
+            }
+            self.pending = Some(token);
+        }
+        Ok(())
     }
 
     /// Decodes one batch at the end of the history. Returns None when the
@@ -342,17 +493,17 @@ impl Session {
     fn decode_step(
         &mut self,
         tokens: &[i32],
-        want_logits: bool,
+        logits: Logits,
         turn: u32,
         phase: Phase,
         step: u32,
     ) -> Result<Option<StepReport>, EngineError> {
         let first_pos = self.history.len() as i32;
         if let Some(h) = self.ctx.hook_mut() {
-            h.begin_batch(tokens.len() as u32);
+            h.begin_batch(tokens.len() as u32, phase == Phase::Decode);
         }
         let t0 = Instant::now();
-        let result = self.ctx.decode(tokens, first_pos, want_logits);
+        let result = self.ctx.decode(tokens, first_pos, logits);
         let wall_ns = t0.elapsed().as_nanos() as u64;
         let (trace, stream_error, budget, resident) = match self.ctx.hook_mut() {
             Some(h) => {
@@ -388,6 +539,8 @@ impl Session {
             mem: MemSnapshot::now(),
             cache_budget: budget,
             cache_resident: resident,
+            drafted: 0,
+            accepted: 0,
         }))
     }
 
@@ -396,6 +549,14 @@ impl Session {
         self.roll_back(turn_start as i32);
         self.history.truncate(turn_start);
         self.pending = pending;
+    }
+
+    /// Forgets the KV cache and history from position `pos` on.
+    fn roll_back_to(&mut self, pos: usize) {
+        if pos < self.history.len() {
+            self.roll_back(pos as i32);
+            self.history.truncate(pos);
+        }
     }
 
     /// Drops whatever a failed decode may have left past `pos`, so the
@@ -425,7 +586,7 @@ fn attach_stream(
     info: &mut OpenReport,
 ) -> Result<(), EngineError> {
     let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
-    ctx.decode(&[bos], 0, false)?;
+    ctx.decode(&[bos], 0, Logits::None)?;
     ctx.clear_kv();
     let hook = ctx.hook_mut().ok_or_else(|| EngineError::Llama("the context has no eval hook".into()))?;
     let banks = resolve_banks(hook.captured(), files).map_err(EngineError::Unsupported)?;
@@ -474,6 +635,35 @@ fn budget_notice(store: &ExpertStore, budget: u64, info: &OpenReport) -> Option<
         ))
     } else {
         None
+    }
+}
+
+/// Hands generated tokens to the caller: text, events, end-of-generation.
+struct Emitter<'m> {
+    model: &'m Model,
+    utf8: Utf8Stream,
+    keep_logits: bool,
+    /// Tokens emitted so far.
+    index: u32,
+}
+
+impl Emitter<'_> {
+    /// Emits `token` (chosen from `logits`); false when it ends the generation.
+    fn token(&mut self, token: i32, logits: &[f32], out: &mut Generation, on_event: &mut dyn FnMut(Event<'_>)) -> bool {
+        if self.keep_logits {
+            out.logits.push(logits.to_vec());
+        }
+        if self.model.is_eog(token) {
+            out.stopped_at_eog = true;
+            return false;
+        }
+        out.tokens.push(token);
+        out.summary.generated += 1;
+        let text = self.utf8.push(&self.model.token_bytes(token));
+        out.text.push_str(&text);
+        on_event(Event::Token { index: self.index, token, text: &text });
+        self.index += 1;
+        true
     }
 }
 

@@ -34,6 +34,17 @@ pub struct ContextParams {
     pub n_threads: u32,
 }
 
+/// Which positions of a batch keep their logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// None (warm-up, non-final prompt chunks).
+    None,
+    /// The last token only.
+    Last,
+    /// Every token (speculative verification).
+    All,
+}
+
 /// Why a decode failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -157,9 +168,8 @@ impl<H: EvalHook> Context<H> {
         self.hook.map(|h| unsafe { &mut *h.as_ptr() })
     }
 
-    /// Decodes `tokens` at positions `first_pos..`; logits are kept for the
-    /// last token only (when `want_logits`).
-    pub fn decode(&mut self, tokens: &[i32], first_pos: i32, want_logits: bool) -> Result<(), DecodeError> {
+    /// Decodes `tokens` at positions `first_pos..`, keeping the logits `which` asks for.
+    pub fn decode(&mut self, tokens: &[i32], first_pos: i32, which: Logits) -> Result<(), DecodeError> {
         assert!(!tokens.is_empty() && tokens.len() <= self.n_batch as usize, "batch of {} tokens", tokens.len());
         let b = &mut self.batch;
         // SAFETY: the batch arrays were allocated for n_batch tokens and one
@@ -170,7 +180,12 @@ impl<H: EvalHook> Context<H> {
                 *b.pos.add(i) = first_pos + i as i32;
                 *b.n_seq_id.add(i) = 1;
                 *(*b.seq_id.add(i)) = 0;
-                *b.logits.add(i) = i8::from(want_logits && i + 1 == tokens.len());
+                let keep = match which {
+                    Logits::None => false,
+                    Logits::Last => i + 1 == tokens.len(),
+                    Logits::All => true,
+                };
+                *b.logits.add(i) = i8::from(keep);
             }
         }
         b.n_tokens = tokens.len() as i32;
@@ -187,12 +202,21 @@ impl<H: EvalHook> Context<H> {
 
     /// Logits of the last decoded token that asked for them.
     pub fn last_logits(&self) -> &[f32] {
+        self.logits_ith(-1)
+    }
+
+    /// Logits of batch position `i` of the last decode (with [`Logits::All`]).
+    pub fn logits_at(&self, i: usize) -> &[f32] {
+        self.logits_ith(i as i32)
+    }
+
+    fn logits_ith(&self, i: i32) -> &[f32] {
         let n = self.model.n_vocab();
-        // SAFETY: after a successful decode with logits requested, llama.cpp
-        // returns a pointer to n_vocab floats valid until the next decode
-        // (which needs &mut self, ending this borrow).
+        // SAFETY: after a successful decode, llama.cpp returns either null
+        // (no logits kept for that position) or a pointer to n_vocab floats
+        // valid until the next decode (which needs &mut self, ending this borrow).
         unsafe {
-            let p = sys::llama_get_logits_ith(self.ptr.as_ptr(), -1);
+            let p = sys::llama_get_logits_ith(self.ptr.as_ptr(), i);
             if p.is_null() { &[] } else { std::slice::from_raw_parts(p, n) }
         }
     }

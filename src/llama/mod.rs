@@ -13,7 +13,7 @@ use std::sync::Once;
 
 use llama_cpp_sys_2 as sys;
 
-pub use context::{Context, ContextParams, DecodeError, EvalHook, NoHook};
+pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook};
 pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};
 pub use sampler::{Sampler, Sampling, argmax};

@@ -103,6 +103,47 @@ impl<'a> Tensor<'a> {
         self.read::<4>(offset).map(f32::from_ne_bytes)
     }
 
+    fn write<const N: usize>(&self, offset: usize, bytes: [u8; N]) -> bool {
+        let data = self.t().data as *mut u8;
+        if data.is_null() || offset.checked_add(N).is_none_or(|end| end > self.nbytes()) {
+            return false;
+        }
+        // SAFETY: in bounds of the node's data (checked above). The node was
+        // computed and its consumers have not run yet (we are inside the
+        // non-ask callback), so no one else reads or writes it now.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.add(offset), N) };
+        true
+    }
+
+    /// Overwrites the i32 at byte `offset` (false if out of bounds).
+    pub fn write_i32(&self, offset: usize, value: i32) -> bool {
+        self.write(offset, value.to_ne_bytes())
+    }
+
+    /// Overwrites the f32 at byte `offset` (false if out of bounds).
+    pub fn write_f32(&self, offset: usize, value: f32) -> bool {
+        self.write(offset, value.to_ne_bytes())
+    }
+
+    /// The first node named `name` among this node's sources, searched
+    /// breadth-first up to `depth` levels.
+    pub fn find_source(&self, name: &str, depth: usize) -> Option<Tensor<'a>> {
+        let mut level = vec![*self];
+        for _ in 0..depth {
+            let mut next = Vec::new();
+            for n in level {
+                for s in n.srcs() {
+                    if s.name() == name {
+                        return Some(s);
+                    }
+                    next.push(s);
+                }
+            }
+            level = next;
+        }
+        None
+    }
+
     /// A handle that outlives the callback. Only meaningful for model
     /// weights, which live as long as the model.
     pub fn handle(&self) -> TensorHandle {

@@ -2,7 +2,9 @@
 //! isolates each layer's `ffn_moe_topk-<il>` node, gathers the routed ids
 //! through the view's strides and loads exactly those experts before the
 //! layer's expert matmuls run. It also reads the layer's final routing
-//! weights for telemetry.
+//! weights (the last `ffn_moe_weights*` node), for telemetry and for drop
+//! policies: with a policy armed, the load moves from the topk node to the
+//! weights node, where dropped slots are zeroed and repointed first.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::recipe::parse_expert_tensor;
 use super::store::ExpertStore;
 use crate::llama::{EvalHook, Tensor, TensorHandle};
+use crate::policy::{DropCall, Dropper};
 
 /// One expert tensor seen during capture.
 #[derive(Debug, Clone)]
@@ -54,14 +57,16 @@ pub struct RouteRow {
     pub layer: u32,
     /// Router rank (0 = highest weight).
     pub slot: u32,
-    /// Expert id.
+    /// Expert id chosen by the router.
     pub expert: u32,
-    /// Final applied router weight (NaN when the graph exposed none).
+    /// The router's applied weight (NaN when the graph exposed none).
     pub weight: f32,
     /// The expert was resident before this layer's load.
     pub hit: bool,
     /// Bytes read for this expert (charged on its first row in the load).
     pub bytes: u64,
+    /// A drop policy skipped this slot.
+    pub dropped: bool,
 }
 
 /// What one decode call did inside the expert layers.
@@ -83,6 +88,10 @@ pub struct StepTrace {
     pub hits: u64,
     /// Cache entries evicted.
     pub evictions: u64,
+    /// Routed slots a drop policy skipped.
+    pub dropped: u64,
+    /// Bytes the skipped experts would have cost to read.
+    pub avoided_bytes: u64,
 }
 
 enum Mode {
@@ -92,26 +101,51 @@ enum Mode {
     Stream,
 }
 
+/// Where, in graph order, a layer's nodes of interest appeared at capture.
+#[derive(Debug, Clone, Copy, Default)]
+struct Order {
+    /// Index of the last weight-chain node, and which one it was.
+    weights: Option<(usize, usize)>,
+    /// Index of the first expert matmul.
+    first_matmul: Option<usize>,
+}
+
+/// A layer whose load waits for its weights node (drop policy armed).
+#[derive(Debug, Clone, Copy)]
+struct Deferred {
+    layer: usize,
+    k: usize,
+    tokens: usize,
+    first_token: u32,
+}
+
 /// The MoE eval hook.
 pub struct MoeHook {
     mode: Mode,
     captured: BTreeMap<(u32, usize), CapturedTensor>,
-    /// Per layer, the index in WEIGHT_NODES of the last weight node (the applied weights).
-    weight_node: Vec<Option<usize>>,
+    order: Vec<Order>,
+    nodes_seen: usize,
     store: Option<ExpertStore>,
+    dropper: Option<Dropper>,
     abort: Arc<AtomicBool>,
     error: Option<String>,
     trace: StepTrace,
-    /// Tokens of the current ubatch seen so far in earlier ubatches of this decode.
+    /// Tokens of earlier ubatches of this decode call.
     token_base: u32,
     ubatch_tokens: u32,
     last_layer: Option<usize>,
     batch_tokens: u32,
-    /// Rows of the current layer awaiting their weights: (first row, tokens, top-k).
+    decode_phase: bool,
+    /// Rows of the current layer awaiting their weights: (layer, first row, tokens, top-k).
     pending: Option<(usize, usize, usize, usize)>,
+    deferred: Option<Deferred>,
     /// Scratch: the routed ids of the current layer, token-major.
     ids: Vec<i32>,
-    /// Scratch: per expert of the current load, (was resident, read charged).
+    /// Scratch: the current layer's weights, token-major.
+    weights: Vec<f32>,
+    /// Scratch: per slot of the current layer, dropped by the policy.
+    dropped: Vec<bool>,
+    /// Scratch: per expert, (resident before the load, read charged to a row).
     residency: Vec<(bool, bool)>,
 }
 
@@ -121,8 +155,10 @@ impl MoeHook {
         MoeHook {
             mode: Mode::Capture,
             captured: BTreeMap::new(),
-            weight_node: Vec::new(),
+            order: Vec::new(),
+            nodes_seen: 0,
             store: None,
+            dropper: None,
             abort,
             error: None,
             trace: StepTrace::default(),
@@ -130,8 +166,12 @@ impl MoeHook {
             ubatch_tokens: 0,
             last_layer: None,
             batch_tokens: 0,
+            decode_phase: false,
             pending: None,
+            deferred: None,
             ids: Vec::new(),
+            weights: Vec::new(),
+            dropped: Vec::new(),
             residency: Vec::new(),
         }
     }
@@ -157,14 +197,36 @@ impl MoeHook {
         self.store.as_mut()
     }
 
-    /// Prepares for a decode of `tokens` tokens.
-    pub fn begin_batch(&mut self, tokens: u32) {
+    /// True when every streamed layer computes its final routing weights
+    /// before its first expert matmul, so a load can wait for them.
+    pub fn can_drop(&self) -> bool {
+        let Some(store) = &self.store else { return false };
+        (0..self.order.len().max(1)).filter(|&il| store.has_layer(il)).all(|il| {
+            let o = self.order.get(il).copied().unwrap_or_default();
+            matches!((o.weights, o.first_matmul), (Some((w, _)), Some(m)) if w < m)
+        })
+    }
+
+    /// Arms (or removes) a drop policy; it is asked during decode only.
+    pub fn set_dropper(&mut self, dropper: Option<Dropper>) {
+        self.dropper = dropper;
+    }
+
+    /// The drop policy, between decodes.
+    pub fn dropper_mut(&mut self) -> Option<&mut Dropper> {
+        self.dropper.as_mut()
+    }
+
+    /// Prepares for a decode of `tokens` tokens (`decode`: not a prompt chunk).
+    pub fn begin_batch(&mut self, tokens: u32, decode: bool) {
         self.trace = StepTrace::default();
         self.token_base = 0;
         self.ubatch_tokens = 0;
         self.last_layer = None;
         self.batch_tokens = tokens;
+        self.decode_phase = decode;
         self.pending = None;
+        self.deferred = None;
     }
 
     /// Takes what the last decode did.
@@ -184,15 +246,21 @@ impl MoeHook {
         self.abort.store(true, Ordering::Relaxed);
     }
 
+    fn order_of(&mut self, il: usize) -> &mut Order {
+        if self.order.len() <= il {
+            self.order.resize(il + 1, Order::default());
+        }
+        &mut self.order[il]
+    }
+
     fn capture(&mut self, node: Tensor<'_>) {
+        self.nodes_seen += 1;
+        let at = self.nodes_seen;
         // The last weight node of a layer in graph order holds the applied weights.
         if let Some((what, il)) = parse_moe_node(node.name())
             && let Some(k) = WEIGHT_NODES.iter().position(|w| *w == what)
         {
-            if self.weight_node.len() <= il {
-                self.weight_node.resize(il + 1, None);
-            }
-            self.weight_node[il] = Some(k);
+            self.order_of(il).weights = Some((at, k));
         }
         if !node.is_mul_mat_id() {
             return;
@@ -201,6 +269,7 @@ impl MoeHook {
             && let Some((layer, suffix)) = parse_expert_tensor(src.name())
             && src.ne()[2] > 0
         {
+            self.order_of(layer as usize).first_matmul.get_or_insert(at);
             self.captured.entry((layer, suffix)).or_insert_with(|| CapturedTensor {
                 layer,
                 suffix,
@@ -227,6 +296,18 @@ impl MoeHook {
         Some((k, nt))
     }
 
+    /// Byte offsets of (token, slot) in a weights node: `[1, k, nt]` or `[k, nt]`.
+    fn weight_strides(node: Tensor<'_>, k: usize, nt: usize) -> Option<(usize, usize)> {
+        let (ne, nb) = (node.ne(), node.nb());
+        if ne[1] == k as i64 && ne[2] == nt as i64 {
+            Some((nb[1], nb[2]))
+        } else if ne[0] == k as i64 && ne[1] == nt as i64 {
+            Some((nb[0], nb[1]))
+        } else {
+            None
+        }
+    }
+
     fn on_topk(&mut self, node: Tensor<'_>, il: usize) {
         let Some((k, nt)) = self.gather_ids(node) else {
             return self.fail(format!("layer {il}: cannot read the routed expert ids"));
@@ -240,11 +321,116 @@ impl MoeHook {
         if nt == 0 {
             return;
         }
+        // Rows of a layer that saw fewer tokens than the ubatch (the last
+        // layer computes only output rows) belong to the batch's last tokens.
+        let first_token =
+            if (nt as u32) < self.ubatch_tokens { self.batch_tokens - nt as u32 } else { self.token_base };
+        self.dropped.clear();
+        self.dropped.resize(k * nt, false);
+        if self.dropper.is_some() && self.decode_phase {
+            self.deferred = Some(Deferred { layer: il, k, tokens: nt, first_token });
+            return;
+        }
+        let first_row = self.trace.rows.len();
+        self.load_and_record(il, k, nt, first_token);
+        self.pending = Some((il, first_row, nt, k));
+    }
+
+    fn on_weights(&mut self, node: Tensor<'_>, il: usize) {
+        if let Some(d) = self.deferred.take() {
+            if d.layer != il {
+                return self.fail(format!("layer {}: its weights node did not follow its routing", d.layer));
+            }
+            let (k, nt) = (d.k, d.tokens);
+            self.weights.clear();
+            self.weights.resize(k * nt, f32::NAN);
+            if let Some((slot, token)) = Self::weight_strides(node, k, nt) {
+                for j in 0..nt {
+                    for s in 0..k {
+                        self.weights[j * k + s] = node.read_f32(j * token + s * slot).unwrap_or(f32::NAN);
+                    }
+                }
+                self.apply_dropper(node, il, k, nt, (slot, token));
+            }
+            let first_row = self.trace.rows.len();
+            self.load_and_record(il, k, nt, d.first_token);
+            for (row, w) in self.trace.rows[first_row..].iter_mut().zip(&self.weights) {
+                row.weight = *w;
+            }
+            return;
+        }
+        let Some((layer, first, nt, k)) = self.pending.take() else { return };
+        if layer != il {
+            return;
+        }
+        let Some((slot, token)) = Self::weight_strides(node, k, nt) else { return };
+        for j in 0..nt {
+            for s in 0..k {
+                if let Some(w) = node.read_f32(j * token + s * slot) {
+                    self.trace.rows[first + j * k + s].weight = w;
+                }
+            }
+        }
+    }
+
+    /// Asks the drop policy about each token; writes zeroed weights and
+    /// repointed ids of dropped slots back into the graph.
+    fn apply_dropper(&mut self, weights: Tensor<'_>, il: usize, k: usize, nt: usize, strides: (usize, usize)) {
+        let (Some(dropper), Some(store)) = (self.dropper.as_mut(), self.store.as_ref()) else { return };
+        let Some(topk) = weights.find_source(&format!("ffn_moe_topk-{il}"), 8) else { return };
+        let (id_slot, id_token) = (topk.nb()[0], topk.nb()[1]);
+        let mut experts = Vec::with_capacity(k);
+        let mut resident = Vec::with_capacity(k);
+        for j in 0..nt {
+            let row = j * k..(j + 1) * k;
+            experts.clear();
+            experts.extend(self.ids[row.clone()].iter().map(|&e| e as u32));
+            resident.clear();
+            resident.extend(experts.iter().map(|&e| store.is_resident(il, e)));
+            let call = DropCall { layer: il as u32, experts: &experts, weights: &self.weights[row.clone()], resident: &resident, k: k as u32 };
+            let Some(mask) = dropper.decide(&call) else { continue };
+            let w = &self.weights[row.clone()];
+            let total: f32 = w.iter().sum();
+            let kept: f32 = w.iter().zip(&mask).filter(|(_, d)| !**d).map(|(x, _)| x).sum();
+            // The kept slot with the largest weight takes the dropped slots' ids.
+            let best = (0..k).filter(|&s| !mask[s]).fold(None, |b: Option<usize>, s| match b {
+                Some(b) if w[b] >= w[s] => Some(b),
+                _ => Some(s),
+            });
+            let Some(best) = best else { continue };
+            let scale = if kept > 0.0 { total / kept } else { 1.0 };
+            for s in 0..k {
+                let new_weight = if mask[s] { 0.0 } else { w[s] * scale };
+                let ok_w = weights.write_f32(j * strides.1 + s * strides.0, new_weight);
+                let ok_id = !mask[s] || topk.write_i32(j * id_token + s * id_slot, self.ids[j * k + best]);
+                if !(ok_w && ok_id) {
+                    return self.fail(format!("layer {il}: cannot apply the drop decision to the graph"));
+                }
+            }
+            for s in 0..k {
+                self.dropped[j * k + s] = mask[s];
+            }
+        }
+    }
+
+    /// Loads the layer's routed experts (ids in `self.ids`; dropped slots
+    /// excluded) and appends one row per (token, slot).
+    fn load_and_record(&mut self, il: usize, k: usize, nt: usize, first_token: u32) {
         let Some(store) = self.store.as_mut() else { return };
-        let report = match store.load_layer(il, &self.ids) {
+        self.residency.clear();
+        self.residency.resize(store.n_expert(), (false, false));
+        for &e in &self.ids {
+            if let Some(r) = usize::try_from(e).ok().and_then(|e| self.residency.get_mut(e)) {
+                r.0 = store.is_resident(il, e as u32);
+            }
+        }
+        let load: Vec<i32> =
+            self.ids.iter().zip(&self.dropped).filter(|(_, d)| !**d).map(|(&e, _)| e).collect();
+        let report = match store.load_layer(il, &load) {
             Ok(r) => r,
             Err(e) => return self.fail(format!("expert stream failed in layer {il}: {e}")),
         };
+        let entry = store.entry_bytes(il);
         let t = &mut self.trace;
         t.bytes_read += report.read.bytes;
         t.window_bytes += report.read.window_bytes;
@@ -253,24 +439,22 @@ impl MoeHook {
         t.lookups += report.experts.len() as u64;
         t.hits += report.experts.iter().filter(|(_, h)| *h).count() as u64;
         t.evictions += report.evictions;
-        let entry = store.entry_bytes(il);
-        // Rows of a layer that saw fewer tokens than the ubatch (the last
-        // layer computes only output rows) belong to the batch's last tokens.
-        let first_token =
-            if (nt as u32) < self.ubatch_tokens { self.batch_tokens - nt as u32 } else { self.token_base };
-        let first_row = t.rows.len();
-        // Per expert of this load: was it resident, and has its read been charged to a row yet?
-        self.residency.clear();
-        self.residency.resize(store.n_expert(), (false, false));
-        for &(e, hit) in &report.experts {
-            self.residency[e as usize] = (hit, hit);
-        }
+        let loaded: Vec<u32> = report.experts.iter().map(|(e, _)| *e).collect();
+        let mut avoided = Vec::new();
         for j in 0..nt {
             for s in 0..k {
                 let e = self.ids[j * k + s] as u32;
+                let dropped = self.dropped[j * k + s];
                 let (hit, charged) = self.residency[e as usize];
-                let bytes = if charged { 0 } else { entry };
-                self.residency[e as usize].1 = true;
+                let bytes = if charged || hit || dropped { 0 } else { entry };
+                if !dropped {
+                    self.residency[e as usize].1 = true;
+                } else {
+                    t.dropped += 1;
+                    if !hit && !loaded.contains(&e) && !avoided.contains(&e) {
+                        avoided.push(e);
+                    }
+                }
                 t.rows.push(RouteRow {
                     token: first_token + j as u32,
                     layer: il as u32,
@@ -279,34 +463,11 @@ impl MoeHook {
                     weight: f32::NAN,
                     hit,
                     bytes,
+                    dropped,
                 });
             }
         }
-        self.pending = Some((il, first_row, nt, k));
-    }
-
-    fn on_weights(&mut self, node: Tensor<'_>, il: usize) {
-        let Some((layer, first, nt, k)) = self.pending.take() else { return };
-        if layer != il {
-            return;
-        }
-        let ne = node.ne();
-        let nb = node.nb();
-        // [1, k, nt] (token stride nb[2], slot nb[1]) or [k, nt] (nb[1], nb[0]).
-        let (slot_stride, token_stride) = if ne[1] == k as i64 && ne[2] == nt as i64 {
-            (nb[1], nb[2])
-        } else if ne[0] == k as i64 && ne[1] == nt as i64 {
-            (nb[0], nb[1])
-        } else {
-            return;
-        };
-        for j in 0..nt {
-            for s in 0..k {
-                if let Some(w) = node.read_f32(j * token_stride + s * slot_stride) {
-                    self.trace.rows[first + j * k + s].weight = w;
-                }
-            }
-        }
+        t.avoided_bytes += avoided.len() as u64 * entry;
     }
 }
 
@@ -323,7 +484,8 @@ impl EvalHook for MoeHook {
                 if !store.has_layer(il) {
                     return false;
                 }
-                what == "topk" || self.weight_node.get(il).copied().flatten().is_some_and(|k| WEIGHT_NODES[k] == what)
+                what == "topk"
+                    || self.order.get(il).and_then(|o| o.weights).is_some_and(|(_, k)| WEIGHT_NODES[k] == what)
             }
         }
     }

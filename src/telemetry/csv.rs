@@ -31,6 +31,10 @@ pub const COLUMNS: &[&str] = &[
     "rss_anon_mib",
     "rss_file_mib",
     "mem_available_mib",
+    "drafted",
+    "accepted",
+    "dropped",
+    "avoided_bytes",
 ];
 
 /// Writes the metrics CSV.
@@ -99,6 +103,10 @@ impl CsvSink {
             opt(r.mem.rss_anon_mib),
             opt(r.mem.rss_file_mib),
             opt(r.mem.available_mib),
+            r.drafted.to_string(),
+            r.accepted.to_string(),
+            t.dropped.to_string(),
+            t.avoided_bytes.to_string(),
         ];
         writeln!(self.out, "{}", fields.join(","))
     }
@@ -109,7 +117,7 @@ impl CsvSink {
         writeln!(
             self.out,
             "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3}",
-            s.decode_steps,
+            s.decode_tokens,
             f(s.decode_tps()),
             s.prompt_tokens,
             f(s.prefill_tps()),

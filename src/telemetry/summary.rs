@@ -18,6 +18,9 @@ pub struct RunSummary {
     pub generated: u64,
     /// Decode calls after prefill.
     pub decode_steps: u64,
+    /// Tokens those calls advanced the context by (more than the calls
+    /// when speculative decoding accepts drafts).
+    pub decode_tokens: u64,
     /// Wall nanoseconds of those decodes.
     pub decode_ns: u64,
     /// Bytes requested from storage during decode steps.
@@ -40,6 +43,24 @@ pub struct RunSummary {
     pub cached: bool,
     /// Largest resident set seen, MiB.
     pub peak_rss_mib: Option<f64>,
+    /// Speculative decoding was on.
+    pub speculative: bool,
+    /// Draft tokens verified.
+    pub drafted: u64,
+    /// Draft tokens accepted.
+    pub accepted: u64,
+    /// Decode steps that verified at least one draft token.
+    pub verify_steps: u64,
+    /// Bytes read for experts only the draft tokens routed.
+    pub draft_extra_bytes: u64,
+    /// A drop policy was armed.
+    pub dropping: bool,
+    /// Routed slots considered during decode.
+    pub routings: u64,
+    /// Routed slots the policy skipped.
+    pub dropped: u64,
+    /// Reads the skipped slots avoided.
+    pub avoided_bytes: u64,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -59,6 +80,7 @@ impl RunSummary {
             }
             Phase::Decode => {
                 self.decode_steps += 1;
+                self.decode_tokens += 1 + u64::from(r.accepted);
                 self.decode_ns += r.wall_ns;
                 self.decode_bytes += r.trace.bytes_read;
                 self.decode_read_ns += r.trace.read_ns;
@@ -66,13 +88,24 @@ impl RunSummary {
                 self.lookups += r.trace.lookups;
                 self.hits += r.trace.hits;
                 self.evictions += r.trace.evictions;
+                self.drafted += u64::from(r.drafted);
+                self.accepted += u64::from(r.accepted);
+                if r.drafted > 0 {
+                    self.verify_steps += 1;
+                    // Rows of the draft tokens come after the first token's in
+                    // each layer, so bytes charged to them were read only for drafts.
+                    self.draft_extra_bytes += r.trace.rows.iter().filter(|row| row.token > 0).map(|row| row.bytes).sum::<u64>();
+                }
+                self.routings += r.trace.rows.len() as u64;
+                self.dropped += r.trace.dropped;
+                self.avoided_bytes += r.trace.avoided_bytes;
             }
         }
     }
 
-    /// Decode tokens per second (None before any decode step).
+    /// Decoded tokens per second (None before any decode step).
     pub fn decode_tps(&self) -> Option<f64> {
-        (self.decode_steps > 0 && self.decode_ns > 0).then(|| self.decode_steps as f64 / (self.decode_ns as f64 / 1e9))
+        (self.decode_tokens > 0 && self.decode_ns > 0).then(|| self.decode_tokens as f64 / (self.decode_ns as f64 / 1e9))
     }
 
     /// Prefill tokens per second.
@@ -81,9 +114,9 @@ impl RunSummary {
             .then(|| self.prompt_tokens as f64 / (self.prefill_ns as f64 / 1e9))
     }
 
-    /// MiB read per decode step.
+    /// MiB read per decoded token.
     pub fn mib_per_token(&self) -> Option<f64> {
-        (self.decode_steps > 0).then(|| self.decode_bytes as f64 / MIB / self.decode_steps as f64)
+        (self.decode_tokens > 0).then(|| self.decode_bytes as f64 / MIB / self.decode_tokens as f64)
     }
 
     /// Cache hit rate in percent (None with the cache off or no lookups).
@@ -102,7 +135,7 @@ impl fmt::Display for RunSummary {
         writeln!(
             f,
             "decode:  {} tokens in {:.2} s ({} tok/s) | prefill: {} tokens ({} tok/s) | load {:.2} s",
-            self.decode_steps,
+            self.decode_tokens,
             self.decode_ns as f64 / 1e9,
             opt(self.decode_tps(), 2, ""),
             self.prompt_tokens,
@@ -111,7 +144,7 @@ impl fmt::Display for RunSummary {
         )?;
         if self.streaming {
             let per = |ns: u64| {
-                if self.decode_steps == 0 { 0.0 } else { ns as f64 / 1e6 / self.decode_steps as f64 }
+                if self.decode_tokens == 0 { 0.0 } else { ns as f64 / 1e6 / self.decode_tokens as f64 }
             };
             let compute = self.decode_ns.saturating_sub(self.decode_read_ns + self.decode_mgmt_ns);
             writeln!(
@@ -125,6 +158,31 @@ impl fmt::Display for RunSummary {
             if self.cached {
                 writeln!(f, "cache:   {} hit rate, {} evictions", opt(self.hit_rate_pct(), 1, "%"), self.evictions)?;
             }
+        }
+        if self.speculative {
+            let rate = (self.drafted > 0).then(|| 100.0 * self.accepted as f64 / self.drafted as f64);
+            let per_verify = (self.verify_steps > 0).then(|| (self.accepted + self.verify_steps) as f64 / self.verify_steps as f64);
+            let extra = (self.verify_steps > 0).then(|| self.draft_extra_bytes as f64 / MIB / self.verify_steps as f64);
+            writeln!(
+                f,
+                "draft:   {} drafted, {} accepted ({} acceptance), {} tokens per verify step, {} MiB extra read per verify step",
+                self.drafted,
+                self.accepted,
+                opt(rate, 1, "%"),
+                opt(per_verify, 2, ""),
+                opt(extra, 2, "")
+            )?;
+        }
+        if self.dropping {
+            let share = (self.routings > 0).then(|| 100.0 * self.dropped as f64 / self.routings as f64);
+            writeln!(
+                f,
+                "drop:    {} of {} routings dropped ({}), {:.2} MiB of reads avoided",
+                self.dropped,
+                self.routings,
+                opt(share, 1, "%"),
+                self.avoided_bytes as f64 / MIB
+            )?;
         }
         if let Some(rss) = self.peak_rss_mib {
             writeln!(f, "memory:  peak RSS {rss:.0} MiB")?;

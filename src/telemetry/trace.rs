@@ -64,7 +64,7 @@ impl RouteTraceSink {
         for l in &open.layers {
             writeln!(out, "# layer={} expert_bytes={} dense_bytes={}", l.layer, l.expert_bytes, l.dense_bytes)?;
         }
-        writeln!(out, "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes")?;
+        writeln!(out, "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped")?;
         Ok(RouteTraceSink { out })
     }
 
@@ -74,7 +74,7 @@ impl RouteTraceSink {
             let weight = if row.weight.is_nan() { "nan".to_string() } else { format!("{:.6}", row.weight) };
             writeln!(
                 self.out,
-                "{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{}",
                 r.turn,
                 r.phase.code(),
                 r.first_pos + row.token as i32,
@@ -83,7 +83,8 @@ impl RouteTraceSink {
                 row.expert,
                 weight,
                 u8::from(row.hit),
-                row.bytes
+                row.bytes,
+                u8::from(row.dropped)
             )?;
         }
         Ok(())
