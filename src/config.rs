@@ -229,7 +229,10 @@ impl RunConfig {
             return Err(bad("plugins.draft_plugin", "speculative decoding needs greedy decoding (generate.temp = 0)"));
         }
         if !p.drop_plugin.is_empty() && !m.stream {
-            return Err(bad("plugins.drop_plugin", "dropping experts needs streaming (moe.stream = true / --moe-stream)"));
+            return Err(bad(
+                "plugins.drop_plugin",
+                "dropping experts needs streaming (moe.stream = true / --moe-stream)",
+            ));
         }
         if !(1..=60_000).contains(&p.call_ms) {
             return Err(bad("plugins.call_ms", format!("must be between 1 and 60000 (got {})", p.call_ms)));

@@ -235,3 +235,125 @@ fn demo_model_is_generated_once_when_no_model_is_given() {
     assert!(demo.exists());
     assert!(!stdout(&out).trim().is_empty());
 }
+
+#[test]
+fn plugin_list_check_and_bench() {
+    let list = stdout(&ok(&["plugin", "list"]));
+    for name in ["ngram", "ngram-multi", "suffix", "drop-cold"] {
+        assert!(list.contains(name), "{list}");
+    }
+    let check = stdout(&ok(&["plugin", "check", "suffix"]));
+    assert!(check.contains("world:      drafter (bmoe:policy@0.1.0)") && check.contains("result:     ok"), "{check}");
+    let check = stdout(&ok(&["plugin", "check", "drop-cold", "--param", "F=1"]));
+    assert!(check.contains("world:      dropper") && check.contains("drop [4]"), "{check}");
+    let bench = stdout(&ok(&["plugin", "bench", "ngram", "--calls", "200"]));
+    assert!(bench.contains("draft(4) with a 4096-token context: median"), "{bench}");
+    let bench = stdout(&ok(&["plugin", "bench", "drop-cold", "--calls", "200"]));
+    assert!(bench.contains("decide(top-8 of 128): median"), "{bench}");
+    let future = bmoe::policy::wasm::fixture("future-drafter");
+    let out = bmoe(&["plugin", "check", future.to_str().unwrap()]);
+    assert!(!out.status.success() && stderr(&out).contains("bmoe:policy@1.0.0"), "{}", stderr(&out));
+    let out = bmoe(&["plugin", "check", "ngramm"]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("no bundled plugin or file named `ngramm`"),
+        "{}",
+        stderr(&out)
+    );
+    let hostile = bmoe::policy::wasm::fixture("hostile-drafter");
+    let out = bmoe(&["plugin", "check", hostile.to_str().unwrap(), "--param", "mode=trap"]);
+    assert!(!out.status.success() && stderr(&out).contains("trapped"), "{}", stderr(&out));
+}
+
+#[test]
+fn generate_with_plugins_and_refused_plugins() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let plain = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "24"]));
+    let out = ok(&["generate", "-m", &m, "-p", "hello", "-n", "24", "--draft-plugin", "suffix", "--draft", "4"]);
+    assert_eq!(stdout(&out), plain);
+    assert!(stderr(&out).contains("draft plugin suffix") && stderr(&out).contains("tokens per verify step"));
+    let out = ok(&[
+        "generate",
+        "-m",
+        &m,
+        "-p",
+        "hello",
+        "-n",
+        "24",
+        "--moe-stream",
+        "--cache-mb",
+        "0.5",
+        "--drop-plugin",
+        "drop-cold",
+        "--drop-param",
+        "F=0",
+    ]);
+    assert_eq!(stdout(&out), plain, "F=0 drops nothing");
+    assert!(stderr(&out).contains("0 of ") && stderr(&out).contains("routings dropped"), "{}", stderr(&out));
+    // A hostile plugin is disabled with one note naming it; the text is unchanged.
+    let hostile = bmoe::policy::wasm::fixture("hostile-drafter");
+    let out = ok(&[
+        "generate",
+        "-m",
+        &m,
+        "-p",
+        "hello",
+        "-n",
+        "24",
+        "--draft-plugin",
+        hostile.to_str().unwrap(),
+        "--draft-param",
+        "mode=loop",
+    ]);
+    assert_eq!(stdout(&out), plain);
+    assert!(
+        stderr(&out).contains("draft plugin `hostile-drafter` disabled for the rest of the run: ran past"),
+        "{}",
+        stderr(&out)
+    );
+    // Files that are not usable plugins are refused; the run goes on without them.
+    let text = dir.path().join("notes.wasm");
+    std::fs::write(&text, "not wasm").unwrap();
+    let future = bmoe::policy::wasm::fixture("future-drafter");
+    for (file, expect) in
+        [(text.to_str().unwrap(), "not a WebAssembly file"), (future.to_str().unwrap(), "bmoe:policy@1.0.0")]
+    {
+        let out = ok(&["generate", "-m", &m, "-p", "hello", "-n", "24", "--draft-plugin", file]);
+        assert_eq!(stdout(&out), plain, "{file}");
+        assert!(stderr(&out).contains("plugin refused") && stderr(&out).contains(expect), "{}", stderr(&out));
+    }
+    // A name that is neither bundled nor a file is a usage error.
+    let out = bmoe(&["generate", "-m", &m, "-p", "hello", "--draft-plugin", "ngramm"]);
+    assert!(!out.status.success() && stderr(&out).contains("ngramm"), "{}", stderr(&out));
+}
+
+#[test]
+fn scaffolded_plugins_build_and_load() {
+    let dir = tempdir();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Share the build's guest target directory so wit-bindgen compiles once.
+    let target = bmoe::policy::wasm::fixture("x").parent().unwrap().join("plugins-target");
+    for (name, kind, flag) in [("my-drafter", "drafter", "--draft-plugin"), ("my-dropper", "dropper", "--drop-plugin")]
+    {
+        let crate_dir = dir.path().join(name);
+        ok(&["plugin", "new", name, "--kind", kind, "--dir", crate_dir.to_str().unwrap()]);
+        let status = Command::new(&cargo)
+            .args(["build", "--release"])
+            .current_dir(&crate_dir)
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the scaffolded {kind}");
+        let wasm = target.join(format!("wasm32-unknown-unknown/release/{}.wasm", name.replace('-', "_")));
+        let check = stdout(&ok(&["plugin", "check", wasm.to_str().unwrap()]));
+        assert!(check.contains(&format!("plugin:     {name} 0.1.0")) && check.contains("result:     ok"), "{check}");
+        let m = make_tiny(dir.path(), "m.gguf", &[]);
+        let plain = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream"]));
+        let with = ok(&["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream", flag, wasm.to_str().unwrap()]);
+        assert_eq!(stdout(&with), plain, "{kind}: the template policy keeps the output");
+    }
+    let out = bmoe(&["plugin", "new", "Bad Name", "--kind", "drafter"]);
+    assert!(!out.status.success());
+}

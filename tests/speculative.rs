@@ -15,7 +15,13 @@ use common::*;
 const N: u32 = 64;
 
 fn request(prompt: &str, n: u32) -> GenerateRequest {
-    GenerateRequest { prompt: prompt.into(), n_predict: n, sampling: Sampling::default(), continue_context: false, keep_logits: true }
+    GenerateRequest {
+        prompt: prompt.into(),
+        n_predict: n,
+        sampling: Sampling::default(),
+        continue_context: false,
+        keep_logits: true,
+    }
 }
 
 fn drafter(source: Source, params: &[(&str, &str)], n_vocab: usize) -> Drafter {
@@ -32,7 +38,11 @@ fn dropper(source: Source, params: &[(&str, &str)], n_expert: u32) -> Dropper {
 
 /// Generates with `setup` applied to the session; returns the generation,
 /// the (drafted, accepted) totals and the notices.
-fn generate(opts: SessionOptions, prompt: &str, setup: impl FnOnce(&mut Session)) -> (Generation, (u32, u32), Vec<String>) {
+fn generate(
+    opts: SessionOptions,
+    prompt: &str,
+    setup: impl FnOnce(&mut Session),
+) -> (Generation, (u32, u32), Vec<String>) {
     let _serial = llama_lock();
     let mut s = Session::open(opts).unwrap();
     setup(&mut s);
@@ -181,7 +191,10 @@ fn hostile_drafters_leave_the_output_unchanged() {
         });
         assert_same_tokens(&reference, &g, mode);
         assert_eq!(notices.len(), 1, "{mode}: {notices:?}");
-        assert!(notices[0].contains("`hostile-drafter` disabled") && notices[0].contains(expect), "{mode}: {notices:?}");
+        assert!(
+            notices[0].contains("`hostile-drafter` disabled") && notices[0].contains(expect),
+            "{mode}: {notices:?}"
+        );
     }
 }
 
@@ -243,7 +256,10 @@ fn hostile_droppers_leave_the_output_unchanged() {
         });
         assert_identical(&reference, &g, mode);
         assert_eq!(notices.len(), 1, "{mode}: {notices:?}");
-        assert!(notices[0].contains("`hostile-dropper` disabled") && notices[0].contains(expect), "{mode}: {notices:?}");
+        assert!(
+            notices[0].contains("`hostile-dropper` disabled") && notices[0].contains(expect),
+            "{mode}: {notices:?}"
+        );
     }
 }
 
@@ -254,7 +270,12 @@ fn drop_policies_need_streaming_and_drafting_needs_greedy() {
     let _serial = llama_lock();
     let mut s = Session::open(options(&m, None)).unwrap();
     let n = s.info().n_expert;
-    assert!(s.set_dropper(Some(dropper(Source::parse("drop-cold"), &[], n))).unwrap_err().to_string().contains("--moe-stream"));
+    assert!(
+        s.set_dropper(Some(dropper(Source::parse("drop-cold"), &[], n)))
+            .unwrap_err()
+            .to_string()
+            .contains("--moe-stream")
+    );
     let nv = s.n_vocab();
     s.set_drafter(Some(drafter(Source::parse("ngram"), &[], nv)), 3);
     let sampled = GenerateRequest { sampling: Sampling { temp: 0.7, ..Sampling::default() }, ..request(PROMPT, 8) };

@@ -8,8 +8,8 @@ use std::time::Instant;
 use super::events::{Event, Phase, StepReport};
 use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
-use crate::policy::{Drafter, Dropper};
 use crate::moe::{ExpertStore, MoeHook, ReadLanes, StepTrace, recipe, resolve_banks};
+use crate::policy::{Drafter, Dropper};
 use crate::telemetry::mem::MemSnapshot;
 use crate::telemetry::summary::RunSummary;
 use crate::telemetry::trace::{LayerBytes, layer_bytes};
@@ -210,7 +210,17 @@ impl Session {
             attach_stream(&mut ctx, &files, stream, &mut info)?;
         }
         info.load_s = start.elapsed().as_secs_f64();
-        Ok(Session { ctx, abort, options, info, history: Vec::new(), pending: None, turn: 0, drafter: None, draft_max: 3 })
+        Ok(Session {
+            ctx,
+            abort,
+            options,
+            info,
+            history: Vec::new(),
+            pending: None,
+            turn: 0,
+            drafter: None,
+            draft_max: 3,
+        })
     }
 
     /// What open found.

@@ -387,7 +387,13 @@ impl MoeHook {
             experts.extend(self.ids[row.clone()].iter().map(|&e| e as u32));
             resident.clear();
             resident.extend(experts.iter().map(|&e| store.is_resident(il, e)));
-            let call = DropCall { layer: il as u32, experts: &experts, weights: &self.weights[row.clone()], resident: &resident, k: k as u32 };
+            let call = DropCall {
+                layer: il as u32,
+                experts: &experts,
+                weights: &self.weights[row.clone()],
+                resident: &resident,
+                k: k as u32,
+            };
             let Some(mask) = dropper.decide(&call) else { continue };
             let w = &self.weights[row.clone()];
             let total: f32 = w.iter().sum();
@@ -407,9 +413,7 @@ impl MoeHook {
                     return self.fail(format!("layer {il}: cannot apply the drop decision to the graph"));
                 }
             }
-            for s in 0..k {
-                self.dropped[j * k + s] = mask[s];
-            }
+            self.dropped[row].copy_from_slice(&mask);
         }
     }
 
@@ -424,8 +428,7 @@ impl MoeHook {
                 r.0 = store.is_resident(il, e as u32);
             }
         }
-        let load: Vec<i32> =
-            self.ids.iter().zip(&self.dropped).filter(|(_, d)| !**d).map(|(&e, _)| e).collect();
+        let load: Vec<i32> = self.ids.iter().zip(&self.dropped).filter(|(_, d)| !**d).map(|(&e, _)| e).collect();
         let report = match store.load_layer(il, &load) {
             Ok(r) => r,
             Err(e) => return self.fail(format!("expert stream failed in layer {il}: {e}")),

@@ -9,6 +9,7 @@
 
 mod guard;
 pub mod native;
+pub mod scaffold;
 pub mod wasm;
 
 pub use guard::{Drafter, Dropper};
@@ -44,14 +45,6 @@ pub trait DropPolicy: Send {
     /// Experts to drop for one token at one layer (usually none).
     fn decide(&mut self, call: &DropCall<'_>) -> Result<Vec<u32>, String>;
 }
-
-/// Names of the plugins built into bmoe, with their kind.
-pub const BUNDLED: &[(&str, PluginKind)] = &[
-    ("ngram", PluginKind::Drafter),
-    ("ngram-multi", PluginKind::Drafter),
-    ("suffix", PluginKind::Drafter),
-    ("drop-cold", PluginKind::Dropper),
-];
 
 /// The two kinds of policy plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -82,6 +82,18 @@ impl Source {
         }
     }
 
+    /// A bundled name or an existing file; an error naming the bundled
+    /// plugins otherwise.
+    pub fn resolve(spec: &str) -> Result<Source, String> {
+        let source = Source::parse(spec);
+        match &source {
+            Source::File(p) if !p.exists() => {
+                Err(format!("no bundled plugin or file named `{spec}` (bundled: {})", bundled_names().join(", ")))
+            }
+            _ => Ok(source),
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Source::Bundled(n) => format!("bundled plugin `{n}`"),
@@ -202,6 +214,26 @@ fn compile(source: &Source, kind: PluginKind) -> Result<(Component, String), Str
         ));
     }
     Ok((component, version.to_string()))
+}
+
+/// [`INTERFACE_VERSION`] as text.
+pub fn interface_version() -> String {
+    let (a, b, c) = INTERFACE_VERSION;
+    format!("{a}.{b}.{c}")
+}
+
+/// Which kind of plugin `source` is (compiles and inspects it).
+pub fn kind_of(source: &Source) -> Result<PluginKind, String> {
+    match compile(source, PluginKind::Drafter) {
+        Ok(_) => Ok(PluginKind::Drafter),
+        Err(e) if e.contains("is a dropper plugin") => Ok(PluginKind::Dropper),
+        Err(e) => Err(e),
+    }
+}
+
+/// Names of the bundled plugins, in build order.
+pub fn bundled_names() -> Vec<&'static str> {
+    embedded::BUNDLED.iter().map(|(n, _)| *n).collect()
 }
 
 /// Semver compatibility with [`INTERFACE_VERSION`]: same major, and for 0.x the same minor.
@@ -327,6 +359,8 @@ pub struct WasmDropper {
     plugin: bindings::dropper::Dropper,
     limits: Limits,
     info: PluginInfo,
+    /// Scratch for the routed slots of one call.
+    slots: Vec<bindings::dropper::exports::bmoe::policy::dropper_policy::Routed>,
 }
 
 impl WasmDropper {
@@ -337,7 +371,7 @@ impl WasmDropper {
         let name = source.describe();
         let plugin = bindings::dropper::Dropper::instantiate(&mut store, &component, &linker(&component)?)
             .map_err(|e| format!("{name}: instantiation failed: {}", fault(e, &store, limits)))?;
-        let mut me = WasmDropper { store, plugin, limits, info: PluginInfo::placeholder() };
+        let mut me = WasmDropper { store, plugin, limits, info: PluginInfo::placeholder(), slots: Vec::new() };
         let api = me.plugin.bmoe_policy_dropper_policy();
         me.store.set_epoch_deadline(limits.call_ms.max(1));
         let d = api
@@ -376,7 +410,15 @@ impl DropPolicy for WasmDropper {
     fn decide(&mut self, call: &DropCall<'_>) -> Result<Vec<u32>, String> {
         self.store.set_epoch_deadline(self.limits.call_ms.max(1));
         let api = self.plugin.bmoe_policy_dropper_policy();
-        api.call_decide(&mut self.store, call.layer, call.experts, call.weights, call.resident, call.k)
+        self.slots.clear();
+        self.slots.extend((0..call.experts.len()).map(|i| {
+            bindings::dropper::exports::bmoe::policy::dropper_policy::Routed {
+                expert: call.experts[i],
+                weight: call.weights[i],
+                resident: call.resident[i],
+            }
+        }));
+        api.call_decide(&mut self.store, call.layer, call.k, &self.slots)
             .map_err(|e| fault(e, &self.store, self.limits))
     }
 }

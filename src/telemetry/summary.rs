@@ -94,7 +94,8 @@ impl RunSummary {
                     self.verify_steps += 1;
                     // Rows of the draft tokens come after the first token's in
                     // each layer, so bytes charged to them were read only for drafts.
-                    self.draft_extra_bytes += r.trace.rows.iter().filter(|row| row.token > 0).map(|row| row.bytes).sum::<u64>();
+                    self.draft_extra_bytes +=
+                        r.trace.rows.iter().filter(|row| row.token > 0).map(|row| row.bytes).sum::<u64>();
                 }
                 self.routings += r.trace.rows.len() as u64;
                 self.dropped += r.trace.dropped;
@@ -105,7 +106,8 @@ impl RunSummary {
 
     /// Decoded tokens per second (None before any decode step).
     pub fn decode_tps(&self) -> Option<f64> {
-        (self.decode_tokens > 0 && self.decode_ns > 0).then(|| self.decode_tokens as f64 / (self.decode_ns as f64 / 1e9))
+        (self.decode_tokens > 0 && self.decode_ns > 0)
+            .then(|| self.decode_tokens as f64 / (self.decode_ns as f64 / 1e9))
     }
 
     /// Prefill tokens per second.
@@ -161,7 +163,8 @@ impl fmt::Display for RunSummary {
         }
         if self.speculative {
             let rate = (self.drafted > 0).then(|| 100.0 * self.accepted as f64 / self.drafted as f64);
-            let per_verify = (self.verify_steps > 0).then(|| (self.accepted + self.verify_steps) as f64 / self.verify_steps as f64);
+            let per_verify =
+                (self.verify_steps > 0).then(|| (self.accepted + self.verify_steps) as f64 / self.verify_steps as f64);
             let extra = (self.verify_steps > 0).then(|| self.draft_extra_bytes as f64 / MIB / self.verify_steps as f64);
             writeln!(
                 f,

@@ -6,8 +6,8 @@
 
 use std::cell::Cell;
 
-use exports::bmoe::policy::dropper_policy::Guest;
 use bmoe::policy::types::{Info, Param};
+use exports::bmoe::policy::dropper_policy::{Guest, Routed};
 
 wit_bindgen::generate!({ world: "dropper", path: "../wit" });
 
@@ -47,23 +47,22 @@ impl Guest for DropCold {
         Ok(())
     }
 
-    fn decide(_layer: u32, experts: Vec<u32>, weights: Vec<f32>, resident: Vec<bool>, k: u32) -> Vec<u32> {
-        if experts.is_empty() || k == 0 {
+    fn decide(_layer: u32, k: u32, slots: Vec<Routed>) -> Vec<u32> {
+        if slots.is_empty() || k == 0 {
             return Vec::new();
         }
         let threshold = F.get() / k as f32;
-        // The first expert with the largest weight is never dropped.
+        // The first slot with the largest weight is never dropped.
         let mut top = 0;
-        for (i, w) in weights.iter().enumerate() {
-            if *w > weights[top] {
+        for (i, s) in slots.iter().enumerate() {
+            if s.weight > slots[top].weight {
                 top = i;
             }
         }
         let mut dropped = Vec::new();
-        for (i, &e) in experts.iter().enumerate() {
-            let cold = !resident.get(i).copied().unwrap_or(true);
-            if i != top && cold && weights.get(i).is_some_and(|&w| w < threshold) && !dropped.contains(&e) {
-                dropped.push(e);
+        for (i, s) in slots.iter().enumerate() {
+            if i != top && !s.resident && s.weight < threshold && !dropped.contains(&s.expert) {
+                dropped.push(s.expert);
             }
         }
         dropped

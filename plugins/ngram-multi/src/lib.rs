@@ -7,8 +7,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use exports::bmoe::policy::drafter_policy::Guest;
 use bmoe::policy::types::{Info, Param};
+use exports::bmoe::policy::drafter_policy::Guest;
 
 wit_bindgen::generate!({ world: "drafter", path: "../wit" });
 
@@ -115,7 +115,9 @@ impl Guest for NgramMulti {
                 Ok(true)
             })?;
             if n_min == 0 || n_max < n_min || n_max > 16 || min_count == 0 {
-                return Err(format!("need 1 <= n_min <= n_max <= 16 and min_count >= 1 (got {n_min}, {n_max}, {min_count})"));
+                return Err(format!(
+                    "need 1 <= n_min <= n_max <= 16 and min_count >= 1 (got {n_min}, {n_max}, {min_count})"
+                ));
             }
             *s = State::new(n_min, n_max, min_count);
             Ok(())

@@ -8,8 +8,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use exports::bmoe::policy::drafter_policy::Guest;
 use bmoe::policy::types::{Info, Param};
+use exports::bmoe::policy::drafter_policy::Guest;
 
 wit_bindgen::generate!({ world: "drafter", path: "../wit" });
 
@@ -72,7 +72,10 @@ impl State {
 
 /// FNV-1a over the tokens' bytes.
 fn hash(tokens: &[i32]) -> u64 {
-    tokens.iter().flat_map(|t| t.to_le_bytes()).fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    tokens
+        .iter()
+        .flat_map(|t| t.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 thread_local! {
@@ -86,7 +89,11 @@ impl Guest for Ngram {
             version: env!("CARGO_PKG_VERSION").into(),
             description: "longest earlier match of the context's suffix; proposes what followed it".into(),
             params: vec![
-                Param { name: "min_match".into(), default: "3".into(), description: "shortest suffix match that may draft".into() },
+                Param {
+                    name: "min_match".into(),
+                    default: "3".into(),
+                    description: "shortest suffix match that may draft".into(),
+                },
                 Param { name: "max_match".into(), default: "12".into(), description: "longest suffix compared".into() },
             ],
         }

@@ -9,8 +9,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use exports::bmoe::policy::drafter_policy::Guest;
 use bmoe::policy::types::{Info, Param};
+use exports::bmoe::policy::drafter_policy::Guest;
 
 wit_bindgen::generate!({ world: "drafter", path: "../wit" });
 
@@ -75,12 +75,9 @@ impl State {
 
     fn draft(&self, max: usize) -> Vec<i32> {
         // Deepest suffix (shorter than max_depth) with a continuation seen before.
-        let Some(&start) = self
-            .active
-            .iter()
-            .rev()
-            .find(|&&n| (self.nodes[n as usize].depth as usize) < self.max_depth && self.nodes[n as usize].continued > 0)
-        else {
+        let Some(&start) = self.active.iter().rev().find(|&&n| {
+            (self.nodes[n as usize].depth as usize) < self.max_depth && self.nodes[n as usize].continued > 0
+        }) else {
             return Vec::new();
         };
         let matched = self.nodes[start as usize].depth as usize;
@@ -95,14 +92,10 @@ impl State {
             if n.depth as usize >= self.max_depth {
                 break;
             }
-            let Some(&best) = n
-                .children
-                .iter()
-                .max_by(|&&a, &&b| {
-                    let (a, b) = (&self.nodes[a as usize], &self.nodes[b as usize]);
-                    a.count.cmp(&b.count).then(b.token.cmp(&a.token))
-                })
-            else {
+            let Some(&best) = n.children.iter().max_by(|&&a, &&b| {
+                let (a, b) = (&self.nodes[a as usize], &self.nodes[b as usize]);
+                a.count.cmp(&b.count).then(b.token.cmp(&a.token))
+            }) else {
                 break;
             };
             let b = &self.nodes[best as usize];
@@ -128,14 +121,26 @@ impl Guest for Suffix {
             version: env!("CARGO_PKG_VERSION").into(),
             description: "frequency-scored suffix trie; drafts longer runs after longer matches".into(),
             params: vec![
-                Param { name: "max_depth".into(), default: "24".into(), description: "longest substring indexed".into() },
-                Param { name: "min_match".into(), default: "2".into(), description: "shortest suffix match that may draft".into() },
+                Param {
+                    name: "max_depth".into(),
+                    default: "24".into(),
+                    description: "longest substring indexed".into(),
+                },
+                Param {
+                    name: "min_match".into(),
+                    default: "2".into(),
+                    description: "shortest suffix match that may draft".into(),
+                },
                 Param {
                     name: "p_min".into(),
                     default: "0.3".into(),
                     description: "least share of the continuations a drafted token must have".into(),
                 },
-                Param { name: "alpha".into(), default: "2.0".into(), description: "draft at most alpha x match length".into() },
+                Param {
+                    name: "alpha".into(),
+                    default: "2.0".into(),
+                    description: "draft at most alpha x match length".into(),
+                },
             ],
         }
     }

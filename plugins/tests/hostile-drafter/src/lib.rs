@@ -3,8 +3,8 @@
 
 use std::cell::RefCell;
 
-use exports::bmoe::policy::drafter_policy::Guest;
 use bmoe::policy::types::Info;
+use exports::bmoe::policy::drafter_policy::Guest;
 
 wit_bindgen::generate!({ world: "drafter", path: "../../wit" });
 

@@ -4,8 +4,8 @@
 
 use std::cell::RefCell;
 
-use exports::bmoe::policy::dropper_policy::Guest;
 use bmoe::policy::types::Info;
+use exports::bmoe::policy::dropper_policy::{Guest, Routed};
 
 wit_bindgen::generate!({ world: "dropper", path: "../../wit" });
 
@@ -35,7 +35,8 @@ impl Guest for Hostile {
         Ok(())
     }
 
-    fn decide(_layer: u32, experts: Vec<u32>, _weights: Vec<f32>, _resident: Vec<bool>, _k: u32) -> Vec<u32> {
+    fn decide(_layer: u32, _k: u32, slots: Vec<Routed>) -> Vec<u32> {
+        let experts: Vec<u32> = slots.iter().map(|s| s.expert).collect();
         let mode = MODE.with_borrow(|m| m.clone());
         match mode.as_str() {
             // An expert id that exists but was not routed for this token.

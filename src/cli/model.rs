@@ -1,0 +1,257 @@
+//! Model commands: `make-model`, `inspect`, `archs`, `trace-stats`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use clap::Args;
+
+use super::progress_bar;
+use crate::gguf::{GgmlType, ModelFiles};
+use crate::moe::recipe::{self, EXPERT_SUFFIXES, parse_expert_tensor};
+use crate::synth::{self, Arch, ModelSpec, Preset};
+use crate::telemetry::trace;
+
+/// `bmoe make-model`
+#[derive(Args, Debug)]
+pub struct MakeModelArgs {
+    /// Output file (with --split N: the name before -0000i-of-0000N.gguf).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Starting shape: tiny (<5 MB, tests), demo (~220 MB), bench (Qwen3-30B-A3B layers, >5 GB).
+    #[arg(long, default_value = "tiny")]
+    pub preset: String,
+    /// Architecture: qwen3moe (split experts), gemma4 (fused gate_up) or gpt-oss (expert biases).
+    #[arg(long, default_value = "qwen3moe")]
+    pub arch: String,
+    /// Transformer layers.
+    #[arg(long)]
+    pub layers: Option<u32>,
+    /// Embedding width.
+    #[arg(long)]
+    pub embd: Option<u32>,
+    /// Experts per layer.
+    #[arg(long)]
+    pub experts: Option<u32>,
+    /// Experts routed per token.
+    #[arg(long)]
+    pub experts_used: Option<u32>,
+    /// Hidden width of one expert.
+    #[arg(long)]
+    pub expert_ff: Option<u32>,
+    /// Expert tensor type: f32, f16, q8_0 or q4_0.
+    #[arg(long)]
+    pub quant: Option<String>,
+    /// Random seed (same seed, same bytes).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write N shard files (llama.cpp's split format).
+    #[arg(long)]
+    pub split: Option<u32>,
+    /// Routing shape: correlation of consecutive tokens' embeddings, in [0, 1).
+    #[arg(long, help_heading = "Routing shape")]
+    pub token_corr: Option<f32>,
+    /// Routing shape: spread of per-expert popularity from a quarter of the depth on.
+    #[arg(long, help_heading = "Routing shape")]
+    pub skew: Option<f32>,
+    /// Routing shape: spread of per-expert popularity in the first MoE layer.
+    #[arg(long, help_heading = "Routing shape")]
+    pub skew_first: Option<f32>,
+    /// Routing shape: size of attention and expert outputs relative to the residual stream.
+    #[arg(long, help_heading = "Routing shape")]
+    pub mix: Option<f32>,
+}
+
+pub fn make_model(a: MakeModelArgs) -> Result<()> {
+    let preset =
+        Preset::from_name(&a.preset).ok_or_else(|| anyhow!("--preset {}: expected tiny, demo or bench", a.preset))?;
+    let arch = Arch::from_name(&a.arch)
+        .ok_or_else(|| anyhow!("--arch {}: the generator makes {}", a.arch, Arch::ALL.map(Arch::name).join(", ")))?;
+    let mut spec = ModelSpec::preset(preset, arch);
+    if let Some(q) = &a.quant {
+        let supported = [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0];
+        spec.expert_type = GgmlType::from_name(q)
+            .filter(|t| supported.contains(t))
+            .ok_or_else(|| anyhow!("--quant {q}: the generator writes f32, f16, q8_0 or q4_0 experts"))?;
+    }
+    let set = |dst: &mut u32, v: Option<u32>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    set(&mut spec.layers, a.layers);
+    set(&mut spec.embd, a.embd);
+    set(&mut spec.experts, a.experts);
+    set(&mut spec.experts_used, a.experts_used);
+    set(&mut spec.expert_ff, a.expert_ff);
+    set(&mut spec.split, a.split);
+    if let Some(s) = a.seed {
+        spec.seed = s;
+    }
+    let r = &mut spec.routing;
+    for (dst, v) in [
+        (&mut r.token_corr, a.token_corr),
+        (&mut r.skew, a.skew),
+        (&mut r.skew_first, a.skew_first),
+        (&mut r.mix, a.mix),
+    ] {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    }
+    let mut bar = None;
+    let report = synth::write_model(&spec, &a.output, &mut |done, total| {
+        bar.get_or_insert_with(|| progress_bar(total, "writing")).set_position(done);
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    for p in &report.paths {
+        eprintln!("wrote {}", p.display());
+    }
+    eprintln!(
+        "{} {} layers, {} experts (top-{}), {} experts: {:.1} MiB in {:.2} s ({:.0} MiB/s); random weights",
+        arch.name(),
+        spec.layers,
+        spec.experts,
+        spec.experts_used,
+        spec.expert_type,
+        report.bytes as f64 / 1048576.0,
+        report.seconds,
+        report.bytes as f64 / 1048576.0 / report.seconds.max(1e-9)
+    );
+    Ok(())
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / 1048576.0)
+}
+
+pub fn inspect(file: &Path) -> Result<()> {
+    let files = ModelFiles::open(file)?;
+    let meta = files.meta();
+    let arch = meta.architecture().unwrap_or("(none)");
+    let mut out = String::new();
+    use std::fmt::Write as _;
+    let n_layer = meta.arch_u64("block_count");
+    let n_expert = meta.arch_u64("expert_count").unwrap_or(0);
+    let k = meta.arch_u64("expert_used_count");
+    let _ = writeln!(out, "file:          {}", file.display());
+    if files.paths().len() > 1 {
+        let _ = writeln!(out, "shards:        {}", files.paths().len());
+    }
+    let _ = writeln!(
+        out,
+        "gguf:          v{}, alignment {}, {} tensors",
+        meta.version,
+        meta.alignment,
+        files.tensors().count()
+    );
+    let _ = writeln!(out, "architecture:  {arch}");
+    let _ = writeln!(out, "layers:        {}", n_layer.map_or("?".into(), |v| v.to_string()));
+    let _ = writeln!(
+        out,
+        "experts:       {n_expert} per layer, {} routed per token",
+        k.map_or("?".into(), |v| v.to_string())
+    );
+    let (mut expert_bytes, mut dense_bytes) = (0u64, 0u64);
+    // (layer) -> (slice bytes per expert over all projections, projections, types, aligned)
+    let mut layers: std::collections::BTreeMap<u32, (u64, Vec<String>, bool)> = Default::default();
+    for t in files.tensors() {
+        match parse_expert_tensor(&t.info.name) {
+            Some((layer, suffix)) if t.info.dims.len() == 3 && n_expert > 0 => {
+                expert_bytes += t.info.size;
+                let slice = t.info.size / n_expert;
+                let e = layers.entry(layer).or_insert((0, Vec::new(), true));
+                e.0 += slice;
+                e.1.push(format!("{} {}", EXPERT_SUFFIXES[suffix], t.info.ty));
+                e.2 &= t.file_offset % 4096 == 0 && slice % 4096 == 0;
+            }
+            _ => dense_bytes += t.info.size,
+        }
+    }
+    let total = expert_bytes + dense_bytes;
+    let _ = writeln!(
+        out,
+        "expert bytes:  {} ({:.1}% of weights)",
+        mib(expert_bytes),
+        100.0 * expert_bytes as f64 / total.max(1) as f64
+    );
+    let _ = writeln!(out, "dense bytes:   {} (stay resident while streaming)", mib(dense_bytes));
+    if let Some((first, (slice, projs, _))) = layers.iter().next() {
+        let uniform = layers.values().all(|(s, _, _)| s == slice);
+        let _ = writeln!(
+            out,
+            "expert slice:  {} per expert per layer{} ({})",
+            mib(*slice),
+            if uniform { String::new() } else { format!(" in layer {first}; varies by layer") },
+            projs.join(", ")
+        );
+        let _ = writeln!(out, "moe layers:    {} of {}", layers.len(), n_layer.unwrap_or(0));
+        if let Some(k) = k {
+            let per_token: u64 = layers.values().map(|(s, _, _)| s * k.min(n_expert)).sum();
+            let _ = writeln!(out, "token demand:  {} read per token with no cache", mib(per_token));
+        }
+        let aligned = layers.values().all(|(_, _, a)| *a);
+        let _ = writeln!(out, "page-aligned:  {}", if aligned { "yes" } else { "no (O_DIRECT reads aligned windows)" });
+    }
+    let verdict = match recipe::recipe_for(arch) {
+        None => format!("no: architecture {arch} has no recipe (see `bmoe archs`)"),
+        Some(_) if layers.is_empty() => "no: no expert tensors found".to_string(),
+        Some(r) => {
+            format!("yes ({:?} layout{})", r.layout, if r.gated { ", covered by byte-identity gates" } else { "" })
+        }
+    };
+    let _ = writeln!(out, "streamable:    {verdict}");
+    print!("{out}");
+    Ok(())
+}
+
+pub fn archs() {
+    println!("{:<12} {:<7} {:<6} {:<45} expert tensors", "arch", "layout", "gated", "models");
+    for r in recipe::RECIPES {
+        let tensors = match r.layout {
+            recipe::Layout::Split => "ffn_{gate,up,down}_exps",
+            recipe::Layout::Fused => "ffn_gate_up_exps + ffn_down_exps (or split)",
+        };
+        println!(
+            "{:<12} {:<7} {:<6} {:<45} {tensors}",
+            r.arch,
+            format!("{:?}", r.layout).to_lowercase(),
+            if r.gated { "yes" } else { "no" },
+            r.models
+        );
+    }
+    println!("\nStreamed: blk.<il>.<tensor>.weight whose dimension 2 indexes the expert. Everything else");
+    println!("(attention, norms, routers, shared experts, .scale/.bias companions) stays resident.");
+}
+
+pub fn trace_stats(files: &[PathBuf], tokens: usize) -> Result<()> {
+    if files.is_empty() {
+        bail!("give at least one route-trace file");
+    }
+    println!(
+        "{:<40} {:>6} {:>4} {:>6} {:>14} {:>8} {:>7} {:>7} {:>7} {:>7}",
+        "trace", "layers", "k", "tokens", "distinct/layer", "overlap", "top10%", "lru10%", "lru25%", "lru50%"
+    );
+    for f in files {
+        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let s = trace::analyze(&text, tokens, &[0.10, 0.25, 0.50]).map_err(|e| anyhow!("{}: {e}", f.display()))?;
+        let name = f.file_name().map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into_owned());
+        println!(
+            "{:<40} {:>6} {:>4} {:>6} {:>6.1} [{:>2}-{:>3}] {:>8.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
+            name,
+            s.layers,
+            s.k,
+            s.decode_tokens,
+            s.distinct_mean,
+            s.distinct_min,
+            s.distinct_max,
+            s.prev_overlap,
+            s.top10_share,
+            s.lru_hits[0].1,
+            s.lru_hits[1].1,
+            s.lru_hits[2].1
+        );
+    }
+    Ok(())
+}
