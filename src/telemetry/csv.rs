@@ -116,7 +116,7 @@ impl CsvSink {
         let f = |v: Option<f64>| v.map_or_else(|| "nan".into(), |x| format!("{x:.3}"));
         writeln!(
             self.out,
-            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3}",
+            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3} decode_steps={} drafted={} accepted={} verify_steps={} draft_extra_mib={:.3} routings={} dropped={} avoided_mib={:.3}",
             s.decode_tokens,
             f(s.decode_tps()),
             s.prompt_tokens,
@@ -124,7 +124,15 @@ impl CsvSink {
             f(s.mib_per_token()),
             f(s.hit_rate_pct()),
             s.evictions,
-            s.load_s
+            s.load_s,
+            s.decode_steps,
+            s.drafted,
+            s.accepted,
+            s.verify_steps,
+            s.draft_extra_bytes as f64 / 1048576.0,
+            s.routings,
+            s.dropped,
+            s.avoided_bytes as f64 / 1048576.0
         )?;
         self.out.flush()
     }

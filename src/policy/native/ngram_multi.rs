@@ -91,10 +91,15 @@ mod tests {
 
     #[test]
     fn most_frequent_follower_then_recency() {
-        let mut p = NgramMulti::default();
-        // After [1, 2]: 3 twice, 4 once -> 3. Then [2, 3] -> 1 (seen twice).
-        p.reset(&[1, 2, 3, 1, 2, 4, 1, 2, 3, 1, 2]).unwrap();
+        let context = [1, 2, 3, 1, 2, 4, 1, 2, 3, 1, 2];
+        // Bigrams only: after [1, 2] came 3 twice and 4 once -> 3; after [2, 3], 1.
+        let mut p = NgramMulti::new(2, 2, 1);
+        p.reset(&context).unwrap();
         assert_eq!(p.draft(2).unwrap(), [3, 1]);
+        // The longest n decides: [2, 3, 1, 2] occurred once, followed by 4.
+        let mut p = NgramMulti::default();
+        p.reset(&context).unwrap();
+        assert_eq!(p.draft(1).unwrap(), [4]);
         // Equal counts: the most recent follower wins.
         p.reset(&[5, 6, 7, 5, 6, 8, 5, 6]).unwrap();
         assert_eq!(p.draft(1).unwrap(), [8]);
