@@ -80,7 +80,7 @@ proptest! {
     fn ngram_plugin_equals_native(tokens in stream(), split in 0usize..200, ch in chunks(), min in 1usize..4, extra in 0usize..6) {
         let max = min + extra;
         let mut wasm = drafter("ngram", &[("min_match", &min.to_string()), ("max_match", &max.to_string())]);
-        let mut twin = native::Ngram::new(min, max);
+        let mut twin = native::Twin::new(native::Ngram { min_match: min, max_match: max });
         same_drafts(&mut wasm, &mut twin, &tokens, split, &ch);
     }
 
@@ -90,7 +90,7 @@ proptest! {
         let mut wasm = drafter("ngram-multi", &[
             ("n_min", &n_min.to_string()), ("n_max", &n_max.to_string()), ("min_count", &min_count.to_string()),
         ]);
-        let mut twin = native::NgramMulti::new(n_min, n_max, min_count);
+        let mut twin = native::Twin::new(native::NgramMulti { n_min, n_max, min_count });
         same_drafts(&mut wasm, &mut twin, &tokens, split, &ch);
     }
 
@@ -101,7 +101,7 @@ proptest! {
         let mut wasm = drafter("suffix", &[
             ("max_depth", &depth.to_string()), ("min_match", "1"), ("p_min", &p.to_string()), ("alpha", &alpha.to_string()),
         ]);
-        let mut twin = native::Suffix::new(depth, 1, p, alpha);
+        let mut twin = native::Twin::new(native::Suffix { max_depth: depth, min_match: 1, p_min: p, alpha });
         same_drafts(&mut wasm, &mut twin, &tokens, split, &ch);
     }
 

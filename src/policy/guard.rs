@@ -8,144 +8,140 @@ use std::collections::HashSet;
 
 use super::{DraftPolicy, DropCall, DropPolicy};
 
-/// A guarded draft policy.
-pub struct Drafter {
+/// Whether a policy is still trusted; the first fault disables it for good
+/// and leaves one message for the front end.
+struct Health {
+    /// `draft plugin` or `drop plugin`.
+    what: &'static str,
     name: String,
-    inner: Box<dyn DraftPolicy>,
-    n_vocab: i32,
     disabled: Option<String>,
     notice: Option<String>,
+}
+
+impl Health {
+    fn new(what: &'static str, name: &str) -> Health {
+        Health { what, name: name.to_string(), disabled: None, notice: None }
+    }
+
+    fn ok(&self) -> bool {
+        self.disabled.is_none()
+    }
+
+    fn disable(&mut self, fault: String) {
+        let msg = format!("{} `{}` disabled for the rest of the run: {fault}", self.what, self.name);
+        self.notice = Some(msg.clone());
+        self.disabled = Some(msg);
+    }
+}
+
+/// A guarded draft policy.
+pub struct Drafter {
+    health: Health,
+    inner: Box<dyn DraftPolicy>,
+    n_vocab: i32,
 }
 
 impl Drafter {
     /// Wraps `inner`; drafted ids must be below `n_vocab`.
     pub fn new(name: &str, inner: Box<dyn DraftPolicy>, n_vocab: usize) -> Drafter {
-        Drafter { name: name.to_string(), inner, n_vocab: n_vocab as i32, disabled: None, notice: None }
+        Drafter { health: Health::new("draft plugin", name), inner, n_vocab: n_vocab as i32 }
     }
 
     /// The plugin's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.health.name
     }
 
     /// Why the policy was disabled, if it was.
     pub fn disabled(&self) -> Option<&str> {
-        self.disabled.as_deref()
+        self.health.disabled.as_deref()
     }
 
     /// The disable message, once, for the front end to show.
     pub fn take_notice(&mut self) -> Option<String> {
-        self.notice.take()
-    }
-
-    fn disable(&mut self, fault: String) {
-        let msg = format!("draft plugin `{}` disabled for the rest of the run: {fault}", self.name);
-        self.notice = Some(msg.clone());
-        self.disabled = Some(msg);
+        self.health.notice.take()
     }
 
     /// Starts over with the whole context.
     pub fn reset(&mut self, context: &[i32]) {
-        if self.disabled.is_none()
+        if self.health.ok()
             && let Err(e) = self.inner.reset(context)
         {
-            self.disable(e);
+            self.health.disable(e);
         }
     }
 
     /// Reports accepted tokens.
     pub fn observe(&mut self, accepted: &[i32]) {
-        if self.disabled.is_none()
+        if self.health.ok()
             && let Err(e) = self.inner.observe(accepted)
         {
-            self.disable(e);
+            self.health.disable(e);
         }
     }
 
     /// Up to `max` valid draft tokens; empty when disabled or on a fault.
     pub fn draft(&mut self, max: u32) -> Vec<i32> {
-        if self.disabled.is_some() || max == 0 {
+        if !self.health.ok() || max == 0 {
             return Vec::new();
         }
-        match self.inner.draft(max) {
-            Err(e) => {
-                self.disable(e);
-                Vec::new()
-            }
-            Ok(d) if d.len() > max as usize => {
-                self.disable(format!("returned {} tokens, more than the {max} asked for", d.len()));
-                Vec::new()
-            }
+        let fault = match self.inner.draft(max) {
+            Err(e) => e,
+            Ok(d) if d.len() > max as usize => format!("returned {} tokens, more than the {max} asked for", d.len()),
             Ok(d) => match d.iter().find(|&&t| t < 0 || t >= self.n_vocab) {
-                Some(t) => {
-                    self.disable(format!("returned token id {t}, outside the vocabulary (0..{})", self.n_vocab));
-                    Vec::new()
-                }
-                None => d,
+                Some(t) => format!("returned token id {t}, outside the vocabulary (0..{})", self.n_vocab),
+                None => return d,
             },
-        }
+        };
+        self.health.disable(fault);
+        Vec::new()
     }
 }
 
 /// A guarded drop policy.
 pub struct Dropper {
-    name: String,
+    health: Health,
     inner: Box<dyn DropPolicy>,
     n_expert: u32,
-    disabled: Option<String>,
-    notice: Option<String>,
 }
 
 impl Dropper {
     /// Wraps `inner`; expert ids must be below `n_expert`.
     pub fn new(name: &str, inner: Box<dyn DropPolicy>, n_expert: u32) -> Dropper {
-        Dropper { name: name.to_string(), inner, n_expert, disabled: None, notice: None }
+        Dropper { health: Health::new("drop plugin", name), inner, n_expert }
     }
 
     /// The plugin's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.health.name
     }
 
     /// Why the policy was disabled, if it was.
     pub fn disabled(&self) -> Option<&str> {
-        self.disabled.as_deref()
+        self.health.disabled.as_deref()
     }
 
     /// The disable message, once.
     pub fn take_notice(&mut self) -> Option<String> {
-        self.notice.take()
-    }
-
-    fn disable(&mut self, fault: String) {
-        let msg = format!("drop plugin `{}` disabled for the rest of the run: {fault}", self.name);
-        self.notice = Some(msg.clone());
-        self.disabled = Some(msg);
+        self.health.notice.take()
     }
 
     /// Which slots of `call` to drop (`true` = drop), or None to keep all
     /// (disabled, a fault, or nothing dropped).
     pub fn decide(&mut self, call: &DropCall<'_>) -> Option<Vec<bool>> {
-        if self.disabled.is_some() {
+        if !self.health.ok() {
             return None;
         }
-        let ids = match self.inner.decide(call) {
-            Ok(ids) => ids,
-            Err(e) => {
-                self.disable(e);
-                return None;
-            }
+        let fault = match self.inner.decide(call) {
+            Ok(ids) if ids.is_empty() => return None,
+            Ok(ids) => match validate_drops(&ids, call, self.n_expert) {
+                Ok(mask) => return Some(mask),
+                Err(fault) => fault,
+            },
+            Err(e) => e,
         };
-        if ids.is_empty() {
-            return None;
-        }
-        match validate_drops(&ids, call, self.n_expert) {
-            Ok(mask) => Some(mask),
-            Err(fault) => {
-                self.disable(fault);
-                None
-            }
-        }
+        self.health.disable(fault);
+        None
     }
 }
 

@@ -19,7 +19,12 @@ mod bindings {
         wasmtime::component::bindgen!({ world: "drafter", path: "plugins/wit" });
     }
     pub mod dropper {
-        wasmtime::component::bindgen!({ world: "dropper", path: "plugins/wit" });
+        // Both worlds use the same `types` interface: share its Rust types.
+        wasmtime::component::bindgen!({
+            world: "dropper",
+            path: "plugins/wit",
+            with: { "bmoe:policy/types": super::drafter::bmoe::policy::types },
+        });
     }
 }
 
@@ -254,77 +259,103 @@ fn linker(component: &Component) -> Result<Linker<Cap>, String> {
     Ok(linker)
 }
 
-fn new_store(limits: Limits) -> Store<Cap> {
-    let mut store = Store::new(engine(), Cap { limit: limits.memory_bytes, refused: None });
-    store.limiter(|cap| cap);
-    store.set_epoch_deadline(limits.call_ms.max(1));
-    store
+/// A plugin's store: memory cap, per-call deadline, fault messages.
+struct Sandbox {
+    store: Store<Cap>,
+    limits: Limits,
 }
 
-/// Explains why a call failed.
-fn fault(e: wasmtime::Error, store: &Store<Cap>, limits: Limits) -> String {
-    if let Some(bytes) = store.data().refused {
-        return format!(
-            "exceeded its memory limit of {} MiB (asked to grow to {} MiB)",
-            limits.memory_bytes >> 20,
-            bytes >> 20
-        );
+impl Sandbox {
+    fn new(limits: Limits) -> Sandbox {
+        let mut store = Store::new(engine(), Cap { limit: limits.memory_bytes, refused: None });
+        store.limiter(|cap| cap);
+        Sandbox { store, limits }
     }
-    match e.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => format!("ran past its {} ms limit per call", limits.call_ms),
-        Some(trap) => format!("trapped: {trap}"),
-        None => format!("failed: {e:#}"),
+
+    /// Runs one call into the plugin under a fresh deadline.
+    fn call<R>(&mut self, f: impl FnOnce(&mut Store<Cap>) -> wasmtime::Result<R>) -> Result<R, String> {
+        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
+        f(&mut self.store).map_err(|e| self.fault(e))
+    }
+
+    /// Explains why a call failed.
+    fn fault(&self, e: wasmtime::Error) -> String {
+        if let Some(bytes) = self.store.data().refused {
+            return format!(
+                "exceeded its memory limit of {} MiB (asked to grow to {} MiB)",
+                self.limits.memory_bytes >> 20,
+                bytes >> 20
+            );
+        }
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => format!("ran past its {} ms limit per call", self.limits.call_ms),
+            Some(trap) => format!("trapped: {trap}"),
+            None => format!("failed: {e:#}"),
+        }
     }
 }
 
-fn info_from(
-    i: bindings::drafter::bmoe::policy::types::Info,
-    kind: PluginKind,
-    interface: String,
+type Info = bindings::drafter::bmoe::policy::types::Info;
+type Routed = bindings::dropper::exports::bmoe::policy::dropper_policy::Routed;
+
+/// Compiles and instantiates a plugin of `kind`, then asks it to describe
+/// and configure itself.
+fn start<P>(
     source: &Source,
-) -> PluginInfo {
-    PluginInfo {
-        name: i.name,
-        version: i.version,
-        description: i.description,
-        params: i.params.into_iter().map(|p| (p.name, p.default, p.description)).collect(),
+    kind: PluginKind,
+    params: &[(String, String)],
+    limits: Limits,
+    instantiate: impl FnOnce(&mut Store<Cap>, &Component, &Linker<Cap>) -> wasmtime::Result<P>,
+    describe: impl FnOnce(&P, &mut Store<Cap>) -> wasmtime::Result<Info>,
+    configure: impl FnOnce(&P, &mut Store<Cap>, &[(String, String)]) -> wasmtime::Result<Result<(), String>>,
+) -> Result<(Sandbox, P, PluginInfo), String> {
+    let (component, interface) = compile(source, kind)?;
+    let name = source.describe();
+    let mut sandbox = Sandbox::new(limits);
+    let linker = linker(&component)?;
+    let plugin = sandbox
+        .call(|s| instantiate(s, &component, &linker))
+        .map_err(|e| format!("{name}: instantiation failed: {e}"))?;
+    let info = sandbox.call(|s| describe(&plugin, s)).map_err(|e| format!("{name}: describe {e}"))?;
+    let info = PluginInfo {
+        name: info.name,
+        version: info.version,
+        description: info.description,
+        params: info.params.into_iter().map(|p| (p.name, p.default, p.description)).collect(),
         kind,
         interface,
         source: match source {
             Source::Bundled(_) => "bundled".into(),
             Source::File(p) => p.display().to_string(),
         },
-    }
+    };
+    sandbox
+        .call(|s| configure(&plugin, s, params))
+        .map_err(|e| format!("{name}: configure {e}"))?
+        .map_err(|msg| format!("plugin `{}` rejected its parameters: {msg}", info.name))?;
+    Ok((sandbox, plugin, info))
 }
 
 /// A draft policy running as a Wasm plugin.
 pub struct WasmDrafter {
-    store: Store<Cap>,
+    sandbox: Sandbox,
     plugin: bindings::drafter::Drafter,
-    limits: Limits,
     info: PluginInfo,
 }
 
 impl WasmDrafter {
     /// Loads, describes and configures a drafter plugin.
     pub fn load(source: &Source, params: &[(String, String)], limits: Limits) -> Result<WasmDrafter, String> {
-        let (component, interface) = compile(source, PluginKind::Drafter)?;
-        let mut store = new_store(limits);
-        let name = source.describe();
-        let plugin = bindings::drafter::Drafter::instantiate(&mut store, &component, &linker(&component)?)
-            .map_err(|e| format!("{name}: instantiation failed: {}", fault(e, &store, limits)))?;
-        let mut me = WasmDrafter { store, plugin, limits, info: PluginInfo::placeholder() };
-        let api = me.plugin.bmoe_policy_drafter_policy();
-        me.store.set_epoch_deadline(limits.call_ms.max(1));
-        let described = api
-            .call_describe(&mut me.store)
-            .map_err(|e| format!("{name}: describe {}", fault(e, &me.store, limits)))?;
-        me.info = info_from(described, PluginKind::Drafter, interface, source);
-        me.store.set_epoch_deadline(limits.call_ms.max(1));
-        api.call_configure(&mut me.store, params)
-            .map_err(|e| format!("{name}: configure {}", fault(e, &me.store, limits)))?
-            .map_err(|msg| format!("plugin `{}` rejected its parameters: {msg}", me.info.name))?;
-        Ok(me)
+        let (sandbox, plugin, info) = start(
+            source,
+            PluginKind::Drafter,
+            params,
+            limits,
+            |s, c, l| bindings::drafter::Drafter::instantiate(s, c, l),
+            |p: &bindings::drafter::Drafter, s| p.bmoe_policy_drafter_policy().call_describe(s),
+            |p, s, params| p.bmoe_policy_drafter_policy().call_configure(s, params),
+        )?;
+        Ok(WasmDrafter { sandbox, plugin, info })
     }
 
     /// What the plugin said about itself.
@@ -335,69 +366,43 @@ impl WasmDrafter {
 
 impl DraftPolicy for WasmDrafter {
     fn reset(&mut self, context: &[i32]) -> Result<(), String> {
-        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
         let api = self.plugin.bmoe_policy_drafter_policy();
-        api.call_reset(&mut self.store, context).map_err(|e| fault(e, &self.store, self.limits))
+        self.sandbox.call(|s| api.call_reset(s, context))
     }
 
     fn observe(&mut self, accepted: &[i32]) -> Result<(), String> {
-        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
         let api = self.plugin.bmoe_policy_drafter_policy();
-        api.call_observe(&mut self.store, accepted).map_err(|e| fault(e, &self.store, self.limits))
+        self.sandbox.call(|s| api.call_observe(s, accepted))
     }
 
     fn draft(&mut self, max: u32) -> Result<Vec<i32>, String> {
-        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
         let api = self.plugin.bmoe_policy_drafter_policy();
-        api.call_draft(&mut self.store, max).map_err(|e| fault(e, &self.store, self.limits))
+        self.sandbox.call(|s| api.call_draft(s, max))
     }
 }
 
 /// A drop policy running as a Wasm plugin.
 pub struct WasmDropper {
-    store: Store<Cap>,
+    sandbox: Sandbox,
     plugin: bindings::dropper::Dropper,
-    limits: Limits,
     info: PluginInfo,
     /// Scratch for the routed slots of one call.
-    slots: Vec<bindings::dropper::exports::bmoe::policy::dropper_policy::Routed>,
+    slots: Vec<Routed>,
 }
 
 impl WasmDropper {
     /// Loads, describes and configures a dropper plugin.
     pub fn load(source: &Source, params: &[(String, String)], limits: Limits) -> Result<WasmDropper, String> {
-        let (component, interface) = compile(source, PluginKind::Dropper)?;
-        let mut store = new_store(limits);
-        let name = source.describe();
-        let plugin = bindings::dropper::Dropper::instantiate(&mut store, &component, &linker(&component)?)
-            .map_err(|e| format!("{name}: instantiation failed: {}", fault(e, &store, limits)))?;
-        let mut me = WasmDropper { store, plugin, limits, info: PluginInfo::placeholder(), slots: Vec::new() };
-        let api = me.plugin.bmoe_policy_dropper_policy();
-        me.store.set_epoch_deadline(limits.call_ms.max(1));
-        let d = api
-            .call_describe(&mut me.store)
-            .map_err(|e| format!("{name}: describe {}", fault(e, &me.store, limits)))?;
-        // The two worlds share the `types` interface; convert field by field.
-        let described = bindings::drafter::bmoe::policy::types::Info {
-            name: d.name,
-            version: d.version,
-            description: d.description,
-            params: d
-                .params
-                .into_iter()
-                .map(|p| bindings::drafter::bmoe::policy::types::Param {
-                    name: p.name,
-                    default: p.default,
-                    description: p.description,
-                })
-                .collect(),
-        };
-        me.info = info_from(described, PluginKind::Dropper, interface, source);
-        me.store.set_epoch_deadline(limits.call_ms.max(1));
-        api.call_configure(&mut me.store, params)
-            .map_err(|e| format!("{name}: configure {}", fault(e, &me.store, limits)))?
-            .map_err(|msg| format!("plugin `{}` rejected its parameters: {msg}", me.info.name))?;
-        Ok(me)
+        let (sandbox, plugin, info) = start(
+            source,
+            PluginKind::Dropper,
+            params,
+            limits,
+            |s, c, l| bindings::dropper::Dropper::instantiate(s, c, l),
+            |p: &bindings::dropper::Dropper, s| p.bmoe_policy_dropper_policy().call_describe(s),
+            |p, s, params| p.bmoe_policy_dropper_policy().call_configure(s, params),
+        )?;
+        Ok(WasmDropper { sandbox, plugin, info, slots: Vec::new() })
     }
 
     /// What the plugin said about itself.
@@ -408,32 +413,15 @@ impl WasmDropper {
 
 impl DropPolicy for WasmDropper {
     fn decide(&mut self, call: &DropCall<'_>) -> Result<Vec<u32>, String> {
-        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
-        let api = self.plugin.bmoe_policy_dropper_policy();
         self.slots.clear();
-        self.slots.extend((0..call.experts.len()).map(|i| {
-            bindings::dropper::exports::bmoe::policy::dropper_policy::Routed {
-                expert: call.experts[i],
-                weight: call.weights[i],
-                resident: call.resident[i],
-            }
+        self.slots.extend((0..call.experts.len()).map(|i| Routed {
+            expert: call.experts[i],
+            weight: call.weights[i],
+            resident: call.resident[i],
         }));
-        api.call_decide(&mut self.store, call.layer, call.k, &self.slots)
-            .map_err(|e| fault(e, &self.store, self.limits))
-    }
-}
-
-impl PluginInfo {
-    fn placeholder() -> PluginInfo {
-        PluginInfo {
-            name: String::new(),
-            version: String::new(),
-            description: String::new(),
-            params: Vec::new(),
-            kind: PluginKind::Drafter,
-            interface: String::new(),
-            source: String::new(),
-        }
+        let api = self.plugin.bmoe_policy_dropper_policy();
+        let slots = &self.slots;
+        self.sandbox.call(|s| api.call_decide(s, call.layer, call.k, slots))
     }
 }
 

@@ -36,6 +36,25 @@ impl State {
         State { n_min, n_max, min_count, context: Vec::new(), maps: vec![HashMap::new(); n_max - n_min + 1] }
     }
 
+    fn next(&self, seq: &[i32]) -> Option<i32> {
+        for n in (self.n_min..=self.n_max).rev() {
+            if seq.len() < n {
+                continue;
+            }
+            if let Some(followers) = self.maps[n - self.n_min].get(&seq[seq.len() - n..]) {
+                let best = followers.iter().max_by_key(|f| (f.count, f.last))?;
+                return (best.count >= self.min_count).then_some(best.token);
+            }
+        }
+        None
+    }
+}
+
+impl support::Incremental for State {
+    fn clear(&mut self) {
+        *self = State::new(self.n_min, self.n_max, self.min_count);
+    }
+
     fn push(&mut self, token: i32) {
         let p = self.context.len();
         for n in self.n_min..=self.n_max {
@@ -51,19 +70,6 @@ impl State {
             }
         }
         self.context.push(token);
-    }
-
-    fn next(&self, seq: &[i32]) -> Option<i32> {
-        for n in (self.n_min..=self.n_max).rev() {
-            if seq.len() < n {
-                continue;
-            }
-            if let Some(followers) = self.maps[n - self.n_min].get(&seq[seq.len() - n..]) {
-                let best = followers.iter().max_by_key(|f| (f.count, f.last))?;
-                return (best.count >= self.min_count).then_some(best.token);
-            }
-        }
-        None
     }
 
     fn draft(&self, max: usize) -> Vec<i32> {
@@ -124,20 +130,7 @@ impl Guest for NgramMulti {
         })
     }
 
-    fn reset(context: Vec<i32>) {
-        STATE.with_borrow_mut(|s| {
-            *s = State::new(s.n_min, s.n_max, s.min_count);
-            context.into_iter().for_each(|t| s.push(t));
-        });
-    }
-
-    fn observe(accepted: Vec<i32>) {
-        STATE.with_borrow_mut(|s| accepted.into_iter().for_each(|t| s.push(t)));
-    }
-
-    fn draft(max: u32) -> Vec<i32> {
-        STATE.with_borrow(|s| s.draft(max as usize))
-    }
+    support::drafter_calls!(STATE);
 }
 
 export!(NgramMulti);

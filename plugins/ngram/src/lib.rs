@@ -27,6 +27,13 @@ impl State {
     fn new() -> State {
         State { min_match: 3, max_match: 12, context: Vec::new(), index: HashMap::new() }
     }
+}
+
+impl support::Incremental for State {
+    fn clear(&mut self) {
+        self.context.clear();
+        self.index.clear();
+    }
 
     fn push(&mut self, token: i32) {
         self.context.push(token);
@@ -118,21 +125,7 @@ impl Guest for Ngram {
         })
     }
 
-    fn reset(context: Vec<i32>) {
-        STATE.with_borrow_mut(|s| {
-            s.context.clear();
-            s.index.clear();
-            context.into_iter().for_each(|t| s.push(t));
-        });
-    }
-
-    fn observe(accepted: Vec<i32>) {
-        STATE.with_borrow_mut(|s| accepted.into_iter().for_each(|t| s.push(t)));
-    }
-
-    fn draft(max: u32) -> Vec<i32> {
-        STATE.with_borrow(|s| s.draft(max as usize))
-    }
+    support::drafter_calls!(STATE);
 }
 
 export!(Ngram);

@@ -54,6 +54,12 @@ impl State {
         self.edges.insert((parent, token), id);
         id
     }
+}
+
+impl support::Incremental for State {
+    fn clear(&mut self) {
+        *self = State::new(self.max_depth, self.min_match, self.p_min, self.alpha);
+    }
 
     fn push(&mut self, token: i32) {
         let mut next = Vec::with_capacity(self.max_depth);
@@ -169,20 +175,7 @@ impl Guest for Suffix {
         })
     }
 
-    fn reset(context: Vec<i32>) {
-        STATE.with_borrow_mut(|s| {
-            *s = State::new(s.max_depth, s.min_match, s.p_min, s.alpha);
-            context.into_iter().for_each(|t| s.push(t));
-        });
-    }
-
-    fn observe(accepted: Vec<i32>) {
-        STATE.with_borrow_mut(|s| accepted.into_iter().for_each(|t| s.push(t)));
-    }
-
-    fn draft(max: u32) -> Vec<i32> {
-        STATE.with_borrow(|s| s.draft(max as usize))
-    }
+    support::drafter_calls!(STATE);
 }
 
 export!(Suffix);

@@ -18,9 +18,9 @@ use super::{DraftPolicy, DropPolicy};
 /// The native twin of bundled plugin `name` with its default parameters.
 pub fn drafter(name: &str) -> Option<Box<dyn DraftPolicy>> {
     Some(match name {
-        "ngram" => Box::new(Ngram::default()),
-        "ngram-multi" => Box::new(NgramMulti::default()),
-        "suffix" => Box::new(Suffix::default()),
+        "ngram" => Box::new(Twin::new(Ngram::default())),
+        "ngram-multi" => Box::new(Twin::new(NgramMulti::default())),
+        "suffix" => Box::new(Twin::new(Suffix::default())),
         _ => return None,
     })
 }
@@ -33,16 +33,39 @@ pub fn dropper(name: &str) -> Option<Box<dyn DropPolicy>> {
     })
 }
 
-/// A context that drafters append to.
-#[derive(Debug, Clone, Default)]
-struct History(Vec<i32>);
+/// A draft policy written as a function of the whole context.
+pub trait ContextDraft: Send {
+    /// Up to `max` tokens to follow `context`.
+    fn draft_from(&self, context: &[i32], max: usize) -> Vec<i32>;
+}
 
-impl History {
-    fn reset(&mut self, context: &[i32]) {
-        self.0 = context.to_vec();
+/// Keeps the context for a [`ContextDraft`], making it a [`DraftPolicy`].
+#[derive(Debug, Clone, Default)]
+pub struct Twin<T> {
+    /// The policy and its parameters.
+    pub policy: T,
+    context: Vec<i32>,
+}
+
+impl<T: ContextDraft> Twin<T> {
+    /// Wraps `policy` with an empty context.
+    pub fn new(policy: T) -> Twin<T> {
+        Twin { policy, context: Vec::new() }
+    }
+}
+
+impl<T: ContextDraft> DraftPolicy for Twin<T> {
+    fn reset(&mut self, context: &[i32]) -> Result<(), String> {
+        self.context = context.to_vec();
+        Ok(())
     }
 
-    fn observe(&mut self, accepted: &[i32]) {
-        self.0.extend_from_slice(accepted);
+    fn observe(&mut self, accepted: &[i32]) -> Result<(), String> {
+        self.context.extend_from_slice(accepted);
+        Ok(())
+    }
+
+    fn draft(&mut self, max: u32) -> Result<Vec<i32>, String> {
+        Ok(self.policy.draft_from(&self.context, max as usize))
     }
 }

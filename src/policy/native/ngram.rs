@@ -3,29 +3,20 @@
 //! at the candidate's own length), keep the strictly longest (so the most
 //! recent wins ties), require `min_match`, draft what followed.
 
-use super::History;
-use crate::policy::DraftPolicy;
+use super::ContextDraft;
 
 /// Native twin of the `ngram` plugin.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Ngram {
     /// Shortest match that may draft.
     pub min_match: usize,
     /// Longest match compared.
     pub max_match: usize,
-    history: History,
 }
 
 impl Default for Ngram {
     fn default() -> Ngram {
-        Ngram { min_match: 3, max_match: 12, history: History::default() }
-    }
-}
-
-impl Ngram {
-    /// Twin with explicit parameters.
-    pub fn new(min_match: usize, max_match: usize) -> Ngram {
-        Ngram { min_match, max_match, ..Ngram::default() }
+        Ngram { min_match: 3, max_match: 12 }
     }
 }
 
@@ -58,19 +49,9 @@ pub fn ngram_draft(c: &[i32], max: usize, min_match: usize, max_match: usize) ->
     c[best + 1..c.len().min(best + 1 + max)].to_vec()
 }
 
-impl DraftPolicy for Ngram {
-    fn reset(&mut self, context: &[i32]) -> Result<(), String> {
-        self.history.reset(context);
-        Ok(())
-    }
-
-    fn observe(&mut self, accepted: &[i32]) -> Result<(), String> {
-        self.history.observe(accepted);
-        Ok(())
-    }
-
-    fn draft(&mut self, max: u32) -> Result<Vec<i32>, String> {
-        Ok(ngram_draft(&self.history.0, max as usize, self.min_match, self.max_match))
+impl ContextDraft for Ngram {
+    fn draft_from(&self, context: &[i32], max: usize) -> Vec<i32> {
+        ngram_draft(context, max, self.min_match, self.max_match)
     }
 }
 

@@ -4,11 +4,10 @@
 //! there (the most recent one on ties) if seen at least `min_count` times;
 //! the first n that occurred decides. Repeat up to `max` tokens.
 
-use super::History;
-use crate::policy::DraftPolicy;
+use super::ContextDraft;
 
 /// Native twin of the `ngram-multi` plugin.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct NgramMulti {
     /// Shortest n-gram consulted.
     pub n_min: usize,
@@ -16,24 +15,17 @@ pub struct NgramMulti {
     pub n_max: usize,
     /// Times a follower must have been seen.
     pub min_count: u32,
-    history: History,
 }
 
 impl Default for NgramMulti {
     fn default() -> NgramMulti {
-        NgramMulti { n_min: 2, n_max: 4, min_count: 1, history: History::default() }
+        NgramMulti { n_min: 2, n_max: 4, min_count: 1 }
     }
 }
 
 impl NgramMulti {
-    /// Twin with explicit parameters.
-    pub fn new(n_min: usize, n_max: usize, min_count: u32) -> NgramMulti {
-        NgramMulti { n_min, n_max, min_count, history: History::default() }
-    }
-
-    /// The token to draft after `seq`, scanning the whole context.
-    fn next(&self, seq: &[i32]) -> Option<i32> {
-        let c = &self.history.0;
+    /// The token to draft after `seq`, scanning the whole context `c`.
+    fn next(&self, c: &[i32], seq: &[i32]) -> Option<i32> {
         for n in (self.n_min..=self.n_max).rev() {
             if seq.len() < n {
                 continue;
@@ -61,27 +53,16 @@ impl NgramMulti {
     }
 }
 
-impl DraftPolicy for NgramMulti {
-    fn reset(&mut self, context: &[i32]) -> Result<(), String> {
-        self.history.reset(context);
-        Ok(())
-    }
-
-    fn observe(&mut self, accepted: &[i32]) -> Result<(), String> {
-        self.history.observe(accepted);
-        Ok(())
-    }
-
-    fn draft(&mut self, max: u32) -> Result<Vec<i32>, String> {
-        let mut seq = self.history.0.clone();
-        let start = seq.len();
-        while seq.len() - start < max as usize {
-            match self.next(&seq) {
+impl ContextDraft for NgramMulti {
+    fn draft_from(&self, context: &[i32], max: usize) -> Vec<i32> {
+        let mut seq = context.to_vec();
+        while seq.len() - context.len() < max {
+            match self.next(context, &seq) {
                 Some(t) => seq.push(t),
                 None => break,
             }
         }
-        Ok(seq.split_off(start))
+        seq.split_off(context.len())
     }
 }
 
@@ -93,17 +74,12 @@ mod tests {
     fn most_frequent_follower_then_recency() {
         let context = [1, 2, 3, 1, 2, 4, 1, 2, 3, 1, 2];
         // Bigrams only: after [1, 2] came 3 twice and 4 once -> 3; after [2, 3], 1.
-        let mut p = NgramMulti::new(2, 2, 1);
-        p.reset(&context).unwrap();
-        assert_eq!(p.draft(2).unwrap(), [3, 1]);
+        let bigrams = NgramMulti { n_min: 2, n_max: 2, min_count: 1 };
+        assert_eq!(bigrams.draft_from(&context, 2), [3, 1]);
         // The longest n decides: [2, 3, 1, 2] occurred once, followed by 4.
-        let mut p = NgramMulti::default();
-        p.reset(&context).unwrap();
-        assert_eq!(p.draft(1).unwrap(), [4]);
+        assert_eq!(NgramMulti::default().draft_from(&context, 1), [4]);
         // Equal counts: the most recent follower wins.
-        p.reset(&[5, 6, 7, 5, 6, 8, 5, 6]).unwrap();
-        assert_eq!(p.draft(1).unwrap(), [8]);
-        p.reset(&[1, 2, 3]).unwrap();
-        assert!(p.draft(3).unwrap().is_empty());
+        assert_eq!(NgramMulti::default().draft_from(&[5, 6, 7, 5, 6, 8, 5, 6], 1), [8]);
+        assert!(NgramMulti::default().draft_from(&[1, 2, 3], 3).is_empty());
     }
 }

@@ -8,11 +8,10 @@
 //! `max_depth`, and the draft is shorter than `min(max, floor(alpha * |S0|))`
 //! (at least 1).
 
-use super::History;
-use crate::policy::DraftPolicy;
+use super::ContextDraft;
 
 /// Native twin of the `suffix` plugin.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Suffix {
     /// Longest substring considered.
     pub max_depth: usize,
@@ -22,19 +21,11 @@ pub struct Suffix {
     pub p_min: f64,
     /// Draft length factor over the match length.
     pub alpha: f64,
-    history: History,
 }
 
 impl Default for Suffix {
     fn default() -> Suffix {
-        Suffix { max_depth: 24, min_match: 2, p_min: 0.3, alpha: 2.0, history: History::default() }
-    }
-}
-
-impl Suffix {
-    /// Twin with explicit parameters.
-    pub fn new(max_depth: usize, min_match: usize, p_min: f64, alpha: f64) -> Suffix {
-        Suffix { max_depth, min_match, p_min, alpha, history: History::default() }
+        Suffix { max_depth: 24, min_match: 2, p_min: 0.3, alpha: 2.0 }
     }
 }
 
@@ -51,23 +42,12 @@ fn count(c: &[i32], s: &[i32]) -> usize {
     (0..=c.len() - s.len()).filter(|&i| &c[i..i + s.len()] == s).count()
 }
 
-impl DraftPolicy for Suffix {
-    fn reset(&mut self, context: &[i32]) -> Result<(), String> {
-        self.history.reset(context);
-        Ok(())
-    }
-
-    fn observe(&mut self, accepted: &[i32]) -> Result<(), String> {
-        self.history.observe(accepted);
-        Ok(())
-    }
-
-    fn draft(&mut self, max: u32) -> Result<Vec<i32>, String> {
-        let c = &self.history.0;
+impl ContextDraft for Suffix {
+    fn draft_from(&self, c: &[i32], max: usize) -> Vec<i32> {
         let longest =
             (1..self.max_depth.min(c.len() + 1)).rev().find(|&len| !continued(c, &c[c.len() - len..]).is_empty());
-        let Some(matched) = longest.filter(|&m| m >= self.min_match) else { return Ok(Vec::new()) };
-        let limit = (max as usize).min(((self.alpha * matched as f64).floor() as usize).max(1));
+        let Some(matched) = longest.filter(|&m| m >= self.min_match) else { return Vec::new() };
+        let limit = max.min(((self.alpha * matched as f64).floor() as usize).max(1));
         let mut s: Vec<i32> = c[c.len() - matched..].to_vec();
         let mut out = Vec::new();
         while out.len() < limit && s.len() < self.max_depth {
@@ -88,7 +68,7 @@ impl DraftPolicy for Suffix {
             out.push(t);
             s.push(t);
         }
-        Ok(out)
+        out
     }
 }
 
@@ -98,15 +78,12 @@ mod tests {
 
     #[test]
     fn follows_the_most_frequent_continuation() {
-        let mut p = Suffix::default();
         // "1 2" is followed by 3 twice and by 9 once; then "1 2 3" by 4 twice.
-        p.reset(&[1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 9, 1, 2]).unwrap();
-        assert_eq!(p.draft(8).unwrap(), [3, 4, 1, 2]);
-        // alpha caps the draft at twice the match length.
-        p.alpha = 0.5;
-        assert_eq!(p.draft(8).unwrap(), [3]);
+        let c = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 9, 1, 2];
+        assert_eq!(Suffix::default().draft_from(&c, 8), [3, 4, 1, 2]);
+        // alpha caps the draft at alpha x the match length.
+        assert_eq!(Suffix { alpha: 0.5, ..Suffix::default() }.draft_from(&c, 8), [3]);
         // A match of one token is below min_match 2.
-        p.reset(&[7, 1, 8, 1]).unwrap();
-        assert!(p.draft(4).unwrap().is_empty());
+        assert!(Suffix::default().draft_from(&[7, 1, 8, 1], 4).is_empty());
     }
 }
