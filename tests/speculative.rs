@@ -172,6 +172,25 @@ fn rejected_drafts_roll_back_cleanly() {
 }
 
 #[test]
+fn one_token_turns_keep_the_conversation_whole() {
+    // With n_predict 1 the only token is never verified; it must still be
+    // carried into the next turn, exactly as plain decoding does.
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let turns = [PROMPT, " more", " and more"];
+    let (reference, _) = run_turns(options(&m, None), &turns, 1);
+    let _serial = llama_lock();
+    let mut s = Session::open(options(&m, None)).unwrap();
+    let n = s.n_vocab();
+    s.set_drafter(Some(drafter(Source::parse("ngram"), &[], n)), 3);
+    for (i, prompt) in turns.iter().enumerate() {
+        let req = GenerateRequest { continue_context: i > 0, ..request(prompt, 1) };
+        let g = s.generate(&req, &mut |_| {}).unwrap();
+        assert_identical(&reference[i], &g, &format!("turn {i}"));
+    }
+}
+
+#[test]
 fn hostile_drafters_leave_the_output_unchanged() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});

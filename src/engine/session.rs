@@ -424,6 +424,8 @@ impl Session {
         if !emit.token(token, self.ctx.last_logits(), out, on_event) {
             return Ok(());
         }
+        // Like every emitted token, it stays undecoded until the next step (or turn).
+        self.pending = Some(token);
         let mut context = self.history.clone();
         context.push(token);
         if let Some(d) = self.drafter.as_mut() {
