@@ -31,6 +31,17 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
+/// Runs bmoe expecting failure with exactly one stderr line containing `expect`.
+fn fails_with_one_line(args: &[&str], expect: &str) -> String {
+    let out = bmoe(args);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "bmoe {args:?} succeeded");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("bmoe: error: ") && err.contains(expect), "{err}");
+    assert!(stdout(&out).is_empty());
+    err
+}
+
 fn make_tiny(dir: &Path, name: &str, extra: &[&str]) -> String {
     let p = dir.join(name).to_string_lossy().into_owned();
     let mut args = vec!["make-model", "--preset", "tiny", "-o", &p];
@@ -137,27 +148,20 @@ fn csv_and_route_trace_are_written() {
 fn missing_and_corrupt_models_fail_with_one_line() {
     let dir = tempdir();
     let missing = dir.path().join("missing.gguf").to_string_lossy().into_owned();
-    let out = bmoe(&["generate", "-m", &missing, "-n", "4"]);
-    assert!(!out.status.success());
-    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
-    assert!(stderr(&out).starts_with("bmoe: error: ") && stderr(&out).contains("missing.gguf"));
-    assert!(stdout(&out).is_empty());
+    fails_with_one_line(&["generate", "-m", &missing, "-n", "4"], "missing.gguf");
 
     let m = make_tiny(dir.path(), "m.gguf", &[]);
     let bytes = std::fs::read(&m).unwrap();
     let truncated = dir.path().join("truncated.gguf");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let out = bmoe(&["generate", "-m", truncated.to_str().unwrap(), "-n", "4", "--moe-stream"]);
-    assert!(!out.status.success());
-    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
-    assert!(stderr(&out).contains("past end of file"), "{}", stderr(&out));
+    fails_with_one_line(
+        &["generate", "-m", truncated.to_str().unwrap(), "-n", "4", "--moe-stream"],
+        "past end of file",
+    );
 
     let garbage = dir.path().join("garbage.gguf");
     std::fs::write(&garbage, b"this is not a model at all").unwrap();
-    let out = bmoe(&["generate", "-m", garbage.to_str().unwrap(), "-n", "4"]);
-    assert!(!out.status.success());
-    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
-    assert!(stderr(&out).contains("magic"), "{}", stderr(&out));
+    fails_with_one_line(&["generate", "-m", garbage.to_str().unwrap(), "-n", "4"], "magic");
 }
 
 #[test]
@@ -169,10 +173,7 @@ fn model_llama_cpp_rejects_is_one_clear_line() {
     let p = dir.path().join("odd.gguf");
     let mut f = std::fs::File::create(&p).unwrap();
     w.write(&mut f, &mut |_| Ok(Vec::new())).unwrap();
-    let out = bmoe(&["generate", "-m", p.to_str().unwrap(), "-n", "4"]);
-    assert!(!out.status.success());
-    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
-    assert!(stderr(&out).contains("llama.cpp could not load"), "{}", stderr(&out));
+    fails_with_one_line(&["generate", "-m", p.to_str().unwrap(), "-n", "4"], "llama.cpp could not load");
 }
 
 #[test]

@@ -238,11 +238,6 @@ impl Session {
         AbortHandle(self.abort.clone())
     }
 
-    /// Tokens currently in the context.
-    pub fn context_tokens(&self) -> usize {
-        self.history.len() + usize::from(self.pending.is_some())
-    }
-
     /// Uses `drafter` for speculative decoding, drafting up to `draft_max`
     /// tokens per step (None turns it off).
     pub fn set_drafter(&mut self, drafter: Option<Drafter>, draft_max: u32) {

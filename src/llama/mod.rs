@@ -36,10 +36,3 @@ pub fn ggml_type_geometry(type_id: u32) -> (u64, u64) {
     // SAFETY: pure table lookups; ids come from our own table of valid types.
     unsafe { (sys::ggml_blck_size(type_id) as u64, sys::ggml_type_size(type_id) as u64) }
 }
-
-/// llama.cpp's one-line description of the CPU features it was built with.
-pub fn system_info() -> String {
-    init();
-    // SAFETY: returns a pointer to a static NUL-terminated string.
-    unsafe { std::ffi::CStr::from_ptr(sys::llama_print_system_info()) }.to_string_lossy().trim().to_string()
-}

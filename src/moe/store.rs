@@ -224,16 +224,6 @@ impl ExpertStore {
         }
     }
 
-    /// True when the LRU cache is on.
-    pub fn cached(&self) -> bool {
-        matches!(self.residency, Residency::Cache(_))
-    }
-
-    /// Read lanes in use.
-    pub fn lanes(&self) -> &ReadLanes {
-        &self.lanes
-    }
-
     /// Whether `expert` of layer `il` is in the cache right now.
     pub fn is_resident(&self, il: usize, expert: u32) -> bool {
         match &self.residency {
@@ -351,18 +341,6 @@ impl ExpertStore {
             self.forget(tail)?;
             evicted += 1;
         }
-    }
-
-    /// Empties the cache (used to measure cold starts).
-    pub fn clear(&mut self) -> io::Result<()> {
-        let ids: Vec<u32> = match &self.residency {
-            Residency::Slots => return Ok(()),
-            Residency::Cache(lru) => (0..lru.valid.len() as u32).filter(|&i| lru.valid[i as usize]).collect(),
-        };
-        for id in ids {
-            self.forget(id)?;
-        }
-        Ok(())
     }
 }
 
