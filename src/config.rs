@@ -39,7 +39,7 @@ pub struct PluginConfig {
     pub drop_plugin: String,
     /// `name=value` parameters for the drop plugin.
     pub drop_params: Vec<String>,
-    /// Wall-clock limit of one plugin call, in milliseconds.
+    /// CPU time one plugin call may use, in milliseconds.
     pub call_ms: u64,
     /// Linear-memory limit of one plugin, in MiB.
     pub memory_mb: u64,

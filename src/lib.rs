@@ -7,6 +7,8 @@
 pub mod cli;
 pub mod config;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod gguf;
 #[allow(unsafe_code)]
 pub mod llama;

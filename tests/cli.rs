@@ -8,10 +8,16 @@ use std::process::{Command, Output};
 
 use common::tempdir;
 
+/// Runs bmoe; `generate` gets one compute thread unless the test sets its
+/// own (see `common::options` for why).
 fn bmoe(args: &[&str]) -> Output {
     let _serial = common::llama_lock();
+    let mut args = args.to_vec();
+    if args.first() == Some(&"generate") && !args.iter().any(|a| *a == "-t" || *a == "--threads") {
+        args.extend(["-t", "1"]);
+    }
     Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .args(args)
+        .args(&args)
         .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
         .output()
         .expect("run bmoe")
@@ -328,12 +334,36 @@ fn generate_with_plugins_and_refused_plugins() {
     assert!(!out.status.success() && stderr(&out).contains("ngramm"), "{}", stderr(&out));
 }
 
+/// Whether the toolchain can build guests; without the target, a test that
+/// builds one says why it did not run, unless CI asks for it (`.ci/run`
+/// installs the target and sets BMOE_REQUIRE_WASM_TARGET=1).
+fn wasm_target_installed(test: &str) -> bool {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().expect("run rustc");
+    let sysroot = String::from_utf8(sysroot.stdout).unwrap();
+    let installed = Path::new(sysroot.trim()).join("lib/rustlib/wasm32-unknown-unknown").is_dir();
+    if !installed {
+        assert!(
+            std::env::var_os("BMOE_REQUIRE_WASM_TARGET").is_none(),
+            "{test}: BMOE_REQUIRE_WASM_TARGET is set but the wasm32-unknown-unknown target is not installed"
+        );
+        eprintln!(
+            "{test}: NOT RUN: it builds a guest plugin and the wasm32-unknown-unknown target is not \
+             installed (rustup target add wasm32-unknown-unknown)"
+        );
+    }
+    installed
+}
+
 #[test]
 fn scaffolded_plugins_build_and_load() {
+    if !wasm_target_installed("scaffolded_plugins_build_and_load") {
+        return;
+    }
     let dir = tempdir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // Share the build's guest target directory so wit-bindgen compiles once.
-    let target = bmoe::policy::wasm::fixture("x").parent().unwrap().join("plugins-target");
+    // A target directory kept between runs, so wit-bindgen compiles once.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
     for (name, kind, flag) in [("my-drafter", "drafter", "--draft-plugin"), ("my-dropper", "dropper", "--drop-plugin")]
     {
         let crate_dir = dir.path().join(name);
@@ -350,11 +380,167 @@ fn scaffolded_plugins_build_and_load() {
         let wasm = target.join(format!("wasm32-unknown-unknown/release/{}.wasm", name.replace('-', "_")));
         let check = stdout(&ok(&["plugin", "check", wasm.to_str().unwrap()]));
         assert!(check.contains(&format!("plugin:     {name} 0.1.0")) && check.contains("result:     ok"), "{check}");
+        // Wrapped into a component, it loads the same way.
+        let component = dir.path().join(format!("{name}.wasm"));
+        let wrapped = stdout(&ok(&["plugin", "wrap", wasm.to_str().unwrap(), "-o", component.to_str().unwrap()]));
+        assert!(wrapped.contains(&format!("{kind} plugin component")), "{wrapped}");
         let m = make_tiny(dir.path(), "m.gguf", &[]);
         let plain = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream"]));
-        let with = ok(&["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream", flag, wasm.to_str().unwrap()]);
+        let with =
+            ok(&["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream", flag, component.to_str().unwrap()]);
         assert_eq!(stdout(&with), plain, "{kind}: the template policy keeps the output");
     }
     let out = bmoe(&["plugin", "new", "Bad Name", "--kind", "drafter"]);
     assert!(!out.status.success());
+}
+
+/// A `bmoe generate` started with piped output, for the Ctrl-C tests.
+fn spawn_generate(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .arg("generate")
+        .args(args)
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start bmoe")
+}
+
+fn sigint(child: &std::process::Child) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+}
+
+/// Lines of a telemetry file that are not `#` comments, each checked to be
+/// a whole row of `fields` fields.
+fn whole_rows(path: &Path, fields: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.ends_with('\n'), "{} ends inside a row", path.display());
+    let rows: Vec<String> = text.lines().filter(|l| !l.starts_with('#')).skip(1).map(str::to_string).collect();
+    for r in &rows {
+        assert_eq!(r.split(',').count(), fields, "{}: a cut row: {r:?}", path.display());
+    }
+    rows
+}
+
+#[test]
+fn ctrl_c_stops_generate_with_a_summary_and_whole_files() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let csv = dir.path().join("run.csv");
+    let trace = dir.path().join("run.trace");
+    let _serial = common::llama_lock();
+    // Far more tokens than can be generated before the signal arrives.
+    let mut child = spawn_generate(&[
+        "-m",
+        &m,
+        "-p",
+        "hello",
+        "-n",
+        "15000",
+        "-c",
+        "16384",
+        "-t",
+        "1",
+        "--moe-stream",
+        "--cache-mb",
+        "0.5",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--route-trace",
+        trace.to_str().unwrap(),
+    ]);
+    // Once text streams, press Ctrl-C.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 256];
+    while text.len() < 32 {
+        let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
+        assert!(n > 0, "bmoe stopped before streaming any text");
+        text.extend_from_slice(&buf[..n]);
+    }
+    sigint(&child);
+    std::io::Read::read_to_end(&mut stdout, &mut text).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("bmoe: interrupted"), "{err}");
+    // The summary of what was generated so far.
+    let decoded: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("decode:  ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {err}"));
+    assert!(decoded > 0 && decoded < 15000, "{err}");
+    // The CSV holds one whole row per decode call and the summary trailer.
+    let rows = whole_rows(&csv, bmoe::telemetry::csv::COLUMNS.len());
+    let decode_rows = rows.iter().filter(|r| r.split(',').nth(1) == Some("1")).count() as u64;
+    assert_eq!(decode_rows, decoded, "one CSV row per decoded token");
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert!(csv_text.contains(&format!("# summary tokens={decoded} ")), "{}", csv_text.lines().last().unwrap());
+    // The route trace holds whole rows: k=2 slots on each of 4 layers per decode call.
+    let routes = whole_rows(&trace, 10);
+    let decode_routes = routes.iter().filter(|r| r.split(',').nth(1) == Some("1")).count() as u64;
+    assert_eq!(decode_routes, decoded * 4 * 2);
+    // Nothing else was left in the directory.
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["m.gguf", "run.csv", "run.trace"]);
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let csv = dir.path().join("run.csv");
+    let _serial = common::llama_lock();
+    let mut child = spawn_generate(&[
+        "-m",
+        &m,
+        "-p",
+        "hello",
+        "-n",
+        "15000",
+        "-c",
+        "16384",
+        "-t",
+        "1",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    // Read nothing and shrink the pipe to one page: once it is full, bmoe
+    // sleeps in the kernel writing text, where the first Ctrl-C cannot
+    // finish the run. Wait until it sleeps there.
+    let stdout = child.stdout.take().unwrap();
+    rustix::pipe::fcntl_setpipe_size(&stdout, 4096).unwrap();
+    let proc = format!("/proc/{}", child.id());
+    // Asleep writing to the pipe, with no SIGINT waiting to be delivered.
+    let blocked_in_write = |child: &mut std::process::Child| {
+        assert!(child.try_wait().unwrap().is_none(), "bmoe ended while writing text");
+        let wchan = std::fs::read_to_string(format!("{proc}/wchan")).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("{proc}/status")).unwrap_or_default();
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string();
+        let pending = u64::from_str_radix(&field("ShdPnd:"), 16).unwrap_or(1)
+            | u64::from_str_radix(&field("SigPnd:"), 16).unwrap_or(1);
+        wchan.contains("pipe_write") && field("State:").starts_with('S') && pending & 0b10 == 0
+    };
+    let wait_until_blocked = |child: &mut std::process::Child| {
+        while !blocked_in_write(child) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    wait_until_blocked(&mut child);
+    sigint(&child);
+    // The first Ctrl-C is handled (two signals sent at once would merge into
+    // one) and bmoe is back to waiting on the pipe: only a second one can end it.
+    wait_until_blocked(&mut child);
+    sigint(&child);
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(!err.contains("decode:") && !err.contains("bmoe: interrupted"), "exited without the orderly stop: {err}");
+    // Every finished decode call is in the CSV, in whole rows.
+    let rows = whole_rows(&csv, bmoe::telemetry::csv::COLUMNS.len());
+    assert!(rows.iter().filter(|r| r.split(',').nth(1) == Some("1")).count() > 100, "{} rows", rows.len());
+    drop(stdout);
 }

@@ -33,6 +33,18 @@ fn cache_off_one_lane() {
 }
 
 #[test]
+fn two_compute_threads() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let two = |stream| SessionOptions { threads: 2, ..options(&m, stream) };
+    let (reference, _) = run(two(None), N);
+    for stream in [stream0(2, true), cached(100 * 1024, 2)] {
+        let (streamed, _) = run(two(stream.clone()), N);
+        assert_identical(&reference, &streamed, &format!("two compute threads, {stream:?}"));
+    }
+}
+
+#[test]
 fn cache_off_four_lanes() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});

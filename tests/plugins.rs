@@ -1,7 +1,10 @@
 //! The plugin host: bundled plugins against their native twins (property
 //! tests), and hostile plugins contained with a named fault.
 
+mod common;
+
 use bmoe::policy::wasm::{Limits, Source, WasmDrafter, WasmDropper, fixture};
+use common::hostile_limits;
 use bmoe::policy::{DraftPolicy, Drafter, DropCall, DropPolicy, Dropper, native};
 use proptest::prelude::*;
 
@@ -12,23 +15,13 @@ fn drafter(name: &str, params: &[(&str, &str)]) -> WasmDrafter {
 
 fn hostile_drafter(mode: &str) -> Drafter {
     let p = vec![("mode".to_string(), mode.to_string())];
-    let w = WasmDrafter::load(
-        &Source::File(fixture("hostile-drafter")),
-        &p,
-        Limits { call_ms: 20, memory_bytes: 16 << 20 },
-    )
-    .unwrap();
+    let w = WasmDrafter::load(&Source::File(fixture("hostile-drafter")), &p, hostile_limits(mode)).unwrap();
     Drafter::new("hostile-drafter", Box::new(w), 1000)
 }
 
 fn hostile_dropper(mode: &str) -> Dropper {
     let p = vec![("mode".to_string(), mode.to_string())];
-    let w = WasmDropper::load(
-        &Source::File(fixture("hostile-dropper")),
-        &p,
-        Limits { call_ms: 20, memory_bytes: 16 << 20 },
-    )
-    .unwrap();
+    let w = WasmDropper::load(&Source::File(fixture("hostile-dropper")), &p, hostile_limits(mode)).unwrap();
     Dropper::new("hostile-dropper", Box::new(w), 8)
 }
 
@@ -138,7 +131,7 @@ fn bundled_defaults_match_the_twins() {
 #[test]
 fn hostile_drafters_are_disabled_with_a_named_fault() {
     for (mode, expect) in [
-        ("loop", "ran past its 20 ms limit"),
+        ("loop", "ran past its 20 ms CPU-time limit"),
         ("grow", "exceeded its memory limit of 16 MiB"),
         ("trap", "trapped"),
         ("huge", "more than the 4 asked for"),
@@ -170,7 +163,7 @@ fn hostile_droppers_are_disabled_with_a_named_fault() {
         ("all", "dropped every routed expert"),
         ("duplicate", "listed expert 5 twice"),
         ("trap", "trapped"),
-        ("loop", "ran past its 20 ms limit"),
+        ("loop", "ran past its 20 ms CPU-time limit"),
         ("grow", "exceeded its memory limit"),
     ] {
         let mut d = hostile_dropper(mode);

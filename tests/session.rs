@@ -29,23 +29,25 @@ fn abort_from_another_thread_leaves_the_session_usable() {
     for stream in [None, stream0(2, true), cached(100 * 1024, 2)] {
         let mut session = Session::open(options(&m, stream.clone())).unwrap();
         let handle = session.abort_handle();
-        // Abort from a second thread once the fifth token is out.
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        // Abort from a second thread once the fifth token is out, and wait
+        // until it has raised the flag (no sleep: the order is guaranteed).
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let (done, done_rx) = std::sync::mpsc::channel::<()>();
         let aborter = std::thread::spawn(move || {
-            if rx.recv().is_ok() {
+            if go_rx.recv().is_ok() {
                 handle.abort();
+                let _ = done.send(());
             }
         });
-        let mut tx = Some(tx);
+        let mut go = Some(go);
         let mut seen = 0;
         let g = session
             .generate(&request(24), &mut |e| {
                 if let Event::Token { .. } = e {
                     seen += 1;
                     if seen == 5 {
-                        let _ = tx.take().map(|t| t.send(()));
-                        // Give the other thread time to raise the flag mid-decode.
-                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        let _ = go.take().map(|t| t.send(()));
+                        done_rx.recv().expect("the aborter raised the flag");
                     }
                 }
             })

@@ -24,15 +24,20 @@ fn request(prompt: &str, n: u32) -> GenerateRequest {
     }
 }
 
+/// The test limits for a plugin configured with `params`.
+fn limits(params: &[(&str, &str)]) -> Limits {
+    hostile_limits(params.iter().find(|(k, _)| *k == "mode").map_or("", |(_, v)| v))
+}
+
 fn drafter(source: Source, params: &[(&str, &str)], n_vocab: usize) -> Drafter {
     let p: Vec<(String, String)> = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let w = WasmDrafter::load(&source, &p, Limits { call_ms: 20, memory_bytes: 16 << 20 }).unwrap();
+    let w = WasmDrafter::load(&source, &p, limits(params)).unwrap();
     Drafter::new(&w.info().name.clone(), Box::new(w), n_vocab)
 }
 
 fn dropper(source: Source, params: &[(&str, &str)], n_expert: u32) -> Dropper {
     let p: Vec<(String, String)> = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let w = WasmDropper::load(&source, &p, Limits { call_ms: 20, memory_bytes: 16 << 20 }).unwrap();
+    let w = WasmDropper::load(&source, &p, limits(params)).unwrap();
     Dropper::new(&w.info().name.clone(), Box::new(w), n_expert)
 }
 
@@ -196,7 +201,7 @@ fn hostile_drafters_leave_the_output_unchanged() {
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
     let (reference, _, _) = generate(options(&m, stream0(1, true)), PROMPT, |_| {});
     for (mode, expect) in [
-        ("loop", "ran past its 20 ms limit"),
+        ("loop", "ran past its 20 ms CPU-time limit"),
         ("grow", "memory limit"),
         ("trap", "trapped"),
         ("huge", "more than"),

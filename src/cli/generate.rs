@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
 
-use super::progress_bar;
+use super::interrupt::{self, Forward};
+use super::write_model_with_progress;
 use crate::config::{RunConfig, parse_params};
 use crate::engine::{Event, GenerateRequest, Session};
 use crate::policy::wasm::{Limits, Source, WasmDrafter, WasmDropper};
@@ -146,26 +147,23 @@ fn demo_model() -> Result<PathBuf> {
     );
     if !path.exists() {
         let spec = ModelSpec::preset(Preset::Demo, Arch::Qwen3Moe);
-        let mut bar = None;
-        synth::write_model(&spec, &path, &mut |done, total| {
-            bar.get_or_insert_with(|| progress_bar(total, "generating demo model")).set_position(done);
-        })
-        .context("generating the demo model")?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
+        write_model_with_progress(&spec, &path, "generating demo model").context("generating the demo model")?;
     }
     Ok(path)
 }
 
 pub fn generate(args: GenerateArgs) -> Result<()> {
     let config = resolve_config(&args)?;
+    interrupt::install()?;
     crate::llama::set_verbose(config.telemetry.verbose);
     let model = if config.model.path.as_os_str().is_empty() { demo_model()? } else { config.model.path.clone() };
     if !config.telemetry.route_trace.as_os_str().is_empty() && !config.moe.stream {
         bail!("--route-trace needs --moe-stream (routing is only observed while streaming)");
     }
     let mut session = Session::open(config.session_options(&model))?;
+    // Ctrl-C from here on stops the decode at its next graph node.
+    let _forward = Forward::to(session.abort_handle().flag())?;
+    interrupt::check()?;
     let info = session.info().clone();
     for notice in &info.notices {
         eprintln!("bmoe: note: {notice}");
@@ -192,22 +190,29 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let abort = session.abort_handle();
     let mut out_error: Option<std::io::Error> = None;
     let mut sink_error: Option<std::io::Error> = None;
-    let generation = session.generate(&request, &mut |event| match event {
-        Event::Token { text, .. } => {
-            let mut out = stdout.lock();
-            if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                // Nobody reads the text any more (e.g. a closed pipe): stop generating.
-                out_error.get_or_insert(e);
-                abort.abort();
-            }
+    let generation = session.generate(&request, &mut |event| {
+        // The generation clears its abort flag when it starts: a Ctrl-C
+        // that landed just before is raised again here.
+        if interrupt::requested() {
+            abort.abort();
         }
-        Event::Prefill(report) | Event::Step(report) => {
-            let r = csv.as_mut().map_or(Ok(()), |c| c.row(report));
-            if let Err(e) = r.and_then(|()| route.as_mut().map_or(Ok(()), |t| t.rows(report))) {
-                sink_error.get_or_insert(e);
+        match event {
+            Event::Token { text, .. } => {
+                let mut out = stdout.lock();
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    // Nobody reads the text any more (e.g. a closed pipe): stop generating.
+                    out_error.get_or_insert(e);
+                    abort.abort();
+                }
             }
+            Event::Prefill(report) | Event::Step(report) => {
+                let r = csv.as_mut().map_or(Ok(()), |c| c.row(report));
+                if let Err(e) = r.and_then(|()| route.as_mut().map_or(Ok(()), |t| t.rows(report))) {
+                    sink_error.get_or_insert(e);
+                }
+            }
+            Event::Notice(text) => eprintln!("\nbmoe: note: {text}"),
         }
-        Event::Notice(text) => eprintln!("\nbmoe: note: {text}"),
     })?;
     match out_error {
         // The reader went away (`bmoe generate | head`): not an error.
@@ -226,6 +231,8 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         t.finish()?;
     }
     eprint!("{}", generation.summary);
+    // Stopped by Ctrl-C: everything generated so far is printed and saved.
+    interrupt::check()?;
     Ok(())
 }
 

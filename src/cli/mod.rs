@@ -2,16 +2,20 @@
 //! `trace-stats` and `plugin`.
 
 mod generate;
+pub mod interrupt;
 mod model;
 mod plugin;
 
-use std::path::PathBuf;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+use crate::synth::{self, ModelSpec, WriteReport};
+
 pub use generate::{GenerateArgs, resolve_config};
-pub use model::MakeModelArgs;
+pub use model::{MakeModelArgs, inspect_report};
 pub use plugin::PluginCommand;
 
 /// bmoe runs Mixture-of-Experts models larger than RAM by reading only the
@@ -64,6 +68,22 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
         Command::Plugin(cmd) => plugin::run(cmd),
     }
+}
+
+/// Writes a synthetic model with a progress bar; Ctrl-C stops it (the
+/// partial file is removed) with [`interrupt::Interrupted`].
+fn write_model_with_progress(spec: &ModelSpec, path: &Path, what: &str) -> Result<WriteReport> {
+    interrupt::install()?;
+    let mut bar = None;
+    let written = synth::write_model(spec, path, &mut |done, total| {
+        bar.get_or_insert_with(|| progress_bar(total, what)).set_position(done);
+        if interrupt::requested() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    interrupt::check()?;
+    written
 }
 
 /// A byte-progress bar on stderr (hidden when stderr is not a terminal).

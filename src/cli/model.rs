@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
 
-use super::progress_bar;
+use super::write_model_with_progress;
 use crate::gguf::{GgmlType, ModelFiles};
 use crate::moe::recipe::{self, EXPERT_SUFFIXES, parse_expert_tensor};
-use crate::synth::{self, Arch, ModelSpec, Preset};
+use crate::synth::{Arch, ModelSpec, Preset};
 use crate::telemetry::trace;
 
 /// `bmoe make-model`
@@ -98,13 +98,7 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
             *dst = v;
         }
     }
-    let mut bar = None;
-    let report = synth::write_model(&spec, &a.output, &mut |done, total| {
-        bar.get_or_insert_with(|| progress_bar(total, "writing")).set_position(done);
-    })?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    let report = write_model_with_progress(&spec, &a.output, "writing")?;
     for p in &report.paths {
         eprintln!("wrote {}", p.display());
     }
@@ -128,6 +122,14 @@ fn mib(b: u64) -> String {
 
 pub fn inspect(file: &Path) -> Result<()> {
     let files = ModelFiles::open(file)?;
+    print!("{}", inspect_report(&files, file));
+    Ok(())
+}
+
+/// What `bmoe inspect` prints about an opened model: its shape, expert and
+/// dense bytes, and whether bmoe can stream it. The metadata is untrusted:
+/// any values, however absurd, give a report (the fuzz targets check this).
+pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
     let meta = files.meta();
     let arch = meta.architecture().unwrap_or("(none)");
     let mut out = String::new();
@@ -202,8 +204,7 @@ pub fn inspect(file: &Path) -> Result<()> {
         }
     };
     let _ = writeln!(out, "streamable:    {verdict}");
-    print!("{out}");
-    Ok(())
+    out
 }
 
 pub fn archs() {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Subcommand;
 
 use crate::policy::wasm::{self, Limits, PluginInfo, Source, WasmDrafter, WasmDropper};
@@ -37,6 +37,14 @@ pub enum PluginCommand {
         #[arg(long = "param", value_name = "NAME=VALUE")]
         params: Vec<String>,
     },
+    /// Wrap a core module built with wit-bindgen into a component and check that it loads.
+    Wrap {
+        /// The core module (`target/wasm32-unknown-unknown/release/NAME.wasm`).
+        core: PathBuf,
+        /// Where to write the component.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Create a new plugin crate to build for wasm32-unknown-unknown.
     New {
         /// Crate and plugin name (lowercase, digits, - or _).
@@ -56,6 +64,7 @@ pub fn run(cmd: PluginCommand) -> Result<()> {
         PluginCommand::List => list(),
         PluginCommand::Check { plugin, params } => check(&plugin, &params),
         PluginCommand::Bench { plugin, calls, context, params } => bench(&plugin, calls, context, &params),
+        PluginCommand::Wrap { core, output } => wrap(&core, &output),
         PluginCommand::New { name, kind, dir } => new(&name, &kind, dir),
     }
 }
@@ -85,6 +94,22 @@ fn load(spec: &str, params: &[(String, String)]) -> Result<Loaded> {
         PluginKind::Drafter => Loaded::Drafter(WasmDrafter::load(&source, params, limits).map_err(|e| anyhow!(e))?),
         PluginKind::Dropper => Loaded::Dropper(WasmDropper::load(&source, params, limits).map_err(|e| anyhow!(e))?),
     })
+}
+
+fn wrap(core: &std::path::Path, output: &std::path::Path) -> Result<()> {
+    let bytes = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
+    if !wasm::is_core_module(&bytes) {
+        bail!("{} is not a core Wasm module", core.display());
+    }
+    let component = wasm::wrap_core_module(&bytes).map_err(|e| anyhow!("{} {e}", core.display()))?;
+    std::fs::write(output, &component).with_context(|| format!("writing {}", output.display()))?;
+    // Say whether this bmoe will load it (a plugin built for another
+    // interface version is still a valid component).
+    match wasm::kind_of(&Source::File(output.to_path_buf())) {
+        Ok(kind) => println!("{}: {} plugin component, {} bytes", output.display(), kind.name(), component.len()),
+        Err(e) => eprintln!("bmoe: note: wrote {}, but this bmoe will not load it: {e}", output.display()),
+    }
+    Ok(())
 }
 
 fn list() -> Result<()> {

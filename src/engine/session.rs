@@ -137,6 +137,12 @@ impl AbortHandle {
     pub fn abort(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
+
+    /// The flag itself, for raising from a signal handler (storing `true`
+    /// is all [`AbortHandle::abort`] does).
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
+    }
 }
 
 /// A loaded model ready to generate.

@@ -160,10 +160,11 @@ cargo build --release
 bmoe plugin check target/wasm32-unknown-unknown/release/__CRATE_FILE__.wasm
 bmoe plugin bench target/wasm32-unknown-unknown/release/__CRATE_FILE__.wasm
 bmoe generate --moe-stream __FLAG__ target/wasm32-unknown-unknown/release/__CRATE_FILE__.wasm
+bmoe plugin wrap target/wasm32-unknown-unknown/release/__CRATE_FILE__.wasm -o __NAME__.wasm   # one file to share
 ```
 
 `wit/policy.wit` is the interface, copied from the bmoe that made this crate. The plugin
-may import nothing: no files, clocks or network. Each call has a time limit and the
+may import nothing: no files, clocks or network. Each call has a CPU-time limit and the
 plugin's memory is capped; a plugin that traps, runs out of time or memory, or answers
 with invalid data is disabled for the rest of the run and decoding goes on without it.
 "#;

@@ -1,8 +1,8 @@
 //! The WebAssembly plugin host (wasmtime, component model, no WASI).
 //!
 //! Every plugin gets its own store with a linear-memory cap, and every call
-//! an epoch deadline (a ticker thread advances the engine's epoch each
-//! millisecond). A plugin must import nothing and export exactly one
+//! a CPU-time budget, checked through epoch deadlines (a ticker thread
+//! advances the engine's epoch each millisecond). A plugin must import nothing and export exactly one
 //! `bmoe:policy` interface of a compatible version.
 
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
 
 use super::{DraftPolicy, DropCall, DropPolicy, PluginKind};
 
@@ -29,7 +29,15 @@ mod bindings {
 }
 
 mod embedded {
-    include!(concat!(env!("OUT_DIR"), "/bundled_plugins.rs"));
+    /// Bundled plugins: (name, component bytes), built from `plugins/` by
+    /// `scripts/build-plugins.sh` and committed, so building bmoe needs no
+    /// wasm toolchain. CI checks they are what their sources build.
+    pub const BUNDLED: &[(&str, &[u8])] = &[
+        ("ngram", include_bytes!("../../plugins/dist/ngram.wasm")),
+        ("ngram-multi", include_bytes!("../../plugins/dist/ngram-multi.wasm")),
+        ("suffix", include_bytes!("../../plugins/dist/suffix.wasm")),
+        ("drop-cold", include_bytes!("../../plugins/dist/drop-cold.wasm")),
+    ];
 }
 
 /// The interface version this host implements.
@@ -38,7 +46,8 @@ pub const INTERFACE_VERSION: (u64, u64, u64) = (0, 1, 0);
 /// Resource limits of one plugin.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
-    /// Wall-clock budget of one call, in milliseconds (1 ms granularity).
+    /// CPU time one call may use, in milliseconds (checked every millisecond
+    /// of wall-clock time; time the thread spends preempted does not count).
     pub call_ms: u64,
     /// Largest linear memory, in bytes.
     pub memory_bytes: usize,
@@ -107,6 +116,9 @@ impl Source {
     }
 }
 
+/// How often the plugin clock ticks; a call's CPU time is checked at each tick.
+const TICK: Duration = Duration::from_millis(1);
+
 /// The shared engine, with a ticker thread driving epoch deadlines.
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
@@ -119,7 +131,7 @@ fn engine() -> &'static Engine {
             .name("bmoe-plugin-clock".into())
             .spawn(move || {
                 loop {
-                    std::thread::sleep(Duration::from_millis(1));
+                    std::thread::sleep(TICK);
                     ticker.increment_epoch();
                 }
             })
@@ -128,10 +140,35 @@ fn engine() -> &'static Engine {
     })
 }
 
-/// Per-store state: the memory cap and whether it was hit.
+/// CPU time the calling thread has used so far.
+fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Per-store state: the limits and which of them a call hit.
 struct Cap {
+    /// Largest linear memory, in bytes.
     limit: usize,
+    /// The size a refused memory growth asked for.
     refused: Option<usize>,
+    /// CPU time one call may use.
+    call_cpu: Duration,
+    /// The thread's CPU time at the first clock tick of the current call.
+    cpu_mark: Option<Duration>,
+}
+
+impl Cap {
+    /// Called at each clock tick while a call runs: stop the call once it
+    /// has used its CPU time. CPU time rather than wall-clock time, so that a
+    /// busy machine that preempts the plugin's thread cannot make a
+    /// well-behaved plugin fault. Before the first tick the call ran for at
+    /// most one tick, which is counted in full.
+    fn on_tick(&mut self) -> UpdateDeadline {
+        let now = thread_cpu_time();
+        let mark = *self.cpu_mark.get_or_insert(now);
+        if now.saturating_sub(mark) + TICK >= self.call_cpu { UpdateDeadline::Interrupt } else { UpdateDeadline::Continue(1) }
+    }
 }
 
 impl ResourceLimiter for Cap {
@@ -160,13 +197,8 @@ fn compile(source: &Source, kind: PluginKind) -> Result<(Component, String), Str
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(format!("{name} is not a WebAssembly file"));
     }
-    // A core module (version 1) built with wit-bindgen carries its component
-    // type in a custom section: wrap it here, as the build does for bundled plugins.
-    let bytes = if bytes[4..8] == [1, 0, 0, 0] {
-        wit_component::ComponentEncoder::default()
-            .module(&bytes)
-            .and_then(|e| e.validate(true).encode())
-            .map_err(|e| format!("{name} is a core Wasm module that cannot be made a bmoe plugin: {e:#}"))?
+    let bytes = if is_core_module(&bytes) {
+        wrap_core_module(&bytes).map_err(|e| format!("{name} {e}"))?
     } else {
         bytes
     };
@@ -221,6 +253,22 @@ fn compile(source: &Source, kind: PluginKind) -> Result<(Component, String), Str
     Ok((component, version.to_string()))
 }
 
+/// Whether `bytes` are a core Wasm module (version 1) rather than a component.
+pub fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
+}
+
+/// Wraps a core module built with wit-bindgen (which carries its component
+/// type in a custom section) into a component. Loading does this for core
+/// modules given as files; `scripts/build-plugins.sh` does it for the bundled
+/// plugins through `bmoe plugin wrap`.
+pub fn wrap_core_module(core: &[u8]) -> Result<Vec<u8>, String> {
+    wit_component::ComponentEncoder::default()
+        .module(core)
+        .and_then(|e| e.validate(true).encode())
+        .map_err(|e| format!("is a core Wasm module that cannot be made a bmoe plugin: {e:#}"))
+}
+
 /// [`INTERFACE_VERSION`] as text.
 pub fn interface_version() -> String {
     let (a, b, c) = INTERFACE_VERSION;
@@ -267,14 +315,22 @@ struct Sandbox {
 
 impl Sandbox {
     fn new(limits: Limits) -> Sandbox {
-        let mut store = Store::new(engine(), Cap { limit: limits.memory_bytes, refused: None });
+        let cap = Cap {
+            limit: limits.memory_bytes,
+            refused: None,
+            call_cpu: Duration::from_millis(limits.call_ms.max(1)),
+            cpu_mark: None,
+        };
+        let mut store = Store::new(engine(), cap);
         store.limiter(|cap| cap);
+        store.epoch_deadline_callback(|mut ctx| Ok(ctx.data_mut().on_tick()));
         Sandbox { store, limits }
     }
 
-    /// Runs one call into the plugin under a fresh deadline.
+    /// Runs one call into the plugin with a fresh CPU-time budget.
     fn call<R>(&mut self, f: impl FnOnce(&mut Store<Cap>) -> wasmtime::Result<R>) -> Result<R, String> {
-        self.store.set_epoch_deadline(self.limits.call_ms.max(1));
+        self.store.data_mut().cpu_mark = None;
+        self.store.set_epoch_deadline(1);
         f(&mut self.store).map_err(|e| self.fault(e))
     }
 
@@ -288,7 +344,7 @@ impl Sandbox {
             );
         }
         match e.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => format!("ran past its {} ms limit per call", self.limits.call_ms),
+            Some(Trap::Interrupt) => format!("ran past its {} ms CPU-time limit per call", self.limits.call_ms),
             Some(trap) => format!("trapped: {trap}"),
             None => format!("failed: {e:#}"),
         }
@@ -425,10 +481,11 @@ impl DropPolicy for WasmDropper {
     }
 }
 
-/// Paths of the test-fixture plugins the build leaves next to the bundled ones.
+/// Paths of the test-fixture plugins (hostile and future-version guests),
+/// committed next to the bundled ones.
 #[doc(hidden)]
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("OUT_DIR")).join(format!("{name}.wasm"))
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/dist/fixtures").join(format!("{name}.wasm"))
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -27,9 +28,15 @@ pub struct WriteReport {
 
 /// Writes the model described by `spec` to `out` (or to
 /// `<out without .gguf>-0000i-of-0000N.gguf` when `spec.split > 1`).
-/// `progress(done, total)` is called as bytes are written. Each file is
-/// written under a `.partial` name and renamed when complete.
-pub fn write_model(spec: &ModelSpec, out: &Path, progress: &mut dyn FnMut(u64, u64)) -> Result<WriteReport> {
+/// `progress(done, total)` is called as bytes are written; returning
+/// `ControlFlow::Break` stops the write with an error. Each file is written
+/// under a `.partial` name and renamed when complete; a write that stops
+/// (an error or a `Break`) removes its partial file.
+pub fn write_model(
+    spec: &ModelSpec,
+    out: &Path,
+    progress: &mut dyn FnMut(u64, u64) -> ControlFlow<()>,
+) -> Result<WriteReport> {
     if let Err(e) = spec.validate() {
         bail!("invalid model shape: {e}");
     }
@@ -90,8 +97,9 @@ pub fn write_model(spec: &ModelSpec, out: &Path, progress: &mut dyn FnMut(u64, u
         });
         let mut index = 0;
         for (w, path) in writers.iter().zip(&paths) {
-            let partial = path.with_extension("gguf.partial");
-            let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+            let partial = PartialFile(path.with_extension("gguf.partial"));
+            let partial = &partial.0;
+            let file = File::create(partial).with_context(|| format!("creating {}", partial.display()))?;
             let mut out = BufWriter::with_capacity(8 << 20, file);
             let header = w.header();
             out.write_all(&header).with_context(|| format!("writing {}", partial.display()))?;
@@ -102,17 +110,29 @@ pub fn write_model(spec: &ModelSpec, out: &Path, progress: &mut dyn FnMut(u64, u
                     .with_context(|| format!("writing {}", partial.display()))?;
                 done += t.size().next_multiple_of(32);
                 index += 1;
-                progress(done.min(total), total);
+                if progress(done.min(total), total).is_break() {
+                    bail!("stopped before {} was complete", path.display());
+                }
             }
             out.into_inner()
                 .map_err(|e| e.into_error())
                 .and_then(|f| f.sync_all())
                 .with_context(|| format!("writing {}", partial.display()))?;
-            fs::rename(&partial, path).with_context(|| format!("renaming {}", partial.display()))?;
+            fs::rename(partial, path).with_context(|| format!("renaming {}", partial.display()))?;
         }
         debug_assert_eq!(index, tensors.len());
         Ok(())
     })?;
-    progress(total, total);
+    let _ = progress(total, total);
     Ok(WriteReport { paths, bytes: total, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// A file being written; removed when dropped unless it was renamed away.
+struct PartialFile(PathBuf);
+
+impl Drop for PartialFile {
+    fn drop(&mut self) {
+        // After the rename there is nothing left to remove.
+        let _ = fs::remove_file(&self.0);
+    }
 }

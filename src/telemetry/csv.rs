@@ -79,7 +79,8 @@ impl CsvSink {
         Ok(CsvSink { out })
     }
 
-    /// Appends one row.
+    /// Appends one row and flushes it, so the file holds every finished
+    /// decode call even if the process is killed.
     pub fn row(&mut self, r: &StepReport) -> io::Result<()> {
         let t = &r.trace;
         let fields = [
@@ -108,7 +109,8 @@ impl CsvSink {
             t.dropped.to_string(),
             t.avoided_bytes.to_string(),
         ];
-        writeln!(self.out, "{}", fields.join(","))
+        writeln!(self.out, "{}", fields.join(","))?;
+        self.out.flush()
     }
 
     /// Writes the summary trailer and flushes.

@@ -68,12 +68,16 @@ impl RouteTraceSink {
         Ok(RouteTraceSink { out })
     }
 
-    /// Appends the routing rows of one decode call.
+    /// Appends the routing rows of one decode call and flushes them, so the
+    /// file never ends inside a token's rows, even if the process is killed.
     pub fn rows(&mut self, r: &StepReport) -> io::Result<()> {
+        use std::fmt::Write as _;
+        // One write per decode call: the rows of a call land whole or not at all.
+        let mut text = String::with_capacity(r.trace.rows.len() * 40);
         for row in &r.trace.rows {
             let weight = if row.weight.is_nan() { "nan".to_string() } else { format!("{:.6}", row.weight) };
-            writeln!(
-                self.out,
+            let _ = writeln!(
+                text,
                 "{},{},{},{},{},{},{},{},{},{}",
                 r.turn,
                 r.phase.code(),
@@ -85,9 +89,10 @@ impl RouteTraceSink {
                 u8::from(row.hit),
                 row.bytes,
                 u8::from(row.dropped)
-            )?;
+            );
         }
-        Ok(())
+        self.out.write_all(text.as_bytes())?;
+        self.out.flush()
     }
 
     /// Flushes the file.

@@ -16,6 +16,15 @@ pub fn llama_lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Plugin limits for tests: a 16 MiB memory cap and a 20 ms CPU budget per
+/// call, except for the memory bomb (`mode=grow`), which gets a CPU budget it
+/// cannot use up before it reaches its memory cap (it grows 16 MiB per step
+/// and touches nothing), so only the fault it provokes can happen.
+pub fn hostile_limits(mode: &str) -> bmoe::policy::wasm::Limits {
+    let call_ms = if mode == "grow" { 60_000 } else { 20 };
+    bmoe::policy::wasm::Limits { call_ms, memory_bytes: 16 << 20 }
+}
+
 /// A temporary directory on the target's filesystem (so O_DIRECT works).
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
@@ -26,15 +35,18 @@ pub fn write_tiny(dir: &Path, name: &str, arch: Arch, edit: impl FnOnce(&mut Mod
     let mut spec = ModelSpec::preset(Preset::Tiny, arch);
     edit(&mut spec);
     let path = dir.join(name);
-    let report = synth::write_model(&spec, &path, &mut |_, _| {}).expect("write model");
+    let report = synth::write_model(&spec, &path, &mut |_, _| std::ops::ControlFlow::Continue(())).expect("write model");
     report.paths[0].clone()
 }
 
-/// Session options for a gate run.
+/// Session options for a gate run. One compute thread: ggml's threads
+/// spin-wait for each other at every graph node, so two of them on a machine
+/// with a busy core run many times slower (`two_compute_threads` in the
+/// gates covers the multi-threaded path).
 pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
     SessionOptions {
         model: model.to_path_buf(),
-        threads: 2,
+        threads: 1,
         ctx_size: 512,
         batch: 64,
         ubatch: 64,

@@ -12,7 +12,6 @@ struct Hostile;
 
 thread_local! {
     static MODE: RefCell<String> = RefCell::new(String::from("idle"));
-    static HOARD: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 fn mode() -> String {
@@ -52,15 +51,22 @@ impl Guest for Hostile {
             "loop" => loop {
                 std::hint::black_box(());
             },
-            "grow" => loop {
-                HOARD.with_borrow_mut(|h| h.push(vec![1u8; 1 << 20]));
-            },
+            "grow" => grow_forever(),
             "trap" => unreachable!("a trap on purpose"),
             "huge" => vec![0; max as usize + 1000],
             "oov" => vec![1_000_000],
             "negative" => vec![-5],
             _ => Vec::new(),
         }
+    }
+}
+
+/// A memory bomb that reaches any cap in a few steps: it grows linear memory
+/// 16 MiB at a time without touching it, so it uses almost no CPU time and
+/// the memory limit is the only one it can hit.
+fn grow_forever() -> ! {
+    loop {
+        core::arch::wasm32::memory_grow::<0>(256);
     }
 }
 

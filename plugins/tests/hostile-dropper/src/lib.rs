@@ -13,7 +13,6 @@ struct Hostile;
 
 thread_local! {
     static MODE: RefCell<String> = RefCell::new(String::from("keep"));
-    static HOARD: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Guest for Hostile {
@@ -48,11 +47,18 @@ impl Guest for Hostile {
             "loop" => loop {
                 std::hint::black_box(());
             },
-            "grow" => loop {
-                HOARD.with_borrow_mut(|h| h.push(vec![1u8; 1 << 20]));
-            },
+            "grow" => grow_forever(),
             _ => Vec::new(),
         }
+    }
+}
+
+/// A memory bomb that reaches any cap in a few steps: it grows linear memory
+/// 16 MiB at a time without touching it, so it uses almost no CPU time and
+/// the memory limit is the only one it can hit.
+fn grow_forever() -> ! {
+    loop {
+        core::arch::wasm32::memory_grow::<0>(256);
     }
 }
 
