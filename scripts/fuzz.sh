@@ -26,7 +26,8 @@ seed() {
   # Micro models of each architecture: every metadata key and tensor kind, few bytes.
   local micro=(--layers 2 --embd 8 --experts 4 --experts-used 2 --expert-ff 8)
   for arch in qwen3moe gemma4 gpt-oss; do
-    "$bmoe" make-model "${micro[@]}" --arch "$arch" -o "$work/one-$arch.gguf" && cp "$work/one-$arch.gguf" "$corpus/gguf_file/$arch" 2> /dev/null
+    "$bmoe" make-model "${micro[@]}" --arch "$arch" -o "$work/one-$arch.gguf" 2> /dev/null
+    cp "$work/one-$arch.gguf" "$corpus/gguf_file/$arch"
     "$bmoe" make-model "${micro[@]}" --arch "$arch" --split 3 -o "$work/$arch.gguf" 2> /dev/null
     local sep
     sep=$(printf '\n--bmoe-fuzz-next-shard--\n')
