@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -347,7 +348,9 @@ fn wasm_target_installed(test: &str) -> bool {
             std::env::var_os("BMOE_REQUIRE_WASM_TARGET").is_none(),
             "{test}: BMOE_REQUIRE_WASM_TARGET is set but the wasm32-unknown-unknown target is not installed"
         );
-        eprintln!(
+        // Straight to stderr, past the test harness's capture, so it shows.
+        let _ = writeln!(
+            std::io::stderr(),
             "{test}: NOT RUN: it builds a guest plugin and the wasm32-unknown-unknown target is not \
              installed (rustup target add wasm32-unknown-unknown)"
         );
