@@ -94,17 +94,14 @@ fn check_model(files: &ModelFiles, first: &Path) {
 /// `f` on the first path, and removes the directory.
 fn with_files(images: &[&[u8]], f: impl FnOnce(&Path)) {
     static RUN: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir()
-        .join(format!("bmoe-fuzz-{}-{}", std::process::id(), RUN.fetch_add(1, Ordering::Relaxed)));
+    let dir =
+        std::env::temp_dir().join(format!("bmoe-fuzz-{}-{}", std::process::id(), RUN.fetch_add(1, Ordering::Relaxed)));
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
     let n = images.len() as u32;
-    let paths: Vec<PathBuf> = if n == 1 {
-        vec![dir.join("m.gguf")]
-    } else {
-        (1..=n).map(|i| split_path(&dir.join("m"), i, n)).collect()
-    };
+    let paths: Vec<PathBuf> =
+        if n == 1 { vec![dir.join("m.gguf")] } else { (1..=n).map(|i| split_path(&dir.join("m"), i, n)).collect() };
     if paths.iter().zip(images).all(|(p, bytes)| std::fs::write(p, bytes).is_ok()) {
         f(&paths[0]);
     }

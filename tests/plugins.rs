@@ -4,8 +4,8 @@
 mod common;
 
 use bmoe::policy::wasm::{Limits, Source, WasmDrafter, WasmDropper, fixture};
-use common::hostile_limits;
 use bmoe::policy::{DraftPolicy, Drafter, DropCall, DropPolicy, Dropper, native};
+use common::hostile_limits;
 use proptest::prelude::*;
 
 fn drafter(name: &str, params: &[(&str, &str)]) -> WasmDrafter {

@@ -167,7 +167,11 @@ impl Cap {
     fn on_tick(&mut self) -> UpdateDeadline {
         let now = thread_cpu_time();
         let mark = *self.cpu_mark.get_or_insert(now);
-        if now.saturating_sub(mark) + TICK >= self.call_cpu { UpdateDeadline::Interrupt } else { UpdateDeadline::Continue(1) }
+        if now.saturating_sub(mark) + TICK >= self.call_cpu {
+            UpdateDeadline::Interrupt
+        } else {
+            UpdateDeadline::Continue(1)
+        }
     }
 }
 
@@ -197,11 +201,8 @@ fn compile(source: &Source, kind: PluginKind) -> Result<(Component, String), Str
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(format!("{name} is not a WebAssembly file"));
     }
-    let bytes = if is_core_module(&bytes) {
-        wrap_core_module(&bytes).map_err(|e| format!("{name} {e}"))?
-    } else {
-        bytes
-    };
+    let bytes =
+        if is_core_module(&bytes) { wrap_core_module(&bytes).map_err(|e| format!("{name} {e}"))? } else { bytes };
     let engine = engine();
     let component = match source {
         // Bundled plugins are compiled once per process.

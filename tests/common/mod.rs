@@ -35,7 +35,8 @@ pub fn write_tiny(dir: &Path, name: &str, arch: Arch, edit: impl FnOnce(&mut Mod
     let mut spec = ModelSpec::preset(Preset::Tiny, arch);
     edit(&mut spec);
     let path = dir.join(name);
-    let report = synth::write_model(&spec, &path, &mut |_, _| std::ops::ControlFlow::Continue(())).expect("write model");
+    let report =
+        synth::write_model(&spec, &path, &mut |_, _| std::ops::ControlFlow::Continue(())).expect("write model");
     report.paths[0].clone()
 }
 

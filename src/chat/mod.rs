@@ -1,0 +1,126 @@
+//! Chat: the model's own Jinja chat template, thinking on and off, reasoning
+//! split from the answer while streaming, and conversations saved as JSON.
+//! Pure code: no llama.cpp; the session host ties it to a model.
+
+mod conversation;
+mod json;
+mod reasoning;
+mod template;
+
+pub use conversation::Conversation;
+pub use json::python_json;
+pub use reasoning::{Family, Kind, Splitter, ThinkControl};
+pub use template::{ChatTemplate, Message, RenderOptions, TemplateError};
+
+/// The template used when a model carries none: plain `User:` /
+/// `Assistant:` lines after the system prompt.
+pub const FALLBACK_TEMPLATE: &str = r#"{%- for m in messages -%}
+{%- if m.role == 'system' -%}{{ m.content + '\n\n' }}
+{%- elif m.role == 'user' -%}{{ 'User: ' + m.content + '\n' }}
+{%- else -%}{{ 'Assistant: ' + m.content + '\n' }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}Assistant:{%- endif -%}"#;
+
+/// The chat templates bmoe carries, by family name (see
+/// `assets/chat-templates/README.md`).
+pub const NAMED_TEMPLATES: &[(&str, &str)] = &[
+    ("qwen3", include_str!("../../assets/chat-templates/qwen3.jinja")),
+    ("qwen3.5", include_str!("../../assets/chat-templates/qwen3.5.jinja")),
+    ("qwen2.5", include_str!("../../assets/chat-templates/qwen2.5.jinja")),
+    ("gpt-oss", include_str!("../../assets/chat-templates/gpt-oss.jinja")),
+    ("gemma-4", include_str!("../../assets/chat-templates/gemma-4.jinja")),
+    ("glm-4.7", include_str!("../../assets/chat-templates/glm-4.7.jinja")),
+    ("lfm2", include_str!("../../assets/chat-templates/lfm2.jinja")),
+    ("lfm2.5", include_str!("../../assets/chat-templates/lfm2.5.jinja")),
+    ("nemotron-3", include_str!("../../assets/chat-templates/nemotron-3.jinja")),
+    ("deepseek-v4", include_str!("../../assets/chat-templates/deepseek-v4.jinja")),
+    ("granite-4.0", include_str!("../../assets/chat-templates/granite-4.0.jinja")),
+];
+
+/// The source of a named template.
+pub fn named_template(name: &str) -> Option<&'static str> {
+    NAMED_TEMPLATES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// A model's chat format: its template, reasoning markers and how thinking
+/// is turned off.
+#[derive(Debug)]
+pub struct ChatFormat {
+    template: ChatTemplate,
+    family: Family,
+    think: ThinkControl,
+    base: RenderOptions,
+    fallback: bool,
+}
+
+impl ChatFormat {
+    /// Compiles `source` (or the fallback when `None`) and probes it.
+    /// `bos` and `eos` are the vocabulary's BOS and EOS texts.
+    pub fn new(name: &str, source: Option<&str>, bos: &str, eos: &str) -> Result<ChatFormat, TemplateError> {
+        let fallback = source.is_none();
+        let template = ChatTemplate::new(name, source.unwrap_or(FALLBACK_TEMPLATE))?;
+        let family = Family::detect(template.source());
+        let base = RenderOptions { bos_token: bos.into(), eos_token: eos.into(), ..RenderOptions::default() };
+        let think = ThinkControl::probe(&template, family, &base)?;
+        Ok(ChatFormat { template, family, think, base, fallback })
+    }
+
+    /// The template.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The reasoning markers.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// How thinking is turned off.
+    pub fn think_control(&self) -> ThinkControl {
+        self.think
+    }
+
+    /// True when the model had no template and the fallback is used.
+    pub fn is_fallback(&self) -> bool {
+        self.fallback
+    }
+
+    /// The prompt for the next assistant turn after `messages`.
+    pub fn prompt(&self, messages: &[Message], thinking: bool) -> Result<String, TemplateError> {
+        let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..self.base.clone() };
+        let mut text = self.template.render(messages, &opts)?;
+        if !thinking && self.think == ThinkControl::Prefill {
+            if let Some(prefill) = self.family.no_think_prefill(&text) {
+                text.push_str(prefill);
+            }
+        }
+        Ok(text)
+    }
+
+    /// A splitter for the text generated after `prompt`.
+    pub fn splitter(&self, prompt: &str) -> Splitter {
+        Splitter::new(self.family, prompt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallback_renders_plain_lines() {
+        let f = ChatFormat::new("none", None, "<s>", "</s>").unwrap();
+        let msgs = [Message::new("system", "Be brief."), Message::new("user", "Hi")];
+        assert_eq!(f.prompt(&msgs, true).unwrap(), "Be brief.\n\nUser: Hi\nAssistant:");
+        assert_eq!(f.think_control(), ThinkControl::None);
+        assert!(f.is_fallback());
+    }
+
+    #[test]
+    fn named_templates_compile() {
+        for (name, source) in NAMED_TEMPLATES {
+            ChatFormat::new(name, Some(source), "<s>", "</s>").unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}

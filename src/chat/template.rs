@@ -1,0 +1,293 @@
+//! Renders a model's own Jinja chat template (`tokenizer.chat_template`) with
+//! minijinja, set up the way Hugging Face transformers renders them: blocks
+//! trimmed, lenient undefined values, no escaping, Python string methods,
+//! `raise_exception`, `strftime_now`, and a `tojson` that writes what
+//! Python's `json.dumps` writes.
+
+use std::fmt;
+
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior};
+use serde::{Deserialize, Serialize};
+
+use super::json::python_json;
+
+/// How much work one render may do (minijinja fuel): far more than any real
+/// template needs, so that a runaway template is an error, not a hang.
+const RENDER_FUEL: u64 = 50_000_000;
+
+/// One message of a conversation, as templates see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text (for an assistant, the answer without its reasoning).
+    pub content: String,
+    /// An assistant's reasoning, when it gave any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+}
+
+impl Message {
+    /// A message with no reasoning.
+    pub fn new(role: &str, content: &str) -> Message {
+        Message { role: role.into(), content: content.into(), reasoning: None }
+    }
+}
+
+/// What a render needs besides the messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderOptions {
+    /// End with the assistant's turn opened, ready for generation.
+    pub add_generation_prompt: bool,
+    /// Passed to the template as `enable_thinking` (always explicitly:
+    /// templates differ in their default).
+    pub enable_thinking: bool,
+    /// The vocabulary's BOS text, as `bos_token`.
+    pub bos_token: String,
+    /// The vocabulary's EOS text, as `eos_token`.
+    pub eos_token: String,
+    /// `reasoning_effort` (gpt-oss: low, medium, high).
+    pub reasoning_effort: Option<String>,
+}
+
+impl Default for RenderOptions {
+    fn default() -> RenderOptions {
+        RenderOptions {
+            add_generation_prompt: true,
+            enable_thinking: true,
+            bos_token: String::new(),
+            eos_token: String::new(),
+            reasoning_effort: None,
+        }
+    }
+}
+
+/// A template that failed to compile or render: which template, which line,
+/// what went wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateError {
+    /// The template's name (a model file or a .jinja path).
+    pub template: String,
+    /// 1-based line in the template source, when known.
+    pub line: Option<usize>,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "chat template {}, line {line}: {}", self.template, self.message),
+            None => write!(f, "chat template {}: {}", self.template, self.message),
+        }
+    }
+}
+
+impl std::error::Error for TemplateError {}
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    name: String,
+    source: String,
+    env: Environment<'static>,
+}
+
+impl fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChatTemplate").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `name` identifies it in errors.
+    pub fn new(name: &str, source: &str) -> Result<ChatTemplate, TemplateError> {
+        let source = strip_generation_tags(source);
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(false);
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+        env.set_fuel(Some(RENDER_FUEL));
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_filter("from_json", from_json);
+        env.add_template_owned(name.to_string(), source.clone()).map_err(|e| error(name, &e))?;
+        Ok(ChatTemplate { name: name.to_string(), source, env })
+    }
+
+    /// The template's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The source as compiled (transformers-only tags removed).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders `messages`.
+    pub fn render(&self, messages: &[Message], opts: &RenderOptions) -> Result<String, TemplateError> {
+        let template = self.env.get_template(&self.name).map_err(|e| error(&self.name, &e))?;
+        let messages: Vec<Value> = messages.iter().map(message_value).collect();
+        let mut ctx = vec![
+            ("messages", Value::from(messages)),
+            ("add_generation_prompt", Value::from(opts.add_generation_prompt)),
+            ("enable_thinking", Value::from(opts.enable_thinking)),
+            ("bos_token", Value::from(opts.bos_token.clone())),
+            ("eos_token", Value::from(opts.eos_token.clone())),
+        ];
+        if let Some(effort) = &opts.reasoning_effort {
+            ctx.push(("reasoning_effort", Value::from(effort.clone())));
+        }
+        let ctx: Value = ctx.into_iter().collect();
+        template.render(ctx).map_err(|e| error(&self.name, &e))
+    }
+}
+
+/// A message as a template sees it: reasoning under both names templates
+/// use (`reasoning_content`, and `thinking` for gpt-oss and LFM2.5); absent
+/// keys left out rather than null.
+fn message_value(m: &Message) -> Value {
+    let mut fields = vec![("role", Value::from(m.role.clone())), ("content", Value::from(m.content.clone()))];
+    if let Some(r) = &m.reasoning {
+        fields.push(("reasoning_content", Value::from(r.clone())));
+        fields.push(("thinking", Value::from(r.clone())));
+    }
+    fields.into_iter().collect()
+}
+
+fn error(template: &str, e: &Error) -> TemplateError {
+    let message = match e.kind() {
+        ErrorKind::OutOfFuel => "the template ran too long (stopped after its work limit)".to_string(),
+        _ => match e.detail() {
+            Some(detail) => format!("{}: {detail}", kind_text(e.kind())),
+            None => kind_text(e.kind()).to_string(),
+        },
+    };
+    TemplateError { template: template.to_string(), line: e.line(), message }
+}
+
+fn kind_text(kind: ErrorKind) -> String {
+    match kind {
+        ErrorKind::SyntaxError => "syntax error".into(),
+        ErrorKind::UndefinedError => "undefined value".into(),
+        ErrorKind::UnknownFunction => "unknown function".into(),
+        ErrorKind::UnknownFilter => "unknown filter".into(),
+        ErrorKind::UnknownMethod => "unknown method".into(),
+        ErrorKind::InvalidOperation => "invalid operation".into(),
+        other => format!("{other}"),
+    }
+}
+
+/// Removes transformers' `{% generation %}` and `{% endgeneration %}` tags
+/// (dashed or not): they mark assistant text for training and mean nothing
+/// when rendering.
+fn strip_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        let Some(len) = rest[start..].find("%}") else { break };
+        let tag = &rest[start..start + len + 2];
+        let inner = tag[2..tag.len() - 2].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
+        out.push_str(&rest[..start]);
+        if inner != "generation" && inner != "endgeneration" {
+            out.push_str(tag);
+        }
+        rest = &rest[start + len + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `raise_exception(msg)`: the template refuses the conversation.
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, format!("the template refused the conversation: {msg}")))
+}
+
+/// `strftime_now(fmt)`: the local time, formatted.
+fn strftime_now(fmt: String) -> Result<Value, Error> {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format(&fmt))
+        .map_err(|_| Error::new(ErrorKind::InvalidOperation, format!("strftime_now: bad format {fmt:?}")))?;
+    Ok(Value::from(out))
+}
+
+/// `x | tojson(indent=None, ensure_ascii=False, sort_keys=False)`, as
+/// transformers defines it (Python's `json.dumps`).
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    // Accepted for compatibility; Python's defaults are what we write.
+    let _: Option<Value> = kwargs.get("separators")?;
+    kwargs.assert_all_used()?;
+    let json =
+        serde_json::to_value(&value).map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(Value::from(python_json(&json, indent, ensure_ascii.unwrap_or(false), sort_keys.unwrap_or(false))))
+}
+
+/// `text | from_json`.
+fn from_json(text: String) -> Result<Value, Error> {
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("from_json: {e}")))?;
+    Ok(Value::from_serialize(&json))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(source: &str, messages: &[Message]) -> Result<String, TemplateError> {
+        ChatTemplate::new("t", source)?.render(messages, &RenderOptions::default())
+    }
+
+    #[test]
+    fn renders_with_python_methods_and_trimmed_blocks() {
+        let src = "{% for m in messages %}\n{{ m.role.upper() }}:{{ m.content.strip() }}|{% endfor %}";
+        assert_eq!(render(src, &[Message::new("user", "  hi ")]).unwrap(), "USER:hi|");
+    }
+
+    #[test]
+    fn generation_tags_are_removed() {
+        let src = "a{%- generation -%}b{% endgeneration %}c";
+        assert_eq!(strip_generation_tags(src), "abc");
+        assert_eq!(render(src, &[]).unwrap(), "abc");
+    }
+
+    #[test]
+    fn tojson_writes_what_python_writes() {
+        let src = "{{ {'a': 1, 'b': [1, 'é<>']} | tojson }}";
+        assert_eq!(render(src, &[]).unwrap(), r#"{"a": 1, "b": [1, "é<>"]}"#);
+    }
+
+    #[test]
+    fn errors_name_the_template_and_line() {
+        let e = ChatTemplate::new("model.gguf", "line one\n{% if %}").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.to_string().starts_with("chat template model.gguf, line 2: syntax error"), "{e}");
+        let e = render("x\ny\n{{ raise_exception('no system role') }}", &[]).unwrap_err();
+        assert_eq!(e.line, Some(3));
+        assert!(e.message.contains("no system role"), "{e}");
+        let e = render("{{ messages[0].content.nope() }}", &[Message::new("user", "x")]).unwrap_err();
+        assert!(e.message.contains("unknown method"), "{e}");
+    }
+
+    #[test]
+    fn a_runaway_template_stops() {
+        let e =
+            render("{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}", &[]).unwrap_err();
+        assert!(e.message.contains("ran too long"), "{e}");
+    }
+
+    #[test]
+    fn reasoning_is_given_under_both_names() {
+        let src = "{{ messages[0].reasoning_content }}/{{ messages[0].thinking }}/{{ messages[1].reasoning_content is defined }}";
+        let with = Message { reasoning: Some("r".into()), ..Message::new("assistant", "a") };
+        assert_eq!(render(src, &[with, Message::new("user", "u")]).unwrap(), "r/r/False");
+    }
+}
