@@ -21,6 +21,8 @@ pub struct RunConfig {
     pub moe: MoeConfig,
     /// Policy plugins.
     pub plugins: PluginConfig,
+    /// Chat turns.
+    pub chat: ChatConfig,
     /// Telemetry outputs.
     pub telemetry: TelemetryConfig,
 }
@@ -68,6 +70,26 @@ pub fn parse_params(field: &'static str, params: &[String]) -> Result<Vec<(Strin
             _ => Err(bad(field, format!("`{p}` is not name=value"))),
         })
         .collect()
+}
+
+/// `[chat]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChatConfig {
+    /// A Jinja chat template file to use instead of the model's own; empty = the model's.
+    pub template: PathBuf,
+    /// System prompt of new conversations; empty = none.
+    pub system: String,
+    /// Let the model reason before answering (where it can).
+    pub think: bool,
+    /// gpt-oss reasoning effort (low, medium, high); empty = the template's default.
+    pub reasoning_effort: String,
+}
+
+impl Default for ChatConfig {
+    fn default() -> ChatConfig {
+        ChatConfig { template: PathBuf::new(), system: String::new(), think: true, reasoning_effort: String::new() }
+    }
 }
 
 /// `[model]`
@@ -242,6 +264,12 @@ impl RunConfig {
         }
         parse_params("plugins.draft_params", &p.draft_params)?;
         parse_params("plugins.drop_params", &p.drop_params)?;
+        if !["", "low", "medium", "high"].contains(&self.chat.reasoning_effort.as_str()) {
+            return Err(bad(
+                "chat.reasoning_effort",
+                format!("`{}` is not low, medium or high", self.chat.reasoning_effort),
+            ));
+        }
         if m.cache_mb > (1u64 << 30) as f64 {
             return Err(bad("moe.cache_mb", format!("{} MiB is not a plausible budget", m.cache_mb)));
         }
@@ -278,6 +306,55 @@ impl RunConfig {
     pub fn sampling(&self) -> Sampling {
         let g = &self.generate;
         Sampling { temp: g.temp as f32, top_k: g.top_k, top_p: g.top_p as f32, seed: g.seed }
+    }
+
+    /// Every setting's name, `section.key`, in file order.
+    pub fn keys() -> Vec<String> {
+        RunConfig::default().resolved_pairs().into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// The full name of `key`, given as `section.key` or as a bare key
+    /// that only one section has; an error lists the valid names.
+    pub fn resolve_key(key: &str) -> Result<String, String> {
+        let keys = RunConfig::keys();
+        if keys.iter().any(|k| k == key) {
+            return Ok(key.to_string());
+        }
+        let matches: Vec<&String> = keys.iter().filter(|k| k.split_once('.').is_some_and(|(_, b)| b == key)).collect();
+        match matches[..] {
+            [one] => Ok(one.clone()),
+            [] => Err(format!("unknown setting `{key}`; settings are: {}", keys.join(", "))),
+            _ => Err(format!(
+                "`{key}` is ambiguous: {}",
+                matches.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
+    /// A copy with `key` set from `value`, validated. `value` is TOML (`512`,
+    /// `true`, `"text"`, `["a=1"]`) or bare text for a text setting; a list
+    /// setting also takes `a=1,b=2`.
+    pub fn with(&self, key: &str, value: &str) -> Result<RunConfig, String> {
+        let name = RunConfig::resolve_key(key)?;
+        let (section, field) = name.split_once('.').expect("keys are section.key");
+        let mut table = toml::Value::try_from(self).map_err(|e| e.to_string())?;
+        let slot =
+            table.get_mut(section).and_then(|s| s.get_mut(field)).ok_or_else(|| format!("unknown setting `{name}`"))?;
+        let parsed = toml::from_str::<toml::Table>(&format!("v = {value}")).ok().and_then(|mut t| t.remove("v"));
+        *slot = match (&*slot, parsed) {
+            (toml::Value::Float(_), Some(toml::Value::Integer(i))) => toml::Value::Float(i as f64),
+            (toml::Value::String(_), Some(v @ toml::Value::String(_))) => v,
+            (toml::Value::String(_), _) => toml::Value::String(value.to_string()),
+            (toml::Value::Array(_), Some(v @ toml::Value::Array(_))) => v,
+            (toml::Value::Array(_), _) => toml::Value::Array(
+                value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.into()).collect(),
+            ),
+            (_, Some(v)) => v,
+            (_, None) => return Err(format!("{name}: `{value}` is not a value")),
+        };
+        let config: RunConfig = table.try_into().map_err(|e: toml::de::Error| format!("{name}: {}", e.message()))?;
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
     }
 
     /// Every field as `section.field = value`, for telemetry preambles.
@@ -360,9 +437,29 @@ mod tests {
     }
 
     #[test]
+    fn settings_by_name() {
+        let c = RunConfig::default();
+        assert_eq!(RunConfig::resolve_key("temp").unwrap(), "generate.temp");
+        assert_eq!(RunConfig::resolve_key("moe.cache_mb").unwrap(), "moe.cache_mb");
+        let e = RunConfig::resolve_key("cache_gb").unwrap_err();
+        assert!(e.contains("unknown setting `cache_gb`") && e.contains("moe.cache_mb"), "{e}");
+        let c = c.with("moe.stream", "true").unwrap().with("cache_mb", "512").unwrap();
+        assert_eq!(c.moe.cache_mb, 512.0);
+        assert_eq!(c.with("temp", "0.7").unwrap().generate.temp, 0.7);
+        assert_eq!(c.with("draft_plugin", "ngram").unwrap().plugins.draft_plugin, "ngram");
+        let p = c.with("draft_params", "min_match=2, max_match=8").unwrap().plugins.draft_params;
+        assert_eq!(p, ["min_match=2", "max_match=8"]);
+        assert_eq!(c.with("model.path", "/m/x.gguf").unwrap().model.path, PathBuf::from("/m/x.gguf"));
+        // Bad values are refused with the setting's name; the config is unchanged.
+        assert!(c.with("io_threads", "0").unwrap_err().contains("moe.io_threads"));
+        assert!(c.with("n_predict", "lots").unwrap_err().contains("generate.n_predict"));
+        assert!(c.with("stream", "maybe").unwrap_err().contains("moe.stream"));
+    }
+
+    #[test]
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "0.0"));
-        assert_eq!(pairs.len(), 1 + 9 + 5 + 7 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 5 + 7 + 4 + 3);
     }
 }

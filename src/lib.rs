@@ -11,9 +11,11 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gguf;
+pub mod host;
 #[allow(unsafe_code)]
 pub mod llama;
 pub mod moe;
 pub mod policy;
 pub mod synth;
 pub mod telemetry;
+pub mod ui;

@@ -108,7 +108,7 @@ fn context_overflow_is_a_request_error() {
     let _serial = llama_lock();
     let mut session = Session::open(options(&m, stream0(1, true))).unwrap();
     let err = session.generate(&request(600), &mut |_| {}).unwrap_err();
-    assert!(matches!(err, EngineError::Request(_)), "{err}");
+    assert!(matches!(err, EngineError::ContextFull { n_ctx: 512, .. }), "{err}");
     assert!(session.generate(&request(8), &mut |_| {}).is_ok());
 }
 

@@ -66,6 +66,12 @@ impl ChatFormat {
         Ok(ChatFormat { template, family, think, base, fallback })
     }
 
+    /// The same format rendering with `reasoning_effort` (gpt-oss).
+    pub fn with_reasoning_effort(mut self, effort: Option<String>) -> ChatFormat {
+        self.base.reasoning_effort = effort;
+        self
+    }
+
     /// The template.
     pub fn template(&self) -> &ChatTemplate {
         &self.template

@@ -8,24 +8,34 @@ use clap::Args;
 
 use super::interrupt::{self, Forward};
 use super::write_model_with_progress;
-use crate::config::{RunConfig, parse_params};
-use crate::engine::{Event, GenerateRequest, Session};
-use crate::policy::wasm::{Limits, Source, WasmDrafter, WasmDropper};
-use crate::policy::{Drafter, Dropper};
+use crate::chat::Kind;
+use crate::config::RunConfig;
+use crate::host::{Host, HostEvent};
 use crate::synth::{self, Arch, ModelSpec, Preset};
-use crate::telemetry::csv::CsvSink;
-use crate::telemetry::trace::RouteTraceSink;
 
 /// `bmoe generate`
 #[derive(Args, Debug, Default)]
 pub struct GenerateArgs {
-    /// Model file; without one, a random-weight demo model is generated once and used.
-    #[arg(short, long)]
-    pub model: Option<PathBuf>,
     /// Prompt text.
     #[arg(short, long, default_value = "The capital of Japan is")]
     pub prompt: String,
-    /// Tokens to generate [config: generate.n_predict, default 128].
+    /// Apply the model's chat template to the prompt (one user turn); the
+    /// answer goes to stdout, any reasoning to stderr.
+    #[arg(long)]
+    pub chat: bool,
+    /// Model, engine and telemetry settings.
+    #[command(flatten)]
+    pub run: RunFlags,
+}
+
+/// The settings every command that runs a model takes; each overrides the
+/// `bmoe.toml` field in brackets.
+#[derive(Args, Debug, Default)]
+pub struct RunFlags {
+    /// Model file; without one, a random-weight demo model is generated once and used.
+    #[arg(short, long)]
+    pub model: Option<PathBuf>,
+    /// Tokens to generate per turn [config: generate.n_predict, default 128].
     #[arg(short = 'n', long)]
     pub n_predict: Option<u32>,
     /// Read a bmoe.toml; flags override it.
@@ -94,10 +104,19 @@ pub struct GenerateArgs {
     /// Show llama.cpp's log.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Turn the model's reasoning off in chat turns [chat.think].
+    #[arg(long, help_heading = "Chat")]
+    pub no_think: bool,
+    /// A .jinja chat template to use instead of the model's own [chat.template].
+    #[arg(long, value_name = "FILE", help_heading = "Chat")]
+    pub chat_template: Option<PathBuf>,
+    /// System prompt of chat turns [chat.system].
+    #[arg(long, help_heading = "Chat")]
+    pub system: Option<String>,
 }
 
 /// The configuration after the file (if any) and the flags.
-pub fn resolve_config(args: &GenerateArgs) -> Result<RunConfig> {
+pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     let mut c = match &args.config {
         Some(p) => RunConfig::from_file(p).map_err(|e| anyhow!(e))?,
         None => RunConfig::default(),
@@ -132,12 +151,21 @@ pub fn resolve_config(args: &GenerateArgs) -> Result<RunConfig> {
     if args.verbose {
         t.verbose = true;
     }
+    let ch = &mut c.chat;
+    set!(chat_template => ch.template, system => ch.system);
+    if args.no_think {
+        ch.think = false;
+    }
     c.validate()?;
     Ok(c)
 }
 
-/// The demo model's path, generating it on first use.
-fn demo_model() -> Result<PathBuf> {
+/// The model `config` names, or the demo model (generated on first use,
+/// with a progress bar; Ctrl-C stops it cleanly).
+pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
+    if !config.model.path.as_os_str().is_empty() {
+        return Ok(config.model.path.clone());
+    }
     let dir = dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe");
     let path = dir.join(format!("demo-qwen3moe-v{}.gguf", synth::GENERATOR_VERSION));
     eprintln!(
@@ -146,58 +174,44 @@ fn demo_model() -> Result<PathBuf> {
         path.display()
     );
     if !path.exists() {
-        let spec = ModelSpec::preset(Preset::Demo, Arch::Qwen3Moe);
+        // A qwen3moe demo speaks Qwen3's chat template.
+        let template = crate::chat::named_template("qwen3").map(str::to_string);
+        let spec = ModelSpec { chat_template: template, ..ModelSpec::preset(Preset::Demo, Arch::Qwen3Moe) };
         write_model_with_progress(&spec, &path, "generating demo model").context("generating the demo model")?;
     }
     Ok(path)
 }
 
-pub fn generate(args: GenerateArgs) -> Result<()> {
-    let config = resolve_config(&args)?;
+/// Opens a host for `config` (the demo model when it names none) and prints
+/// its notices; Ctrl-C during the open ends the command.
+pub fn open_host(config: RunConfig) -> Result<Host> {
     interrupt::install()?;
-    crate::llama::set_verbose(config.telemetry.verbose);
-    let model = if config.model.path.as_os_str().is_empty() { demo_model()? } else { config.model.path.clone() };
-    if !config.telemetry.route_trace.as_os_str().is_empty() && !config.moe.stream {
-        bail!("--route-trace needs --moe-stream (routing is only observed while streaming)");
-    }
-    let mut session = Session::open(config.session_options(&model))?;
-    // Ctrl-C from here on stops the decode at its next graph node.
-    let _forward = Forward::to(session.abort_handle().flag())?;
-    interrupt::check()?;
-    let info = session.info().clone();
-    for notice in &info.notices {
+    let model = resolve_model(&config)?;
+    let mut host = Host::open(config, &model)?;
+    for notice in host.take_notices() {
         eprintln!("bmoe: note: {notice}");
     }
-    attach_plugins(&mut session, &config)?;
-    let mut csv = match &config.telemetry.csv {
-        p if p.as_os_str().is_empty() => None,
-        p => Some(
-            CsvSink::create(p, &config.resolved_pairs(), &info).with_context(|| format!("creating {}", p.display()))?,
-        ),
-    };
-    let mut route = match &config.telemetry.route_trace {
-        p if p.as_os_str().is_empty() => None,
-        p => Some(RouteTraceSink::create(p, &model, &info).with_context(|| format!("creating {}", p.display()))?),
-    };
-    let request = GenerateRequest {
-        prompt: args.prompt.clone(),
-        n_predict: config.generate.n_predict,
-        sampling: config.sampling(),
-        continue_context: false,
-        keep_logits: false,
-    };
+    interrupt::check()?;
+    Ok(host)
+}
+
+pub fn generate(args: GenerateArgs) -> Result<()> {
+    let config = resolve_config(&args.run)?;
+    let mut host = open_host(config)?;
+    // Ctrl-C from here on stops the decode at its next graph node.
+    let _forward = Forward::to(host.abort_handle().flag())?;
+    let abort = host.abort_handle();
     let stdout = std::io::stdout();
-    let abort = session.abort_handle();
     let mut out_error: Option<std::io::Error> = None;
-    let mut sink_error: Option<std::io::Error> = None;
-    let generation = session.generate(&request, &mut |event| {
-        // The generation clears its abort flag when it starts: a Ctrl-C
+    let mut shown_reasoning = false;
+    let mut on_event = |event: HostEvent<'_>| {
+        // A generation clears its abort flag when it starts: a Ctrl-C
         // that landed just before is raised again here.
         if interrupt::requested() {
             abort.abort();
         }
         match event {
-            Event::Token { text, .. } => {
+            HostEvent::Text { kind: Kind::Answer, text } => {
                 let mut out = stdout.lock();
                 if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
                     // Nobody reads the text any more (e.g. a closed pipe): stop generating.
@@ -205,15 +219,26 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
                     abort.abort();
                 }
             }
-            Event::Prefill(report) | Event::Step(report) => {
-                let r = csv.as_mut().map_or(Ok(()), |c| c.row(report));
-                if let Err(e) = r.and_then(|()| route.as_mut().map_or(Ok(()), |t| t.rows(report))) {
-                    sink_error.get_or_insert(e);
+            // With --chat, reasoning goes to stderr: stdout carries the answer only.
+            HostEvent::Text { kind: Kind::Reasoning, text } => {
+                if !shown_reasoning {
+                    eprint!("bmoe: reasoning: ");
+                    shown_reasoning = true;
                 }
+                eprint!("{text}");
             }
-            Event::Notice(text) => eprintln!("\nbmoe: note: {text}"),
+            HostEvent::Notice(text) => eprintln!("\nbmoe: note: {text}"),
+            HostEvent::Prefill(_) | HostEvent::Step(_) => {}
         }
-    })?;
+    };
+    let generation = if args.chat {
+        host.chat(&args.prompt, &mut on_event)?.generation
+    } else {
+        host.complete(&args.prompt, false, &mut on_event)?
+    };
+    if shown_reasoning {
+        eprintln!();
+    }
     match out_error {
         // The reader went away (`bmoe generate | head`): not an error.
         Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
@@ -221,59 +246,9 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         None => {}
     }
     println!();
-    if let Some(e) = sink_error {
-        bail!("writing telemetry: {e}");
-    }
-    if let Some(c) = csv {
-        c.finish(&generation.summary)?;
-    }
-    if let Some(t) = route {
-        t.finish()?;
-    }
+    host.finish()?;
     eprint!("{}", generation.summary);
     // Stopped by Ctrl-C: everything generated so far is printed and saved.
     interrupt::check()?;
-    Ok(())
-}
-
-/// Loads a plugin; a file that is not a usable plugin (not Wasm, another
-/// interface version, imports) is refused with a note and the run goes on
-/// without it. Rejected parameters are the user's error and stop the run.
-fn load_or_skip<P>(what: &str, load: Result<P, String>) -> Result<Option<P>> {
-    match load {
-        Ok(p) => Ok(Some(p)),
-        Err(e) if e.contains("rejected its parameters") => bail!(e),
-        Err(e) => {
-            eprintln!("bmoe: note: {what} plugin refused, running without it: {e}");
-            Ok(None)
-        }
-    }
-}
-
-/// Loads the configured draft and drop plugins into the session.
-fn attach_plugins(session: &mut Session, config: &RunConfig) -> Result<()> {
-    let p = &config.plugins;
-    let limits = Limits { call_ms: p.call_ms, memory_bytes: (p.memory_mb as usize) << 20 };
-    if !p.draft_plugin.is_empty() {
-        let params = parse_params("plugins.draft_params", &p.draft_params)?;
-        let source = Source::resolve(&p.draft_plugin).map_err(|e| anyhow!(e))?;
-        if let Some(plugin) = load_or_skip("draft", WasmDrafter::load(&source, &params, limits))? {
-            let i = plugin.info().clone();
-            eprintln!("bmoe: draft plugin {} {} ({}), up to {} tokens per step", i.name, i.version, i.source, p.draft);
-            session.set_drafter(Some(Drafter::new(&i.name, Box::new(plugin), session.n_vocab())), p.draft);
-        }
-    }
-    if !p.drop_plugin.is_empty() {
-        let params = parse_params("plugins.drop_params", &p.drop_params)?;
-        let source = Source::resolve(&p.drop_plugin).map_err(|e| anyhow!(e))?;
-        let Some(plugin) = load_or_skip("drop", WasmDropper::load(&source, &params, limits))? else { return Ok(()) };
-        let i = plugin.info().clone();
-        eprintln!("bmoe: drop plugin {} {} ({}): lossy, output depends on cache state", i.name, i.version, i.source);
-        if config.moe.cache_mb == 0.0 {
-            eprintln!("bmoe: note: without --cache-mb every expert is a cache miss to the drop plugin");
-        }
-        let n_expert = session.info().n_expert;
-        session.set_dropper(Some(Dropper::new(&i.name, Box::new(plugin), n_expert)))?;
-    }
     Ok(())
 }

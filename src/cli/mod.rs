@@ -1,10 +1,11 @@
-//! The command line: `generate`, `make-model`, `inspect`, `archs`,
-//! `trace-stats` and `plugin`.
+//! The command line: `generate`, `repl`, `template`, `make-model`,
+//! `inspect`, `archs`, `trace-stats` and `plugin`.
 
 mod generate;
 pub mod interrupt;
 mod model;
 mod plugin;
+mod template;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use clap::{Parser, Subcommand};
 
 use crate::synth::{self, ModelSpec, WriteReport};
 
-pub use generate::{GenerateArgs, resolve_config};
+pub use generate::{GenerateArgs, RunFlags, open_host, resolve_config, resolve_model};
 pub use model::{MakeModelArgs, inspect_report};
 pub use plugin::PluginCommand;
 
@@ -33,6 +34,10 @@ pub struct Cli {
 pub enum Command {
     /// Generate text from a prompt (stdout carries only the generated text).
     Generate(GenerateArgs),
+    /// Chat with a model in a line REPL (`:help` lists its commands); reads a pipe too.
+    Repl(RunFlags),
+    /// Print the prompt a chat template renders for a conversation.
+    Template(template::TemplateArgs),
     /// Write a synthetic MoE model (random weights, real architecture).
     MakeModel(MakeModelArgs),
     /// Describe a GGUF model and whether bmoe can stream it.
@@ -59,6 +64,8 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Generate(args) => generate::generate(args),
+        Command::Repl(flags) => repl(&flags),
+        Command::Template(args) => template::template(args),
         Command::MakeModel(args) => model::make_model(args),
         Command::Inspect { file } => model::inspect(&file),
         Command::Archs => {
@@ -68,6 +75,14 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
         Command::Plugin(cmd) => plugin::run(cmd),
     }
+}
+
+/// `bmoe repl`: a host, Ctrl-C wired to stop replies, the REPL loop.
+fn repl(flags: &RunFlags) -> Result<()> {
+    let config = resolve_config(flags)?;
+    let mut host = open_host(config)?;
+    let _forward = interrupt::Forward::to(host.abort_handle().flag())?;
+    crate::ui::repl::run(&mut host)
 }
 
 /// Writes a synthetic model with a progress bar; Ctrl-C stops it (the

@@ -59,6 +59,10 @@ pub struct MakeModelArgs {
     /// Routing shape: size of attention and expert outputs relative to the residual stream.
     #[arg(long, help_heading = "Routing shape")]
     pub mix: Option<f32>,
+    /// Write a chat template: a bundled family (qwen3, qwen3.5, gpt-oss, gemma-4, ...) or a .jinja file.
+    /// Its markers become special tokens of the vocabulary.
+    #[arg(long, value_name = "FAMILY|FILE")]
+    pub chat_template: Option<String>,
 }
 
 pub fn make_model(a: MakeModelArgs) -> Result<()> {
@@ -97,6 +101,20 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
         if let Some(v) = v {
             *dst = v;
         }
+    }
+    if let Some(t) = &a.chat_template {
+        let source = match crate::chat::named_template(t) {
+            Some(s) => s.to_string(),
+            None if std::path::Path::new(t).is_file() => {
+                std::fs::read_to_string(t).with_context(|| format!("reading {t}"))?
+            }
+            None => {
+                let names: Vec<&str> = crate::chat::NAMED_TEMPLATES.iter().map(|(n, _)| *n).collect();
+                bail!("--chat-template {t}: not a file nor a bundled family ({})", names.join(", "));
+            }
+        };
+        crate::chat::ChatTemplate::new(t, &source).map_err(|e| anyhow!(e))?;
+        spec.chat_template = Some(source);
     }
     let report = write_model_with_progress(&spec, &a.output, "writing")?;
     for p in &report.paths {

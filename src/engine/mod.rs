@@ -6,5 +6,5 @@ mod session;
 
 pub use events::{Event, Phase, StepReport};
 pub use session::{
-    AbortHandle, EngineError, GenerateRequest, Generation, OpenReport, Session, SessionOptions, StreamOptions,
+    AbortHandle, EngineError, GenerateRequest, Generation, OpenReport, Prompt, Session, SessionOptions, StreamOptions,
 };

@@ -62,6 +62,22 @@ pub enum EngineError {
     /// Reading experts failed; the decode was abandoned and rolled back.
     #[error("{0}")]
     Stream(String),
+    /// The request does not fit in the context window.
+    #[error(
+        "{needed} tokens (context {held} + prompt {prompt} + {n_predict} to generate) exceed the context size {n_ctx}"
+    )]
+    ContextFull {
+        /// Tokens the request needs.
+        needed: usize,
+        /// Tokens already held.
+        held: usize,
+        /// New prompt tokens.
+        prompt: usize,
+        /// Tokens asked for.
+        n_predict: u32,
+        /// The context size.
+        n_ctx: u32,
+    },
     /// llama_decode failed.
     #[error("decode failed: {0}")]
     Decode(#[from] DecodeError),
@@ -94,16 +110,37 @@ pub struct OpenReport {
     pub notices: Vec<String>,
 }
 
+/// What a generation starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Text, tokenized with the model's vocabulary (BOS added at the start of
+    /// a conversation); with `continue_context` it is appended to what the
+    /// session holds.
+    Text(String),
+    /// The whole conversation so far as tokens (a rendered chat template):
+    /// the session keeps the longest prefix it already holds in its KV cache
+    /// and decodes only the rest, so an earlier turn is never decoded twice
+    /// and a template that rewrites history costs only the changed suffix.
+    Tokens(Vec<i32>),
+}
+
+impl From<&str> for Prompt {
+    fn from(text: &str) -> Prompt {
+        Prompt::Text(text.to_string())
+    }
+}
+
 /// One generation request.
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
-    /// Prompt text (tokenized with the model's vocabulary).
-    pub prompt: String,
+    /// What to start from.
+    pub prompt: Prompt,
     /// Tokens to generate.
     pub n_predict: u32,
     /// Token selection.
     pub sampling: Sampling,
-    /// Continue the conversation (keep the KV cache) instead of starting over.
+    /// With a text prompt: continue the conversation (keep the KV cache)
+    /// instead of starting over. Token prompts always reuse what matches.
     pub continue_context: bool,
     /// Keep a copy of the logits each token was chosen from.
     pub keep_logits: bool,
@@ -122,6 +159,8 @@ pub struct Generation {
     pub aborted: bool,
     /// Stopped by an end-of-generation token.
     pub stopped_at_eog: bool,
+    /// Prompt tokens the session already held and did not decode again.
+    pub reused_tokens: usize,
     /// Plugins disabled during this generation, with the reason.
     pub notices: Vec<String>,
     /// Totals.
@@ -286,27 +325,33 @@ impl Session {
                 "speculative decoding verifies drafts against greedy argmax: use --temp 0 with --draft-plugin".into(),
             ));
         }
-        if !req.continue_context {
-            self.reset();
-        }
         let model = self.ctx.model().clone();
-        let turn_start = self.history.len();
-        let old_pending = self.pending;
-        let mut input: Vec<i32> = self.pending.take().into_iter().collect();
-        input.extend(model.tokenize(&req.prompt, self.history.is_empty() && input.is_empty()));
+        let (input, turn_start, old_pending, reused) = match &req.prompt {
+            Prompt::Text(text) => {
+                if !req.continue_context {
+                    self.reset();
+                }
+                let turn_start = self.history.len();
+                let old_pending = self.pending;
+                let mut input: Vec<i32> = self.pending.take().into_iter().collect();
+                input.extend(model.tokenize(text, self.history.is_empty() && input.is_empty()));
+                (input, turn_start, old_pending, 0)
+            }
+            Prompt::Tokens(all) => {
+                if all.len() + req.n_predict as usize > self.ctx.n_ctx() as usize {
+                    return Err(self.context_full(0, all.len(), req.n_predict));
+                }
+                let kept = self.keep_common_prefix(all);
+                (all[kept..].to_vec(), kept, None, kept)
+            }
+        };
         if input.is_empty() {
             return Err(EngineError::Request("the prompt is empty".into()));
         }
         let needed = self.history.len() + input.len() + req.n_predict as usize;
         if needed > self.ctx.n_ctx() as usize {
             self.pending = old_pending;
-            return Err(EngineError::Request(format!(
-                "{needed} tokens (context {} + prompt {} + {} to generate) exceed the context size {}",
-                self.history.len(),
-                input.len(),
-                req.n_predict,
-                self.ctx.n_ctx()
-            )));
+            return Err(self.context_full(self.history.len(), input.len(), req.n_predict));
         }
         let mut out = Generation {
             summary: RunSummary {
@@ -317,6 +362,7 @@ impl Session {
                 dropping: self.ctx.hook_mut().is_some_and(|h| h.dropper_mut().is_some()),
                 ..RunSummary::default()
             },
+            reused_tokens: reused,
             ..Generation::default()
         };
         let turn = self.turn;
@@ -562,6 +608,84 @@ impl Session {
         self.roll_back(turn_start as i32);
         self.history.truncate(turn_start);
         self.pending = pending;
+    }
+
+    /// Keeps the longest prefix of `all` the session holds (its history and
+    /// the undecoded last token), rolling the KV cache back to it; at least
+    /// one token of `all` is left to decode, for the logits of the next.
+    /// Returns how many tokens were kept.
+    fn keep_common_prefix(&mut self, all: &[i32]) -> usize {
+        let held = self.history.iter().chain(self.pending.iter());
+        let common = held.zip(all).take_while(|(a, b)| a == b).count();
+        let keep = common.min(all.len().saturating_sub(1));
+        self.roll_back_to(keep);
+        // A matching undecoded token is decoded as part of the input.
+        self.pending = None;
+        self.history.len()
+    }
+
+    /// The error for a request that does not fit in the context.
+    fn context_full(&self, held: usize, prompt: usize, n_predict: u32) -> EngineError {
+        EngineError::ContextFull {
+            needed: held + prompt + n_predict as usize,
+            held,
+            prompt,
+            n_predict,
+            n_ctx: self.ctx.n_ctx(),
+        }
+    }
+
+    /// Changes the expert cache budget between generations (lossless: the
+    /// cache decides only what is read again). Needs streaming with the
+    /// cache on.
+    pub fn set_cache_budget(&mut self, bytes: u64) -> Result<u64, EngineError> {
+        let store = self.ctx.hook_mut().and_then(|h| h.store_mut());
+        let store = store.ok_or_else(|| EngineError::Request("not streaming: there is no expert cache".into()))?;
+        store.set_budget(bytes).map_err(|e| EngineError::Request(e.to_string()))
+    }
+
+    /// Context size in tokens.
+    pub fn n_ctx(&self) -> u32 {
+        self.ctx.n_ctx()
+    }
+
+    /// Tokens the session holds (decoded, plus the last generated token,
+    /// which is decoded with the next turn).
+    pub fn context_len(&self) -> usize {
+        self.history.len() + usize::from(self.pending.is_some())
+    }
+
+    /// The tokens the session holds, in order: its KV cache's, then the
+    /// last generated token, which is decoded with the next turn.
+    pub fn held_tokens(&self) -> Vec<i32> {
+        self.history.iter().chain(self.pending.iter()).copied().collect()
+    }
+
+    /// Tokenizes text that continues a conversation: special tokens
+    /// parsed, no BOS.
+    pub fn tokenize_continuation(&self, text: &str) -> Vec<i32> {
+        self.ctx.model().tokenize(text, false)
+    }
+
+    /// Tokenizes a rendered chat prompt: special tokens parsed, and BOS
+    /// added only where the vocabulary wants one and the template did not
+    /// already write it (no doubled BOS).
+    pub fn tokenize_rendered(&self, text: &str) -> Vec<i32> {
+        let model = self.ctx.model();
+        let mut tokens = model.tokenize(text, false);
+        if let Some(bos) = model.bos().filter(|_| model.adds_bos())
+            && tokens.first() != Some(&bos)
+        {
+            tokens.insert(0, bos);
+        }
+        tokens
+    }
+
+    /// The text of the vocabulary's BOS and EOS tokens (empty when absent).
+    pub fn special_texts(&self) -> (String, String) {
+        let model = self.ctx.model();
+        let text = |t: Option<i32>| t.map(|t| String::from_utf8_lossy(&model.token_bytes(t)).into_owned());
+        (text(model.bos()).unwrap_or_default(), text(model.eos()).unwrap_or_default())
     }
 
     /// Forgets the KV cache and history from position `pos` on.

@@ -136,6 +136,26 @@ impl Model {
         }
     }
 
+    /// The BOS token, if the vocabulary has one.
+    pub fn bos(&self) -> Option<i32> {
+        // SAFETY: plain getter on a live vocabulary.
+        let t = unsafe { sys::llama_vocab_bos(self.vocab) };
+        (t >= 0).then_some(t)
+    }
+
+    /// The EOS token, if the vocabulary has one.
+    pub fn eos(&self) -> Option<i32> {
+        // SAFETY: plain getter on a live vocabulary.
+        let t = unsafe { sys::llama_vocab_eos(self.vocab) };
+        (t >= 0).then_some(t)
+    }
+
+    /// Whether the vocabulary wants BOS at the start of a sequence.
+    pub fn adds_bos(&self) -> bool {
+        // SAFETY: plain getter on a live vocabulary.
+        unsafe { sys::llama_vocab_get_add_bos(self.vocab) }
+    }
+
     /// True for end-of-generation tokens.
     pub fn is_eog(&self, token: i32) -> bool {
         // SAFETY: plain lookup on a live vocabulary.

@@ -328,6 +328,19 @@ impl ExpertStore {
         Ok(())
     }
 
+    /// Changes the cache budget between generations, evicting least recently
+    /// used entries (and releasing their pages) down to a smaller one.
+    /// Returns the evictions; an error when the cache is off (the store
+    /// then holds full-bank slots, which only a reopen can change).
+    pub fn set_budget(&mut self, budget: u64) -> io::Result<u64> {
+        let Residency::Cache(lru) = &mut self.residency else {
+            return Err(io::Error::other("the expert cache is off: a budget needs a reopen"));
+        };
+        lru.budget = budget;
+        // Nothing is in flight between generations: protect nothing.
+        self.evict_to_budget(u64::MAX)
+    }
+
     /// Evicts least recently used entries until the budget holds, never
     /// touching entries used by the load in flight (`protect`).
     fn evict_to_budget(&mut self, protect: u64) -> io::Result<u64> {

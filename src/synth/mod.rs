@@ -20,13 +20,13 @@ mod write;
 
 pub use fill::{Fill, mix};
 pub use plan::{Planned, plan};
-pub use vocab::{BOS_ID, EOS_ID, Vocab};
+pub use vocab::{BOS_ID, EOS_ID, Vocab, template_markers};
 pub use write::{WriteReport, write_model};
 
 use crate::gguf::GgmlType;
 
 /// Changes whenever the same spec would produce different bytes.
-pub const GENERATOR_VERSION: u32 = 2;
+pub const GENERATOR_VERSION: u32 = 3;
 
 /// Architectures the generator can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +145,10 @@ pub struct ModelSpec {
     pub pieces: bool,
     /// Routing shape.
     pub routing: RoutingShape,
+    /// A Jinja chat template to write as `tokenizer.chat_template`; the
+    /// markers it writes (`<|im_start|>`, `<think>`, ...) become special
+    /// tokens of the vocabulary.
+    pub chat_template: Option<String>,
 }
 
 impl ModelSpec {
@@ -168,6 +172,7 @@ impl ModelSpec {
             split: 1,
             pieces: true,
             routing: RoutingShape::default(),
+            chat_template: None,
         };
         match preset {
             Preset::Tiny => tiny,

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::fill::{Fill, mix};
-use super::vocab::{EOS_ID, Vocab};
+use super::vocab::{EOS_ID, Vocab, template_markers};
 use super::{Arch, ModelSpec};
 use crate::gguf::{GgmlType, TensorSpec, Value, ValueType};
 
@@ -20,7 +20,8 @@ pub struct Planned {
 
 /// Builds the full plan for `spec`.
 pub fn plan(spec: &ModelSpec) -> Planned {
-    let vocab = Vocab::new(spec.pieces);
+    let markers = spec.chat_template.as_deref().map(template_markers).unwrap_or_default();
+    let vocab = Vocab::new(spec.pieces, &markers);
     let shape = Structure::new(spec, &vocab);
     let mut p = Planned { metadata: Vec::new(), tensors: Vec::new() };
     let arch = spec.arch.name();
@@ -58,6 +59,9 @@ pub fn plan(spec: &ModelSpec) -> Planned {
     }
     for (k, v) in vocab.metadata() {
         meta(k, v);
+    }
+    if let Some(template) = &spec.chat_template {
+        meta("tokenizer.chat_template", Value::String(template.clone()));
     }
 
     let dense = spec.dense_type;

@@ -27,8 +27,9 @@ pub struct Vocab {
 
 impl Vocab {
     /// Builds the vocabulary: specials, 256 byte tokens, printable ASCII,
-    /// `▁`, then `▁x`, `xy` letter pieces when `pieces` is set.
-    pub fn new(pieces: bool) -> Vocab {
+    /// `▁`, then `▁x`, `xy` letter pieces when `pieces` is set, then
+    /// `markers` as special (control) tokens.
+    pub fn new(pieces: bool, markers: &[String]) -> Vocab {
         let mut v = Vocab { tokens: Vec::new(), scores: Vec::new(), types: Vec::new() };
         v.push("<unk>", 0.0, UNKNOWN);
         v.push("<s>", 0.0, CONTROL);
@@ -50,6 +51,9 @@ impl Vocab {
                     v.push(&format!("{}{}", a as char, b as char), -3.0, NORMAL);
                 }
             }
+        }
+        for m in markers {
+            v.push(m, 0.0, CONTROL);
         }
         v
     }
@@ -94,5 +98,41 @@ impl Vocab {
             ("tokenizer.ggml.add_eos_token", Value::Bool(false)),
             ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
         ]
+    }
+}
+
+/// The special markers a chat template writes: `<|...|>`-style tags
+/// (`<|im_start|>`, `<|channel|>`, `<|turn>`, `<channel|>`, DeepSeek's
+/// `<｜User｜>`) and the `<think>` tags, each once, in order of appearance.
+pub fn template_markers(source: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (start, _) in source.match_indices('<') {
+        let rest = &source[start..];
+        let Some(end) = rest.char_indices().take(48).find(|(_, c)| *c == '>').map(|(i, _)| i) else { continue };
+        let inner = &rest[1..end];
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "_|./-:▁｜".contains(c);
+        let barred = inner.contains('|') || inner.contains('｜');
+        let think = matches!(inner, "think" | "/think");
+        if !inner.is_empty() && inner.chars().all(allowed) && (barred || think) {
+            let marker = rest[..=end].to_string();
+            if !out.contains(&marker) {
+                out.push(marker);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_of_real_templates() {
+        let qwen = template_markers("{{- '<|im_start|>' + m.role }}{{ '<think>\\n' }}</think><|im_end|><tool_call>");
+        assert_eq!(qwen, ["<|im_start|>", "<think>", "</think>", "<|im_end|>"]);
+        let gemma = template_markers("<|turn>model\n<|channel>thought\n<channel|><turn|>");
+        assert_eq!(gemma, ["<|turn>", "<|channel>", "<channel|>", "<turn|>"]);
+        assert_eq!(template_markers("<｜User｜>{% if a < b %}<｜Assistant｜>"), ["<｜User｜>", "<｜Assistant｜>"]);
     }
 }

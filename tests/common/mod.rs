@@ -80,7 +80,7 @@ pub fn run_turns(opts: SessionOptions, prompts: &[&str], n_predict: u32) -> (Vec
         .enumerate()
         .map(|(i, p)| {
             let req = GenerateRequest {
-                prompt: p.to_string(),
+                prompt: (*p).into(),
                 n_predict,
                 sampling: Sampling::default(),
                 continue_context: i > 0,

@@ -1,0 +1,79 @@
+//! `bmoe template`: prints the prompt a model's chat template renders, so
+//! anyone can see what the model will be fed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow};
+use clap::Args;
+
+use crate::chat::{ChatFormat, Conversation, Message, named_template};
+use crate::gguf::{ModelFiles, Value};
+
+/// `bmoe template`
+#[derive(Args, Debug)]
+pub struct TemplateArgs {
+    /// A GGUF model (its `tokenizer.chat_template`), a .jinja file, or a bundled family (qwen3, gpt-oss, gemma-4, ...).
+    pub source: String,
+    /// The conversation, as JSON: a list of {"role", "content"} messages or a file saved by the REPL's :save.
+    /// Default: a system prompt and two user turns.
+    #[arg(long, value_name = "FILE.json")]
+    pub messages: Option<PathBuf>,
+    /// Render with thinking turned off.
+    #[arg(long)]
+    pub no_think: bool,
+}
+
+/// A template's source, name and BOS/EOS texts, from a model, a file or a family name.
+pub fn load_template(source: &str) -> Result<(String, Option<String>, String, String)> {
+    if let Some(text) = named_template(source) {
+        return Ok((format!("bundled {source}"), Some(text.to_string()), String::new(), String::new()));
+    }
+    let path = Path::new(source);
+    let is_model = path.extension().is_some_and(|e| e == "gguf");
+    if !is_model {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {source}"))?;
+        return Ok((source.to_string(), Some(text), String::new(), String::new()));
+    }
+    let files = ModelFiles::open(path)?;
+    let meta = files.meta();
+    let token = |key: &str| -> String {
+        let tokens = meta.get("tokenizer.ggml.tokens").and_then(Value::as_array);
+        let id = meta.get_u64(key).map(|i| i as usize);
+        id.and_then(|i| tokens?.get(i)?.as_str().map(str::to_string)).unwrap_or_default()
+    };
+    let template = meta.get_str("tokenizer.chat_template").map(str::to_string);
+    Ok((source.to_string(), template, token("tokenizer.ggml.bos_token_id"), token("tokenizer.ggml.eos_token_id")))
+}
+
+/// The conversation `bmoe template` renders when given none.
+fn sample() -> Vec<Message> {
+    vec![
+        Message::new("system", "You are a helpful assistant."),
+        Message::new("user", "What is the capital of Japan?"),
+        Message { reasoning: Some("A geography question.".into()), ..Message::new("assistant", "Tokyo.") },
+        Message::new("user", "And of France?"),
+    ]
+}
+
+/// Runs `bmoe template`.
+pub fn template(args: TemplateArgs) -> Result<()> {
+    let (name, source, bos, eos) = load_template(&args.source)?;
+    let format = ChatFormat::new(&name, source.as_deref(), &bos, &eos).map_err(|e| anyhow!(e))?;
+    let messages = match &args.messages {
+        Some(path) => Conversation::load(path).map_err(|e| anyhow!(e))?.rendered_messages(),
+        None => sample(),
+    };
+    let prompt = format.prompt(&messages, !args.no_think).map_err(|e| anyhow!(e))?;
+    eprintln!(
+        "bmoe: template {}{}: reasoning {}, thinking control: {}",
+        name,
+        if format.is_fallback() { " (none in the model: the plain fallback)" } else { "" },
+        format.family().name(),
+        format.think_control().name()
+    );
+    print!("{prompt}");
+    if !prompt.ends_with('\n') {
+        println!();
+    }
+    Ok(())
+}

@@ -1,0 +1,443 @@
+//! The session host: the one place that opens a model from a [`RunConfig`],
+//! attaches its plugins and telemetry files, holds the conversation and its
+//! chat format, and changes settings between turns. Every front end
+//! (`generate`, `repl`, `chat`, `run`) sits on a host and consumes its
+//! [`HostEvent`]s; none reaches into the engine's internals.
+
+mod plugins;
+mod settings;
+mod sinks;
+
+use std::path::{Path, PathBuf};
+
+pub use settings::{Apply, SETTINGS, apply_of, description};
+
+use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError};
+use crate::config::RunConfig;
+use crate::engine::{
+    AbortHandle, EngineError, Event, GenerateRequest, Generation, OpenReport, Prompt, Session, StepReport,
+};
+use crate::gguf::ModelFiles;
+use crate::telemetry::summary::RunSummary;
+use sinks::Sinks;
+
+/// What a host reports while a turn runs.
+#[derive(Debug)]
+pub enum HostEvent<'a> {
+    /// Generated text, markers removed: reasoning or answer.
+    Text {
+        /// Which part of the output.
+        kind: Kind,
+        /// Text to append.
+        text: &'a str,
+    },
+    /// A prompt batch was decoded.
+    Prefill(&'a StepReport),
+    /// A generated token was decoded: its routing, reads and timings.
+    Step(&'a StepReport),
+    /// Something the user should know now.
+    Notice(&'a str),
+}
+
+/// Why a turn or a setting failed. The host stays usable after any of them.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The chat template could not render the conversation.
+    #[error("{0}")]
+    Template(#[from] TemplateError),
+    /// The conversation no longer fits in the context.
+    #[error(
+        "the conversation needs {needed} tokens with room for a reply, more than the context's {n_ctx}: \
+         start over (`:reset` in the REPL) or reopen with a larger generate.ctx_size"
+    )]
+    ContextFull {
+        /// Tokens the prompt and a minimal reply need.
+        needed: usize,
+        /// The context size.
+        n_ctx: u32,
+    },
+    /// The engine refused or failed.
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+    /// A setting, plugin or file problem.
+    #[error("{0}")]
+    Setting(String),
+}
+
+/// The result of one turn.
+#[derive(Debug, Clone, Default)]
+pub struct Turn {
+    /// The reasoning, markers removed (empty when the model gave none).
+    pub reasoning: String,
+    /// The answer.
+    pub answer: String,
+    /// Tokens, timings and totals of the generation.
+    pub generation: Generation,
+    /// Prompt tokens decoded for this turn (the rest were reused).
+    pub prefilled: u64,
+}
+
+/// What `set` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetOutcome {
+    /// The full setting name.
+    pub key: String,
+    /// How it took effect.
+    pub applied: Apply,
+    /// Things to tell the user (plugin loads, evictions).
+    pub notices: Vec<String>,
+}
+
+/// A loaded model with its conversation.
+pub struct Host {
+    config: RunConfig,
+    model: PathBuf,
+    session: Session,
+    format: ChatFormat,
+    conversation: Conversation,
+    sinks: Sinks,
+    totals: RunSummary,
+    last_step: Option<StepReport>,
+    notices: Vec<String>,
+    /// The text the session's held tokens stand for, after a chat turn:
+    /// the next prompt, if it starts with this text, extends those tokens
+    /// exactly instead of being tokenized again.
+    held_text: Option<String>,
+}
+
+impl Host {
+    /// Opens `model` with `config`: the session, its plugins, its chat
+    /// format and its telemetry files.
+    pub fn open(config: RunConfig, model: &Path) -> Result<Host, HostError> {
+        crate::llama::set_verbose(config.telemetry.verbose);
+        let mut session = Session::open(config.session_options(model))?;
+        let mut notices = session.info().notices.clone();
+        notices.extend(plugins::attach(&mut session, &config).map_err(HostError::Setting)?);
+        let format = chat_format(&config, model, &session)?;
+        if format.is_fallback() {
+            notices.push("the model has no chat template: chat turns use plain User:/Assistant: lines".into());
+        }
+        let sinks = Sinks::open(&config, model, session.info()).map_err(HostError::Setting)?;
+        let conversation = Conversation { system: system_prompt(&config), messages: Vec::new() };
+        Ok(Host {
+            config,
+            model: model.to_path_buf(),
+            session,
+            format,
+            conversation,
+            sinks,
+            totals: RunSummary::default(),
+            last_step: None,
+            notices,
+            held_text: None,
+        })
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    /// The model file.
+    pub fn model(&self) -> &Path {
+        &self.model
+    }
+
+    /// What opening the model found.
+    pub fn info(&self) -> &OpenReport {
+        self.session.info()
+    }
+
+    /// The chat format in use.
+    pub fn chat_format(&self) -> &ChatFormat {
+        &self.format
+    }
+
+    /// The conversation so far.
+    pub fn conversation(&self) -> &Conversation {
+        &self.conversation
+    }
+
+    /// Replaces the conversation (e.g. one loaded from a file); the next
+    /// turn reuses whatever prefix of it the session still holds.
+    pub fn set_conversation(&mut self, conversation: Conversation) {
+        self.conversation = conversation;
+        self.held_text = None;
+    }
+
+    /// Sets or clears the system prompt of the conversation.
+    pub fn set_system(&mut self, system: Option<String>) {
+        self.conversation.system = system.filter(|s| !s.is_empty());
+    }
+
+    /// Starts a new conversation (the expert cache stays warm).
+    pub fn reset(&mut self) {
+        self.session.reset();
+        self.held_text = None;
+        self.conversation = Conversation { system: system_prompt(&self.config), messages: Vec::new() };
+    }
+
+    /// Totals over every turn since the host opened.
+    pub fn totals(&self) -> &RunSummary {
+        &self.totals
+    }
+
+    /// The last decode step (its routing), if any.
+    pub fn last_step(&self) -> Option<&StepReport> {
+        self.last_step.as_ref()
+    }
+
+    /// Tokens the conversation holds and the context size.
+    pub fn context_use(&self) -> (usize, u32) {
+        (self.session.context_len(), self.session.n_ctx())
+    }
+
+    /// Notices gathered since the last call (open, plugins, settings).
+    pub fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// A handle that stops the running turn at its next graph node.
+    pub fn abort_handle(&self) -> AbortHandle {
+        self.session.abort_handle()
+    }
+
+    /// One chat turn: `message` from the user, the model's reply streamed
+    /// through `on_event`. On an error the conversation is unchanged; a
+    /// stopped turn keeps what was generated.
+    pub fn chat(&mut self, message: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
+        let mut messages = self.conversation.rendered_messages();
+        messages.push(Message::new("user", message));
+        let prompt = self.format.prompt(&messages, self.config.chat.think)?;
+        let tokens = self.prompt_tokens(&prompt);
+        let n_ctx = self.session.n_ctx();
+        let room = (n_ctx as usize).saturating_sub(tokens.len());
+        if room < 2 {
+            return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
+        }
+        let n_predict = self.config.generate.n_predict.min(room as u32);
+        let mut splitter = self.format.splitter(&prompt);
+        let (mut reasoning, mut answer) = (String::new(), String::new());
+        let mut route = |kind: Kind, text: &str, on_event: &mut dyn FnMut(HostEvent<'_>)| {
+            match kind {
+                Kind::Reasoning => reasoning.push_str(text),
+                Kind::Answer => answer.push_str(text),
+            }
+            on_event(HostEvent::Text { kind, text });
+        };
+        let request = self.request(Prompt::Tokens(tokens), n_predict);
+        let generation = self.run(
+            &request,
+            &mut |event, on_event| {
+                if let Event::Token { text, .. } = event {
+                    for (kind, piece) in splitter.push(text) {
+                        route(kind, &piece, on_event);
+                    }
+                }
+            },
+            on_event,
+        )?;
+        self.held_text = Some(prompt + &generation.text);
+        for (kind, piece) in splitter.finish() {
+            route(kind, &piece, on_event);
+        }
+        let reasoning = reasoning.trim().to_string();
+        let answer = answer.trim().to_string();
+        self.conversation.messages.push(Message::new("user", message));
+        let reply = Message {
+            reasoning: (!reasoning.is_empty()).then(|| reasoning.clone()),
+            ..Message::new("assistant", &answer)
+        };
+        self.conversation.messages.push(reply);
+        let prefilled = generation.summary.prompt_tokens;
+        Ok(Turn { reasoning, answer, generation, prefilled })
+    }
+
+    /// Plain completion of `prompt` (no template): a fresh context, or with
+    /// `continue_context` appended to what the session holds.
+    pub fn complete(
+        &mut self,
+        prompt: &str,
+        continue_context: bool,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Generation, HostError> {
+        let mut request = self.request(Prompt::Text(prompt.to_string()), self.config.generate.n_predict);
+        request.continue_context = continue_context;
+        self.run(
+            &request,
+            &mut |event, on_event| {
+                if let Event::Token { text, .. } = event
+                    && !text.is_empty()
+                {
+                    on_event(HostEvent::Text { kind: Kind::Answer, text });
+                }
+            },
+            on_event,
+        )
+    }
+
+    /// The tokens of a rendered prompt: what the session holds plus the new
+    /// text when the prompt extends the held text, else the whole prompt
+    /// tokenized (the session then keeps the longest common prefix).
+    fn prompt_tokens(&self, prompt: &str) -> Vec<i32> {
+        match &self.held_text {
+            Some(held) if prompt.starts_with(held.as_str()) => {
+                let mut tokens = self.session.held_tokens();
+                tokens.extend(self.session.tokenize_continuation(&prompt[held.len()..]));
+                tokens
+            }
+            _ => self.session.tokenize_rendered(prompt),
+        }
+    }
+
+    fn request(&self, prompt: Prompt, n_predict: u32) -> GenerateRequest {
+        GenerateRequest {
+            prompt,
+            n_predict,
+            sampling: self.config.sampling(),
+            continue_context: false,
+            keep_logits: false,
+        }
+    }
+
+    /// Runs one generation: telemetry, totals and the last step are kept
+    /// here; `on_token` turns token events into text events.
+    fn run(
+        &mut self,
+        request: &GenerateRequest,
+        on_token: &mut dyn FnMut(&Event<'_>, &mut dyn FnMut(HostEvent<'_>)),
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Generation, HostError> {
+        // Whatever happens, the held tokens are no longer known to match a text.
+        self.held_text = None;
+        let (sinks, totals, last_step) = (&mut self.sinks, &mut self.totals, &mut self.last_step);
+        let generation = self.session.generate(request, &mut |event| {
+            match &event {
+                Event::Prefill(r) => {
+                    sinks.write(r);
+                    totals.add(r);
+                    on_event(HostEvent::Prefill(r));
+                }
+                Event::Step(r) => {
+                    sinks.write(r);
+                    totals.add(r);
+                    *last_step = Some((*r).clone());
+                    on_event(HostEvent::Step(r));
+                }
+                Event::Notice(text) => on_event(HostEvent::Notice(text)),
+                Event::Token { .. } => {}
+            }
+            on_token(&event, on_event);
+            if let Some(e) = sinks.take_error() {
+                on_event(HostEvent::Notice(&e));
+            }
+        });
+        let generation = match generation {
+            Err(EngineError::ContextFull { needed, n_ctx, .. }) => {
+                return Err(HostError::ContextFull { needed, n_ctx });
+            }
+            other => other?,
+        };
+        self.totals.load_s = generation.summary.load_s;
+        self.totals.streaming = generation.summary.streaming;
+        self.totals.cached = generation.summary.cached;
+        self.totals.speculative = generation.summary.speculative;
+        self.totals.dropping = generation.summary.dropping;
+        Ok(generation)
+    }
+
+    /// Changes a setting (`section.key`, or a bare key one section has) from
+    /// its text form. Live settings apply from the next turn; others open
+    /// the model again with the conversation kept. On an error nothing changes.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<SetOutcome, HostError> {
+        let new = self.config.with(key, value).map_err(HostError::Setting)?;
+        let key = RunConfig::resolve_key(key).map_err(HostError::Setting)?;
+        let mut applied = apply_of(&key);
+        if key == "moe.cache_mb" && (self.config.moe.cache_mb == 0.0) != (new.moe.cache_mb == 0.0) {
+            // Cache on <-> off changes how experts are held: a reopen.
+            applied = Apply::Reopen;
+        }
+        let notices = match applied {
+            Apply::Reopen => self.reopen(new)?,
+            Apply::Live => self.apply_live(&key, new)?,
+        };
+        Ok(SetOutcome { key, applied, notices })
+    }
+
+    /// Applies a live setting; on an error the old configuration stays.
+    fn apply_live(&mut self, key: &str, new: RunConfig) -> Result<Vec<String>, HostError> {
+        let mut notices = Vec::new();
+        let section = key.split_once('.').map_or(key, |(s, _)| s);
+        match section {
+            "plugins" => {
+                let attached = plugins::attach(&mut self.session, &new);
+                // Put the old plugins back if the new ones are refused.
+                notices = attached.or_else(|e| {
+                    let _ = plugins::attach(&mut self.session, &self.config);
+                    Err(HostError::Setting(e))
+                })?;
+            }
+            "chat" if key == "chat.template" || key == "chat.reasoning_effort" => {
+                self.format = chat_format(&new, &self.model, &self.session)?;
+            }
+            "chat" if key == "chat.system" => self.conversation.system = system_prompt(&new),
+            "telemetry" if key == "telemetry.verbose" => crate::llama::set_verbose(new.telemetry.verbose),
+            "telemetry" => {
+                let mut sinks = Sinks::open(&new, &self.model, self.session.info()).map_err(HostError::Setting)?;
+                std::mem::swap(&mut self.sinks, &mut sinks);
+                sinks.finish(&self.totals).map_err(HostError::Setting)?;
+            }
+            "moe" => {
+                let evicted = self.session.set_cache_budget((new.moe.cache_mb * 1048576.0) as u64)?;
+                if evicted > 0 {
+                    notices.push(format!("{evicted} experts evicted to fit the new budget"));
+                }
+            }
+            _ => {}
+        }
+        self.config = new;
+        Ok(notices)
+    }
+
+    /// Opens the model again with `new`; the old session stays in use if
+    /// that fails. The conversation is kept: the next turn prefills it.
+    fn reopen(&mut self, new: RunConfig) -> Result<Vec<String>, HostError> {
+        let model = if new.model.path.as_os_str().is_empty() { self.model.clone() } else { new.model.path.clone() };
+        let mut host = Host::open(new, &model)?;
+        host.conversation = std::mem::take(&mut self.conversation);
+        host.totals = std::mem::take(&mut self.totals);
+        let mut notices = host.take_notices();
+        notices.push(format!("reopened {} (the conversation is prefilled again on the next turn)", model.display()));
+        let mut old = std::mem::replace(self, host);
+        let _ = old.sinks.finish(&old.totals);
+        Ok(notices)
+    }
+
+    /// Closes the telemetry files with the totals of every turn.
+    pub fn finish(&mut self) -> Result<(), HostError> {
+        self.sinks.finish(&self.totals).map_err(HostError::Setting)
+    }
+}
+
+/// The system prompt a new conversation starts with.
+fn system_prompt(config: &RunConfig) -> Option<String> {
+    Some(config.chat.system.clone()).filter(|s| !s.is_empty())
+}
+
+/// The chat format: `chat.template` if set, else the model's own template,
+/// else the plain fallback.
+fn chat_format(config: &RunConfig, model: &Path, session: &Session) -> Result<ChatFormat, HostError> {
+    let (name, source) = if config.chat.template.as_os_str().is_empty() {
+        let files = ModelFiles::open(model).map_err(|e| HostError::Setting(e.to_string()))?;
+        let source = files.meta().get_str("tokenizer.chat_template").map(str::to_string);
+        (model.display().to_string(), source)
+    } else {
+        let path = &config.chat.template;
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| HostError::Setting(format!("chat.template: reading {}: {e}", path.display())))?;
+        (path.display().to_string(), Some(source))
+    };
+    let (bos, eos) = session.special_texts();
+    let effort = Some(config.chat.reasoning_effort.clone()).filter(|e| !e.is_empty());
+    Ok(ChatFormat::new(&name, source.as_deref(), &bos, &eos)?.with_reasoning_effort(effort))
+}

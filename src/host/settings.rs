@@ -1,0 +1,84 @@
+//! Which settings a live session can change between turns, which need the
+//! model opened again, and what each one does (for `:help`, completion and
+//! the TUI's settings popup).
+
+/// How a setting takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apply {
+    /// From the next turn on, on the same session.
+    Live,
+    /// The model is opened again with it (the conversation is kept and
+    /// prefilled again on the next turn).
+    Reopen,
+}
+
+impl Apply {
+    /// `live` or `reopen`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Apply::Live => "live",
+            Apply::Reopen => "reopen",
+        }
+    }
+}
+
+/// (setting, how it applies, what it does), for every setting in `bmoe.toml`.
+pub const SETTINGS: &[(&str, Apply, &str)] = &[
+    ("model.path", Apply::Reopen, "GGUF model file; empty = the demo model"),
+    ("generate.n_predict", Apply::Live, "most tokens per turn"),
+    ("generate.threads", Apply::Reopen, "compute threads (0 = one per core)"),
+    ("generate.ctx_size", Apply::Reopen, "context length in tokens, all turns together"),
+    ("generate.batch", Apply::Reopen, "most prompt tokens per decode call"),
+    ("generate.ubatch", Apply::Reopen, "most tokens per graph computation"),
+    ("generate.temp", Apply::Live, "sampling temperature (0 = greedy)"),
+    ("generate.top_k", Apply::Live, "top-k sampling stage (0 = off)"),
+    ("generate.top_p", Apply::Live, "top-p sampling stage"),
+    ("generate.seed", Apply::Live, "sampling seed"),
+    ("moe.stream", Apply::Reopen, "stream routed experts from disk"),
+    ("moe.cache_mb", Apply::Live, "expert cache budget in MiB (turning the cache on or off needs a reopen)"),
+    ("moe.io_threads", Apply::Reopen, "parallel read lanes"),
+    ("moe.o_direct", Apply::Reopen, "O_DIRECT expert reads"),
+    ("moe.n_expert_used", Apply::Reopen, "experts per token (0 = the model's own; fewer is lossy)"),
+    (
+        "plugins.draft_plugin",
+        Apply::Live,
+        "speculative decoding plugin (ngram, ngram-multi, suffix, a .wasm; empty = off)",
+    ),
+    ("plugins.draft", Apply::Live, "most tokens drafted per step"),
+    ("plugins.draft_params", Apply::Live, "draft plugin parameters, name=value,..."),
+    ("plugins.drop_plugin", Apply::Live, "expert-drop plugin (drop-cold, a .wasm; empty = off; lossy)"),
+    ("plugins.drop_params", Apply::Live, "drop plugin parameters, name=value,..."),
+    ("plugins.call_ms", Apply::Live, "CPU time per plugin call, ms"),
+    ("plugins.memory_mb", Apply::Live, "plugin memory limit, MiB"),
+    ("chat.template", Apply::Live, "a .jinja chat template instead of the model's own"),
+    ("chat.system", Apply::Live, "system prompt of new conversations"),
+    ("chat.think", Apply::Live, "let the model reason before answering"),
+    ("chat.reasoning_effort", Apply::Live, "gpt-oss reasoning effort: low, medium, high"),
+    ("telemetry.csv", Apply::Live, "per-token CSV file (empty = none)"),
+    ("telemetry.route_trace", Apply::Live, "route trace file (empty = none; needs streaming)"),
+    ("telemetry.verbose", Apply::Live, "show llama.cpp's log"),
+];
+
+/// How `key` (a full `section.key` name) applies.
+pub fn apply_of(key: &str) -> Apply {
+    SETTINGS.iter().find(|(k, _, _)| *k == key).map_or(Apply::Reopen, |(_, a, _)| *a)
+}
+
+/// What `key` does.
+pub fn description(key: &str) -> &'static str {
+    SETTINGS.iter().find(|(k, _, _)| *k == key).map_or("", |(_, _, d)| d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RunConfig;
+
+    #[test]
+    fn every_config_key_is_described() {
+        let keys = RunConfig::keys();
+        let mut described: Vec<&str> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
+        described.sort_unstable();
+        assert_eq!(keys, described, "SETTINGS must list every bmoe.toml key once");
+    }
+}

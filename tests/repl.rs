@@ -1,0 +1,110 @@
+//! `bmoe repl` driven through a pipe, as a script would: turns, settings,
+//! state, a bad setting and a bad template (the REPL goes on), and a
+//! conversation saved and loaded back.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use bmoe::synth::Arch;
+use common::*;
+
+/// Runs the REPL on `model` with `script` on stdin.
+fn repl(model: &Path, extra: &[&str], script: &str) -> Output {
+    let _serial = llama_lock();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["repl", "-m", model.to_str().unwrap(), "-n", "8", "-t", "1"])
+        .args(extra)
+        .env("XDG_DATA_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bmoe repl");
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "repl failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+fn qwen3_model(dir: &Path) -> std::path::PathBuf {
+    let source = bmoe::chat::named_template("qwen3").unwrap().to_string();
+    write_tiny(dir, "m.gguf", Arch::Qwen3Moe, |s| s.chat_template = Some(source))
+}
+
+#[test]
+fn turns_settings_and_state_over_a_pipe() {
+    let dir = tempdir();
+    let m = qwen3_model(dir.path());
+    let conv = dir.path().join("conv.json");
+    let script = format!(
+        "Hello there\n\
+         :set temp 0.7\n\
+         :set cache_gb 3\n\
+         :set moe.io_threads 0\n\
+         :frobnicate\n\
+         :show config\n\
+         Second turn\n\
+         :show routing\n\
+         :show stats\n\
+         :save {}\n\
+         :reset\n\
+         :show stats\n\
+         :load {}\n\
+         :show stats\n\
+         :quit\n\
+         never read\n",
+        conv.display(),
+        conv.display()
+    );
+    let out = repl(&m, &["--moe-stream", "--cache-mb", "0.5"], &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    // No prompt and no colour on a pipe.
+    assert!(!stdout.contains("bmoe> ") && !stdout.contains('\x1b'), "{stdout}");
+    // Two turns, each with its summary line on stderr.
+    let summaries: Vec<&str> = stderr.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).collect();
+    assert_eq!(summaries.len(), 2, "{stderr}");
+    assert!(summaries[1].contains("reused"), "{stderr}");
+    assert!(stderr.contains("generate.temp = 0.7 (from the next turn)"), "{stderr}");
+    // Bad input: a clear error each, and the REPL went on.
+    assert!(
+        stderr.contains("error: unknown setting `cache_gb`; settings are:") && stderr.contains("moe.cache_mb"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("error: moe.io_threads: must be between 1 and 64"), "{stderr}");
+    assert!(stderr.contains("error: unknown command `:frobnicate`"), "{stderr}");
+    // :show config prints the settings as TOML, with the live change.
+    assert!(stdout.contains("[generate]") && stdout.contains("temp = 0.7"), "{stdout}");
+    // :show routing: the last token's experts in each of the 4 layers.
+    assert_eq!(stdout.lines().filter(|l| l.trim_start().starts_with("layer ")).count(), 4, "{stdout}");
+    // :show stats before the reset, after it, and after loading the saved conversation.
+    let turns: Vec<&str> = stdout.lines().filter(|l| l.starts_with("turns:")).collect();
+    assert_eq!(turns, ["turns:     2", "turns:     0", "turns:     2"], "{stdout}");
+    // The saved conversation round-trips.
+    let saved = bmoe::chat::Conversation::load(&conv).unwrap();
+    assert_eq!(saved.messages.len(), 4);
+    assert_eq!(saved.messages[0].content, "Hello there");
+    assert!(stderr.contains("loaded 4 messages"), "{stderr}");
+    // Nothing after :quit was read as a turn.
+    assert!(!stderr.contains("never read"));
+}
+
+#[test]
+fn a_bad_template_is_reported_and_the_repl_goes_on() {
+    let dir = tempdir();
+    let m = qwen3_model(dir.path());
+    let bad = dir.path().join("bad.jinja");
+    std::fs::write(&bad, "{% for m in messages %}\n{{ m.content }\n{% endfor %}").unwrap();
+    let script = format!(":set chat.template {}\nStill works\n:think off\nAnd without thinking\n", bad.display());
+    let out = repl(&m, &[], &script);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("bad.jinja, line 2: syntax error"), "{stderr}");
+    assert_eq!(stderr.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).count(), 2, "{stderr}");
+    assert!(stderr.contains("thinking off"), "{stderr}");
+}
