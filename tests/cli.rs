@@ -547,3 +547,72 @@ fn a_second_ctrl_c_exits_at_once() {
     assert!(rows.iter().filter(|r| r.split(',').nth(1) == Some("1")).count() > 100, "{} rows", rows.len());
     drop(stdout);
 }
+
+#[test]
+fn chat_templates_from_the_command_line() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "q.gguf", &["--chat-template", "qwen3"]);
+    let out = ok(&["template", &m]);
+    let prompt = stdout(&out);
+    assert!(prompt.starts_with("<|im_start|>system\nYou are a helpful assistant.<|im_end|>"), "{prompt}");
+    assert!(prompt.ends_with("<|im_start|>assistant\n"), "{prompt}");
+    assert!(stderr(&out).contains("reasoning <think> tags, thinking control: template"), "{}", stderr(&out));
+    let off = stdout(&ok(&["template", &m, "--no-think"]));
+    assert!(off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "{off}");
+    // A conversation from a file, with a bundled family's template.
+    let conv = dir.path().join("conv.json");
+    std::fs::write(&conv, r#"[{"role":"user","content":"Hi there"}]"#).unwrap();
+    let harmony = stdout(&ok(&["template", "gpt-oss", "--messages", conv.to_str().unwrap()]));
+    assert!(
+        harmony.contains("<|start|>user<|message|>Hi there<|end|>") && harmony.ends_with("<|start|>assistant"),
+        "{harmony}"
+    );
+    // A model without a template: the documented fallback.
+    let plain = make_tiny(dir.path(), "plain.gguf", &[]);
+    let out = ok(&["template", &plain, "--messages", conv.to_str().unwrap()]);
+    assert_eq!(stdout(&out), "User: Hi there\nAssistant:");
+    assert!(stderr(&out).contains("plain fallback"), "{}", stderr(&out));
+    // Bad templates: one line naming the file and line.
+    let bad = dir.path().join("bad.jinja");
+    std::fs::write(&bad, "ok\n{% if %}\n").unwrap();
+    fails_with_one_line(&["template", bad.to_str().unwrap()], "bad.jinja, line 2: syntax error");
+    fails_with_one_line(&["make-model", "-o", "x.gguf", "--chat-template", "nosuch"], "qwen3, qwen3.5");
+    // generate --chat: the template applied to one user turn; the text goes to stdout.
+    let out = ok(&["generate", "-m", &m, "-p", "hello", "-n", "8", "--chat", "--no-think"]);
+    assert!(!stdout(&out).trim().is_empty());
+    let raw = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "8"]));
+    assert_ne!(stdout(&out), raw, "the chat prompt differs from the raw one");
+}
+
+#[test]
+fn ctrl_c_stops_a_repl_reply_not_the_repl() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "q.gguf", &["--chat-template", "qwen3"]);
+    let _serial = common::llama_lock();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["repl", "-m", &m, "-n", "15000", "-c", "16384", "-t", "1"])
+        .env("XDG_DATA_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"a long reply please\n:set n_predict 8\nand a short one\n").unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 256];
+    while text.len() < 32 {
+        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
+        assert!(n > 0, "the REPL ended before replying");
+        text.extend_from_slice(&buf[..n]);
+    }
+    sigint(&child);
+    std::io::Read::read_to_end(&mut out, &mut text).unwrap();
+    let done = child.wait_with_output().unwrap();
+    let err = stderr(&done);
+    assert!(done.status.success(), "{err}");
+    assert!(err.contains("(stopped)"), "{err}");
+    // The REPL went on: the next lines were read and answered.
+    assert!(err.contains("generate.n_predict = 8"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).count(), 2, "{err}");
+}

@@ -96,10 +96,11 @@ impl ChatFormat {
     pub fn prompt(&self, messages: &[Message], thinking: bool) -> Result<String, TemplateError> {
         let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..self.base.clone() };
         let mut text = self.template.render(messages, &opts)?;
-        if !thinking && self.think == ThinkControl::Prefill {
-            if let Some(prefill) = self.family.no_think_prefill(&text) {
-                text.push_str(prefill);
-            }
+        if !thinking
+            && self.think == ThinkControl::Prefill
+            && let Some(prefill) = self.family.no_think_prefill(&text)
+        {
+            text.push_str(prefill);
         }
         Ok(text)
     }

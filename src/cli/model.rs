@@ -184,7 +184,7 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
                 let e = layers.entry(layer).or_insert((0, Vec::new(), true));
                 e.0 += slice;
                 e.1.push(format!("{} {}", EXPERT_SUFFIXES[suffix], t.info.ty));
-                e.2 &= t.file_offset % 4096 == 0 && slice % 4096 == 0;
+                e.2 &= t.file_offset.is_multiple_of(4096) && slice.is_multiple_of(4096);
             }
             _ => dense_bytes += t.info.size,
         }

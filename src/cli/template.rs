@@ -1,6 +1,7 @@
 //! `bmoe template`: prints the prompt a model's chat template renders, so
 //! anyone can see what the model will be fed.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow};
@@ -71,8 +72,9 @@ pub fn template(args: TemplateArgs) -> Result<()> {
         format.family().name(),
         format.think_control().name()
     );
+    // Exactly the prompt; a newline after it only for the eye on a terminal.
     print!("{prompt}");
-    if !prompt.ends_with('\n') {
+    if !prompt.ends_with('\n') && std::io::stdout().is_terminal() {
         println!();
     }
     Ok(())

@@ -39,6 +39,9 @@ pub enum HostEvent<'a> {
     Notice(&'a str),
 }
 
+/// A consumer of host events.
+pub type OnEvent<'a> = dyn FnMut(HostEvent<'_>) + 'a;
+
 /// Why a turn or a setting failed. The host stays usable after any of them.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -305,8 +308,8 @@ impl Host {
     fn run(
         &mut self,
         request: &GenerateRequest,
-        on_token: &mut dyn FnMut(&Event<'_>, &mut dyn FnMut(HostEvent<'_>)),
-        on_event: &mut dyn FnMut(HostEvent<'_>),
+        on_token: &mut dyn FnMut(&Event<'_>, &mut OnEvent<'_>),
+        on_event: &mut OnEvent<'_>,
     ) -> Result<Generation, HostError> {
         // Whatever happens, the held tokens are no longer known to match a text.
         self.held_text = None;
@@ -372,9 +375,9 @@ impl Host {
             "plugins" => {
                 let attached = plugins::attach(&mut self.session, &new);
                 // Put the old plugins back if the new ones are refused.
-                notices = attached.or_else(|e| {
+                notices = attached.map_err(|e| {
                     let _ = plugins::attach(&mut self.session, &self.config);
-                    Err(HostError::Setting(e))
+                    HostError::Setting(e)
                 })?;
             }
             "chat" if key == "chat.template" || key == "chat.reasoning_effort" => {
