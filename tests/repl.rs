@@ -43,14 +43,17 @@ fn turns_settings_and_state_over_a_pipe() {
     let dir = tempdir();
     let m = qwen3_model(dir.path());
     let conv = dir.path().join("conv.json");
+    let trace = dir.path().join("turn2.trace");
     let script = format!(
         "Hello there\n\
+         :trace {}\n\
          :set temp 0.7\n\
          :set cache_gb 3\n\
          :set moe.io_threads 0\n\
          :frobnicate\n\
          :show config\n\
          Second turn\n\
+         :trace off\n\
          :show routing\n\
          :show stats\n\
          :save {}\n\
@@ -60,6 +63,7 @@ fn turns_settings_and_state_over_a_pipe() {
          :show stats\n\
          :quit\n\
          never read\n",
+        trace.display(),
         conv.display(),
         conv.display()
     );
@@ -91,6 +95,11 @@ fn turns_settings_and_state_over_a_pipe() {
     assert_eq!(saved.messages.len(), 4);
     assert_eq!(saved.messages[0].content, "Hello there");
     assert!(stderr.contains("loaded 4 messages"), "{stderr}");
+    // The route trace holds the second turn only: 4 layers x 2 experts per decoded token.
+    let rows = std::fs::read_to_string(&trace).unwrap();
+    let decode_rows = rows.lines().filter(|l| l.split(',').nth(1) == Some("1")).count();
+    assert!(decode_rows > 0 && decode_rows % 8 == 0, "{decode_rows} decode rows");
+    assert!(rows.lines().all(|l| l.starts_with('#') || l.starts_with("turn,") || l.starts_with("1,")), "turn 1 only");
     // Nothing after :quit was read as a turn.
     assert!(!stderr.contains("never read"));
 }
