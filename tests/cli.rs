@@ -397,11 +397,13 @@ fn scaffolded_plugins_build_and_load() {
     assert!(!out.status.success());
 }
 
-/// A `bmoe generate` started with piped output, for the Ctrl-C tests.
-fn spawn_generate(args: &[&str]) -> std::process::Child {
+/// A long `bmoe generate` on `model` (far more tokens than can be
+/// generated before a test's signal arrives), started with piped output,
+/// for the Ctrl-C tests.
+fn spawn_long_generate(model: &str, extra: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .arg("generate")
-        .args(args)
+        .args(["generate", "-m", model, "-p", "hello", "-n", "15000", "-c", "16384", "-t", "1"])
+        .args(extra)
         .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -412,6 +414,21 @@ fn spawn_generate(args: &[&str]) -> std::process::Child {
 fn sigint(child: &std::process::Child) {
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+}
+
+/// Waits until `child` has written some text, sends it SIGINT, and reads
+/// its stdout to the end.
+fn sigint_once_text_streams(child: &mut std::process::Child) {
+    let mut stdout = child.stdout.take().unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 256];
+    while text.len() < 32 {
+        let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
+        assert!(n > 0, "bmoe ended before writing any text");
+        text.extend_from_slice(&buf[..n]);
+    }
+    sigint(child);
+    std::io::Read::read_to_end(&mut stdout, &mut text).unwrap();
 }
 
 /// Lines of a telemetry file that are not `#` comments, each checked to be
@@ -433,37 +450,19 @@ fn ctrl_c_stops_generate_with_a_summary_and_whole_files() {
     let csv = dir.path().join("run.csv");
     let trace = dir.path().join("run.trace");
     let _serial = common::llama_lock();
-    // Far more tokens than can be generated before the signal arrives.
-    let mut child = spawn_generate(&[
-        "-m",
+    let mut child = spawn_long_generate(
         &m,
-        "-p",
-        "hello",
-        "-n",
-        "15000",
-        "-c",
-        "16384",
-        "-t",
-        "1",
-        "--moe-stream",
-        "--cache-mb",
-        "0.5",
-        "--csv",
-        csv.to_str().unwrap(),
-        "--route-trace",
-        trace.to_str().unwrap(),
-    ]);
-    // Once text streams, press Ctrl-C.
-    let mut stdout = child.stdout.take().unwrap();
-    let mut text = Vec::new();
-    let mut buf = [0u8; 256];
-    while text.len() < 32 {
-        let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
-        assert!(n > 0, "bmoe stopped before streaming any text");
-        text.extend_from_slice(&buf[..n]);
-    }
-    sigint(&child);
-    std::io::Read::read_to_end(&mut stdout, &mut text).unwrap();
+        &[
+            "--moe-stream",
+            "--cache-mb",
+            "0.5",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--route-trace",
+            trace.to_str().unwrap(),
+        ],
+    );
+    sigint_once_text_streams(&mut child);
     let out = child.wait_with_output().unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(130), "{err}");
@@ -497,20 +496,7 @@ fn a_second_ctrl_c_exits_at_once() {
     let m = make_tiny(dir.path(), "m.gguf", &[]);
     let csv = dir.path().join("run.csv");
     let _serial = common::llama_lock();
-    let mut child = spawn_generate(&[
-        "-m",
-        &m,
-        "-p",
-        "hello",
-        "-n",
-        "15000",
-        "-c",
-        "16384",
-        "-t",
-        "1",
-        "--csv",
-        csv.to_str().unwrap(),
-    ]);
+    let mut child = spawn_long_generate(&m, &["--csv", csv.to_str().unwrap()]);
     // Read nothing and shrink the pipe to one page: once it is full, bmoe
     // sleeps in the kernel writing text, where the first Ctrl-C cannot
     // finish the run. Wait until it sleeps there.
@@ -598,16 +584,7 @@ fn ctrl_c_stops_a_repl_reply_not_the_repl() {
         .spawn()
         .unwrap();
     child.stdin.take().unwrap().write_all(b"a long reply please\n:set n_predict 8\nand a short one\n").unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let mut text = Vec::new();
-    let mut buf = [0u8; 256];
-    while text.len() < 32 {
-        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
-        assert!(n > 0, "the REPL ended before replying");
-        text.extend_from_slice(&buf[..n]);
-    }
-    sigint(&child);
-    std::io::Read::read_to_end(&mut out, &mut text).unwrap();
+    sigint_once_text_streams(&mut child);
     let done = child.wait_with_output().unwrap();
     let err = stderr(&done);
     assert!(done.status.success(), "{err}");
