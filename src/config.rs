@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{SessionOptions, StreamOptions};
+use crate::engine::{CacheBudget, SessionOptions, StreamOptions};
 use crate::llama::Sampling;
 
 /// The whole configuration.
@@ -140,14 +140,73 @@ impl Default for GenerateConfig {
     }
 }
 
+/// `moe.cache_mb`: `auto`, or a budget in MiB (fractions allowed; 0 = no cache).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CacheMb {
+    /// Sized at open from the memory the machine and the cgroup allow.
+    Auto,
+    /// This many MiB.
+    Mib(f64),
+}
+
+impl std::str::FromStr for CacheMb {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<CacheMb, String> {
+        match s.trim() {
+            "auto" => Ok(CacheMb::Auto),
+            n => n.parse().map(CacheMb::Mib).map_err(|_| format!("`{s}` is not a number of MiB or `auto`")),
+        }
+    }
+}
+
+impl std::fmt::Display for CacheMb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheMb::Auto => f.write_str("auto"),
+            CacheMb::Mib(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl Serialize for CacheMb {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CacheMb::Auto => s.serialize_str("auto"),
+            CacheMb::Mib(m) => s.serialize_f64(*m),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CacheMb {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CacheMb, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Int(i64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(m) => Ok(CacheMb::Mib(m)),
+            Raw::Int(m) => Ok(CacheMb::Mib(m as f64)),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// `[moe]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MoeConfig {
     /// Stream routed experts from disk.
     pub stream: bool,
-    /// Expert LRU budget in MiB (fractions allowed); 0 = no cache.
-    pub cache_mb: f64,
+    /// Expert LRU budget: `auto` or MiB (fractions allowed); 0 = no cache.
+    pub cache_mb: CacheMb,
+    /// Upper bound of an `auto` budget in MiB; 0 = none.
+    pub cache_ceil_mb: f64,
+    /// Accept a fixed budget below one token's working set.
+    pub force_cache: bool,
     /// Read lanes.
     pub io_threads: u32,
     /// Use O_DIRECT for expert reads (verified at open).
@@ -158,7 +217,15 @@ pub struct MoeConfig {
 
 impl Default for MoeConfig {
     fn default() -> MoeConfig {
-        MoeConfig { stream: false, cache_mb: 0.0, io_threads: 4, o_direct: true, n_expert_used: 0 }
+        MoeConfig {
+            stream: false,
+            cache_mb: CacheMb::Auto,
+            cache_ceil_mb: 0.0,
+            force_cache: false,
+            io_threads: 4,
+            o_direct: true,
+            n_expert_used: 0,
+        }
     }
 }
 
@@ -234,14 +301,25 @@ impl RunConfig {
         if !(1..=64).contains(&m.io_threads) {
             return Err(bad("moe.io_threads", format!("must be between 1 and 64 (got {})", m.io_threads)));
         }
-        if !(m.cache_mb.is_finite() && m.cache_mb >= 0.0) {
-            return Err(bad(
-                "moe.cache_mb",
-                format!("must be 0 (off) or a positive number of MiB (got {})", m.cache_mb),
-            ));
+        if let CacheMb::Mib(mb) = m.cache_mb {
+            if !(mb.is_finite() && mb >= 0.0) {
+                return Err(bad(
+                    "moe.cache_mb",
+                    format!("must be auto, 0 (off) or a positive number of MiB (got {mb})"),
+                ));
+            }
+            if mb > 0.0 && !m.stream {
+                return Err(bad("moe.cache_mb", "an expert cache needs streaming (moe.stream = true / --moe-stream)"));
+            }
+            if mb > (1u64 << 30) as f64 {
+                return Err(bad("moe.cache_mb", format!("{mb} MiB is not a plausible budget")));
+            }
         }
-        if m.cache_mb > 0.0 && !m.stream {
-            return Err(bad("moe.cache_mb", "an expert cache needs streaming (moe.stream = true / --moe-stream)"));
+        if !(m.cache_ceil_mb.is_finite() && m.cache_ceil_mb >= 0.0) {
+            return Err(bad(
+                "moe.cache_ceil_mb",
+                format!("must be 0 (none) or a positive number of MiB (got {})", m.cache_ceil_mb),
+            ));
         }
         let p = &self.plugins;
         if !(1..=16).contains(&p.draft) {
@@ -270,9 +348,7 @@ impl RunConfig {
                 format!("`{}` is not low, medium or high", self.chat.reasoning_effort),
             ));
         }
-        if m.cache_mb > (1u64 << 30) as f64 {
-            return Err(bad("moe.cache_mb", format!("{} MiB is not a plausible budget", m.cache_mb)));
-        }
+
         Ok(())
     }
 
@@ -295,10 +371,21 @@ impl RunConfig {
             ubatch: self.generate.ubatch,
             n_expert_used: (m.n_expert_used > 0).then_some(m.n_expert_used),
             stream: m.stream.then_some(StreamOptions {
-                cache_bytes: (m.cache_mb * 1048576.0) as u64,
+                cache: self.cache_budget(),
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
             }),
+        }
+    }
+
+    /// The expert cache budget `moe.*` asks for.
+    pub fn cache_budget(&self) -> CacheBudget {
+        let m = &self.moe;
+        let mib = |x: f64| (x * 1048576.0) as u64;
+        match m.cache_mb {
+            CacheMb::Auto => CacheBudget::Auto { ceil: (m.cache_ceil_mb > 0.0).then(|| mib(m.cache_ceil_mb)) },
+            CacheMb::Mib(x) if x == 0.0 => CacheBudget::Off,
+            CacheMb::Mib(x) => CacheBudget::Fixed { bytes: mib(x), force: m.force_cache },
         }
     }
 
@@ -350,7 +437,8 @@ impl RunConfig {
                 value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.into()).collect(),
             ),
             (_, Some(v)) => v,
-            (_, None) => return Err(format!("{name}: `{value}` is not a value")),
+            // Not TOML: as text, which the setting's own parser judges.
+            (_, None) => toml::Value::String(value.to_string()),
         };
         let config: RunConfig = table.try_into().map_err(|e: toml::de::Error| format!("{name}: {}", e.message()))?;
         config.validate().map_err(|e| e.to_string())?;
@@ -401,15 +489,15 @@ mod tests {
         c.moe.io_threads = 0;
         assert_eq!(c.validate().unwrap_err().field, "moe.io_threads");
         c = RunConfig::default();
-        c.moe.cache_mb = 100.0;
+        c.moe.cache_mb = CacheMb::Mib(100.0);
         assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
         c.moe.stream = true;
         assert!(c.validate().is_ok());
-        c.moe.cache_mb = -1.0;
+        c.moe.cache_mb = CacheMb::Mib(-1.0);
         assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
-        c.moe.cache_mb = f64::INFINITY;
+        c.moe.cache_mb = CacheMb::Mib(f64::INFINITY);
         assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
-        c.moe.cache_mb = 0.25;
+        c.moe.cache_mb = CacheMb::Mib(0.25);
         c.generate.top_p = f64::NAN;
         assert_eq!(c.validate().unwrap_err().field, "generate.top_p");
         c = RunConfig::default();
@@ -444,7 +532,9 @@ mod tests {
         let e = RunConfig::resolve_key("cache_gb").unwrap_err();
         assert!(e.contains("unknown setting `cache_gb`") && e.contains("moe.cache_mb"), "{e}");
         let c = c.with("moe.stream", "true").unwrap().with("cache_mb", "512").unwrap();
-        assert_eq!(c.moe.cache_mb, 512.0);
+        assert_eq!(c.moe.cache_mb, CacheMb::Mib(512.0));
+        assert_eq!(c.with("cache_mb", "auto").unwrap().moe.cache_mb, CacheMb::Auto);
+        assert!(c.with("cache_mb", "lots").unwrap_err().contains("moe.cache_mb"));
         assert_eq!(c.with("temp", "0.7").unwrap().generate.temp, 0.7);
         assert_eq!(c.with("draft_plugin", "ngram").unwrap().plugins.draft_plugin, "ngram");
         let p = c.with("draft_params", "min_match=2, max_match=8").unwrap().plugins.draft_params;
@@ -459,7 +549,7 @@ mod tests {
     #[test]
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
-        assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "0.0"));
-        assert_eq!(pairs.len(), 1 + 9 + 5 + 7 + 4 + 3);
+        assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
+        assert_eq!(pairs.len(), 1 + 9 + 7 + 7 + 4 + 3);
     }
 }

@@ -88,9 +88,13 @@ fn streamed_and_resident_print_the_same_text() {
         assert_eq!(stdout(&out), text, "{extra:?}");
         assert!(stderr(&out).contains("MiB/token read"), "summary on stderr: {}", stderr(&out));
     }
-    // A cache small enough to evict (the tiny bank is 1.5 MiB).
+    // A cache small enough to evict (the tiny bank is 1.5 MiB), below one
+    // token's working set (0.375 MiB): refused unless forced.
     let mut args = base.to_vec();
     args.extend_from_slice(&["--moe-stream", "--cache-mb", "0.2"]);
+    let refused = bmoe(&args);
+    assert!(!refused.status.success() && stderr(&refused).contains("below one token's working set (0.38 MiB)"));
+    args.push("--force-cache");
     let out = ok(&args);
     assert_eq!(stdout(&out), text, "evicting cache");
     let evictions: u64 = stderr(&out)

@@ -4,7 +4,7 @@
 
 mod common;
 
-use bmoe::engine::{Phase, SessionOptions, StreamOptions};
+use bmoe::engine::{CacheBudget, Phase, SessionOptions, StreamOptions};
 use bmoe::gguf::GgmlType;
 use bmoe::synth::Arch;
 use common::*;
@@ -161,7 +161,7 @@ fn fused_gate_up_layout() {
     // Layer 0 has no experts: no routing rows for it.
     assert!(reports.iter().all(|r| r.trace.rows.iter().all(|row| row.layer >= 1)));
     gate(&m, cached(100 * 1024, 2), "gemma4 fused, cache");
-    gate(&m, Some(StreamOptions { cache_bytes: 0, io_threads: 1, o_direct: false }), "gemma4 buffered");
+    gate(&m, Some(StreamOptions { cache: CacheBudget::Off, io_threads: 1, o_direct: false }), "gemma4 buffered");
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use bmoe::config::RunConfig;
+use bmoe::config::{CacheMb, RunConfig};
 use bmoe::host::{Apply, Host, HostError, HostEvent, Turn};
 use bmoe::synth::Arch;
 use common::*;
@@ -87,11 +87,15 @@ fn streamed_chat_equals_resident_over_three_turns() {
         let m = model(dir.path(), &format!("{family}.gguf"), family);
         let resident = three_turns(&m, |_| {});
         assert!(resident.iter().all(|t| t.len() == 12), "{family}: {resident:?}");
-        let cache_off = three_turns(&m, |c| c.moe.stream = true);
+        let cache_off = three_turns(&m, |c| {
+            c.moe.stream = true;
+            c.moe.cache_mb = CacheMb::Mib(0.0);
+        });
         assert_eq!(cache_off, resident, "{family}: streamed, cache off");
         let evicting = three_turns(&m, |c| {
             c.moe.stream = true;
-            c.moe.cache_mb = 0.1;
+            // A token routes 8 of the 32 entries (0.375 MiB); 0.4 MiB evicts every token.
+            c.moe.cache_mb = CacheMb::Mib(0.4);
         });
         assert_eq!(evicting, resident, "{family}: streamed, evicting cache");
     }
@@ -106,8 +110,14 @@ fn settings_apply_live_or_reopen_and_keep_the_conversation() {
     chat(&mut host, "Hello").unwrap();
     let set = host.set("temp", "0.5").unwrap();
     assert_eq!((set.key.as_str(), set.applied), ("generate.temp", Apply::Live));
-    // Cache on: a reopen (the store changes how it holds experts); then a new budget is live.
+    // From auto to a fixed budget: a reopen; then a new fixed budget is live.
     assert_eq!(host.set("moe.cache_mb", "1").unwrap().applied, Apply::Reopen);
+    assert_eq!(host.set("cache_mb", "0.4").unwrap().applied, Apply::Live);
+    // Below one token's working set (0.375 MiB): refused with the reason, unless forced.
+    let e = host.set("cache_mb", "0.1").unwrap_err().to_string();
+    assert!(e.contains("below one token's working set"), "{e}");
+    assert_eq!(host.config().moe.cache_mb, CacheMb::Mib(0.4));
+    host.set("force_cache", "true").unwrap();
     assert_eq!(host.set("cache_mb", "0.1").unwrap().applied, Apply::Live);
     // Refused by validation: drafting needs greedy sampling.
     assert!(host.set("draft_plugin", "ngram").unwrap_err().to_string().starts_with("plugins.draft_plugin:"));

@@ -9,7 +9,7 @@ use clap::Args;
 use super::interrupt::{self, Forward};
 use super::write_model_with_progress;
 use crate::chat::Kind;
-use crate::config::RunConfig;
+use crate::config::{CacheMb, RunConfig};
 use crate::host::{Host, HostEvent};
 use crate::synth::{self, Arch, ModelSpec, Preset};
 
@@ -44,9 +44,16 @@ pub struct RunFlags {
     /// Stream routed experts from disk instead of keeping the model mapped.
     #[arg(long)]
     pub moe_stream: bool,
-    /// Expert LRU cache budget in MiB, fractions allowed (0 = re-read routed experts every token).
+    /// Expert cache budget: auto (sized from the memory available and the cgroup limit), or MiB,
+    /// fractions allowed (0 = re-read routed experts every token) [moe.cache_mb, default auto].
+    #[arg(long, value_name = "auto|MIB")]
+    pub cache_mb: Option<CacheMb>,
+    /// Upper bound of an auto cache budget in MiB [moe.cache_ceil_mb].
+    #[arg(long, value_name = "MIB")]
+    pub cache_ceil_mb: Option<f64>,
+    /// Accept a fixed cache budget below one token's working set [moe.force_cache].
     #[arg(long)]
-    pub cache_mb: Option<f64>,
+    pub force_cache: bool,
     /// Parallel read lanes [default 4].
     #[arg(long)]
     pub io_threads: Option<u32>,
@@ -131,7 +138,11 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     set!(n_predict => g.n_predict, threads => g.threads, ctx_size => g.ctx_size, batch => g.batch,
          ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed);
     let m = &mut c.moe;
-    set!(cache_mb => m.cache_mb, io_threads => m.io_threads, n_expert_used => m.n_expert_used);
+    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, io_threads => m.io_threads,
+         n_expert_used => m.n_expert_used);
+    if args.force_cache {
+        m.force_cache = true;
+    }
     if args.moe_stream {
         m.stream = true;
     }

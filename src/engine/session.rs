@@ -8,7 +8,8 @@ use std::time::Instant;
 use super::events::{Event, Phase, StepReport};
 use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
-use crate::moe::{ExpertStore, MoeHook, ReadLanes, StepTrace, recipe, resolve_banks};
+use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
+use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, recipe, resolve_banks};
 use crate::policy::{Drafter, Dropper};
 use crate::telemetry::mem::MemSnapshot;
 use crate::telemetry::summary::RunSummary;
@@ -17,8 +18,9 @@ use crate::telemetry::trace::{LayerBytes, layer_bytes};
 /// How experts are streamed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamOptions {
-    /// LRU budget in bytes; 0 = shared slots re-read every token.
-    pub cache_bytes: u64,
+    /// The expert cache: off (shared slots re-read every token), a fixed
+    /// LRU budget, or auto (sized at open from the memory available).
+    pub cache: CacheBudget,
     /// Read lanes (the eval thread is one of them).
     pub io_threads: usize,
     /// Try O_DIRECT (verified at open, buffered fallback).
@@ -98,6 +100,10 @@ pub struct OpenReport {
     pub streamed_layers: u32,
     /// Bytes of all streamed experts.
     pub bank_bytes: u64,
+    /// The expert cache budget in effect (0 = no cache).
+    pub cache_budget: u64,
+    /// What a cache budget must leave room for (when streaming).
+    pub holdings: Option<Holdings>,
     /// Read lanes.
     pub io_threads: usize,
     /// Whether reads use O_DIRECT.
@@ -357,7 +363,7 @@ impl Session {
             summary: RunSummary {
                 load_s: self.info.load_s,
                 streaming: self.options.stream.is_some(),
-                cached: self.options.stream.as_ref().is_some_and(|s| s.cache_bytes > 0),
+                cached: self.info.cache_budget > 0,
                 speculative: self.drafter.is_some(),
                 dropping: self.ctx.hook_mut().is_some_and(|h| h.dropper_mut().is_some()),
                 ..RunSummary::default()
@@ -638,10 +644,17 @@ impl Session {
     /// Changes the expert cache budget between generations (lossless: the
     /// cache decides only what is read again). Needs streaming with the
     /// cache on.
-    pub fn set_cache_budget(&mut self, bytes: u64) -> Result<u64, EngineError> {
-        let store = self.ctx.hook_mut().and_then(|h| h.store_mut());
-        let store = store.ok_or_else(|| EngineError::Request("not streaming: there is no expert cache".into()))?;
-        store.set_budget(bytes).map_err(|e| EngineError::Request(e.to_string()))
+    /// A fixed budget is checked as at open (refused below one token's
+    /// working set unless forced). Returns the evictions.
+    pub fn set_cache_budget(&mut self, budget: CacheBudget) -> Result<u64, EngineError> {
+        let not_streaming = || EngineError::Request("not streaming: there is no expert cache".into());
+        let held = self.info.holdings.ok_or_else(not_streaming)?;
+        let decision = budget::decide(budget, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
+        let store = self.ctx.hook_mut().and_then(|h| h.store_mut()).ok_or_else(not_streaming)?;
+        let evicted = store.set_budget(decision.bytes).map_err(|e| EngineError::Request(e.to_string()))?;
+        self.info.cache_budget = decision.bytes;
+        self.info.notices.extend(decision.note);
+        Ok(evicted)
     }
 
     /// Context size in tokens.
@@ -725,6 +738,7 @@ fn attach_stream(
     let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
     ctx.decode(&[bos], 0, Logits::None)?;
     ctx.clear_kv();
+    let n_ctx = ctx.n_ctx();
     let hook = ctx.hook_mut().ok_or_else(|| EngineError::Llama("the context has no eval hook".into()))?;
     let banks = resolve_banks(hook.captured(), files).map_err(EngineError::Unsupported)?;
     let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
@@ -739,40 +753,34 @@ fn attach_stream(
     info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
     info.io_threads = lanes.lanes();
     info.o_direct = lanes.o_direct();
-    let store = ExpertStore::new(banks.layers, banks.n_expert, stream.cache_bytes, lanes)
+    let held = holdings(&banks, files, info, n_ctx);
+    let decision = budget::decide(stream.cache, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
+    notices.extend(decision.note);
+    let store = ExpertStore::new(banks.layers, banks.n_expert, decision.bytes, lanes)
         .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?;
     info.bank_bytes = store.bank_bytes();
-    notices.extend(budget_notice(&store, stream.cache_bytes, info));
+    info.cache_budget = decision.bytes;
+    info.holdings = Some(held);
     info.notices = notices;
     hook.start_streaming(store);
     Ok(())
 }
 
-/// Warns about budgets that cannot work as the user probably expects.
-fn budget_notice(store: &ExpertStore, budget: u64, info: &OpenReport) -> Option<String> {
-    if budget == 0 {
-        return None;
-    }
-    let mib = |b: u64| b as f64 / 1048576.0;
-    // One token touches k experts in every layer; a smaller LRU budget evicts
-    // each layer's experts before they come round again.
+/// What the cache budget must leave room for: the bank, one token's working
+/// set, the dense weights (the file minus the experts) and the context (the
+/// process's own memory now plus a KV cache filled to `n_ctx`).
+fn holdings(banks: &Banks, files: &ModelFiles, info: &OpenReport, n_ctx: u32) -> Holdings {
+    let entry = |l: &Vec<Projection>| l.iter().map(|p| p.slice_bytes as u64).sum::<u64>();
+    let bank: u64 = banks.layers.iter().map(|l| entry(l) * banks.n_expert as u64).sum();
     let k = u64::from(info.n_expert_used.min(info.n_expert));
-    let cycle: u64 = (0..info.n_layer as usize).map(|il| store.entry_bytes(il) * k).sum();
-    if budget < cycle {
-        Some(format!(
-            "cache budget {:.1} MiB is below one token's working set ({:.1} MiB): expect a hit rate near 0%",
-            mib(budget),
-            mib(cycle)
-        ))
-    } else if budget >= info.bank_bytes {
-        Some(format!(
-            "cache budget {:.1} MiB holds every expert ({:.1} MiB): nothing will be evicted",
-            mib(budget),
-            mib(info.bank_bytes)
-        ))
-    } else {
-        None
-    }
+    let working_set = banks.layers.iter().map(|l| entry(l) * k).sum();
+    let meta = files.meta();
+    let kv_width = meta.arch_u64("attention.head_count_kv").unwrap_or(0)
+        * (meta.arch_u64("attention.key_length").unwrap_or(0) + meta.arch_u64("attention.value_length").unwrap_or(0));
+    // f16 keys and values for every position of every layer.
+    let kv = u64::from(n_ctx) * u64::from(info.n_layer) * kv_width * 2;
+    let own = MemSnapshot::now().rss_anon_mib.map_or(0, |m| (m * 1048576.0) as u64);
+    Holdings { bank, working_set, dense: files.total_bytes().saturating_sub(bank), context: own + kv }
 }
 
 /// Hands generated tokens to the caller: text, events, end-of-generation.

@@ -15,7 +15,7 @@ pub use settings::{Apply, SETTINGS, apply_of, description};
 use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError};
 use crate::config::RunConfig;
 use crate::engine::{
-    AbortHandle, EngineError, Event, GenerateRequest, Generation, OpenReport, Prompt, Session, StepReport,
+    AbortHandle, CacheBudget, EngineError, Event, GenerateRequest, Generation, OpenReport, Prompt, Session, StepReport,
 };
 use crate::gguf::ModelFiles;
 use crate::telemetry::summary::RunSummary;
@@ -46,7 +46,7 @@ pub type OnEvent<'a> = dyn FnMut(HostEvent<'_>) + 'a;
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     /// The chat template could not render the conversation.
-    #[error("{0}")]
+    #[error(transparent)]
     Template(#[from] TemplateError),
     /// The conversation no longer fits in the context.
     #[error(
@@ -60,7 +60,7 @@ pub enum HostError {
         n_ctx: u32,
     },
     /// The engine refused or failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Engine(#[from] EngineError),
     /// A setting, plugin or file problem.
     #[error("{0}")]
@@ -356,8 +356,7 @@ impl Host {
         let new = self.config.with(key, value).map_err(HostError::Setting)?;
         let key = RunConfig::resolve_key(key).map_err(HostError::Setting)?;
         let mut applied = apply_of(&key);
-        if key == "moe.cache_mb" && (self.config.moe.cache_mb == 0.0) != (new.moe.cache_mb == 0.0) {
-            // Cache on <-> off changes how experts are held: a reopen.
+        if key == "moe.cache_mb" && !budget_change_is_live(&self.config, &new) {
             applied = Apply::Reopen;
         }
         let notices = match applied {
@@ -390,10 +389,12 @@ impl Host {
                 std::mem::swap(&mut self.sinks, &mut sinks);
                 sinks.finish(&self.totals).map_err(HostError::Setting)?;
             }
-            "moe" => {
-                let evicted = self.session.set_cache_budget((new.moe.cache_mb * 1048576.0) as u64)?;
-                if evicted > 0 {
-                    notices.push(format!("{evicted} experts evicted to fit the new budget"));
+            "moe" if key == "moe.cache_mb" => {
+                if let budget @ CacheBudget::Fixed { .. } = new.cache_budget() {
+                    let evicted = self.session.set_cache_budget(budget)?;
+                    if evicted > 0 {
+                        notices.push(format!("{evicted} experts evicted to fit the new budget"));
+                    }
                 }
             }
             _ => {}
@@ -420,6 +421,14 @@ impl Host {
     pub fn finish(&mut self) -> Result<(), HostError> {
         self.sinks.finish(&self.totals).map_err(HostError::Setting)
     }
+}
+
+/// Whether a new `moe.cache_mb` can be applied to the live cache: a fixed
+/// budget to a fixed one, while streaming. `auto`, or turning the cache on
+/// or off, changes how experts are held: a reopen.
+fn budget_change_is_live(old: &RunConfig, new: &RunConfig) -> bool {
+    let fixed = |c: &RunConfig| matches!(c.cache_budget(), CacheBudget::Fixed { .. });
+    old.moe.stream && fixed(old) && fixed(new)
 }
 
 /// The system prompt a new conversation starts with.

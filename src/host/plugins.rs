@@ -50,7 +50,7 @@ pub fn attach(session: &mut Session, config: &RunConfig) -> Result<Vec<String>, 
         let i = plugin.info().clone();
         notices
             .push(format!("drop plugin {} {} ({}): lossy, output depends on cache state", i.name, i.version, i.source));
-        if config.moe.cache_mb == 0.0 {
+        if session.info().cache_budget == 0 {
             notices.push("without a cache (moe.cache_mb) every expert is a cache miss to the drop plugin".into());
         }
         let n_expert = session.info().n_expert;

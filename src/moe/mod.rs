@@ -1,6 +1,7 @@
 //! Expert streaming: the recipe registry, the capture/stream eval hook, the
 //! expert store (slots or LRU cache) and the read lanes.
 
+pub mod budget;
 mod hook;
 mod lanes;
 pub mod recipe;

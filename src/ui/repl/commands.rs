@@ -207,10 +207,10 @@ mod tests {
             completions(":s", 2, &plugins),
             (0, vec![":set".into(), ":show".into(), ":system".into(), ":save".into()])
         );
-        let (start, keys) = completions(":set moe.ca", 11, &plugins);
+        let (start, keys) = completions(":set moe.cache_m", 16, &plugins);
         assert_eq!((start, keys), (5, vec!["moe.cache_mb".to_string()]));
         let (_, bare) = completions(":set cache", 10, &plugins);
-        assert_eq!(bare, ["cache_mb"]);
+        assert_eq!(bare, ["cache_ceil_mb", "cache_mb"]);
         let (start, names) = completions(":set draft_plugin ng", 20, &plugins);
         assert_eq!((start, names), (18, vec!["ngram".to_string(), "ngram-multi".to_string()]));
         assert_eq!(completions(":show r", 7, &plugins).1, ["routing"]);
