@@ -384,7 +384,7 @@ impl RunConfig {
         let mib = |x: f64| (x * 1048576.0) as u64;
         match m.cache_mb {
             CacheMb::Auto => CacheBudget::Auto { ceil: (m.cache_ceil_mb > 0.0).then(|| mib(m.cache_ceil_mb)) },
-            CacheMb::Mib(x) if x == 0.0 => CacheBudget::Off,
+            CacheMb::Mib(0.0) => CacheBudget::Off,
             CacheMb::Mib(x) => CacheBudget::Fixed { bytes: mib(x), force: m.force_cache },
         }
     }
