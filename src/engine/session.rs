@@ -104,6 +104,8 @@ pub struct OpenReport {
     pub cache_budget: u64,
     /// What a cache budget must leave room for (when streaming).
     pub holdings: Option<Holdings>,
+    /// Bytes read from storage while opening (`/proc/self/io`), if known.
+    pub open_read_bytes: Option<u64>,
     /// Read lanes.
     pub io_threads: usize,
     /// Whether reads use O_DIRECT.
@@ -209,6 +211,7 @@ impl Session {
     /// Loads the model and, when streaming, captures and rebinds its experts.
     pub fn open(options: SessionOptions) -> Result<Session, EngineError> {
         let start = Instant::now();
+        let read_before = crate::telemetry::mem::storage_read_bytes();
         let files = ModelFiles::open(&options.model)?;
         let meta = files.meta();
         let arch = meta
@@ -261,6 +264,9 @@ impl Session {
             attach_stream(&mut ctx, &files, stream, &mut info)?;
         }
         info.load_s = start.elapsed().as_secs_f64();
+        info.open_read_bytes = read_before
+            .zip(crate::telemetry::mem::storage_read_bytes())
+            .map(|(before, after)| after.saturating_sub(before));
         Ok(Session {
             ctx,
             abort,

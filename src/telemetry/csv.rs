@@ -64,7 +64,7 @@ impl CsvSink {
         writeln!(out, "# config {}", cfg.join(" "))?;
         writeln!(
             out,
-            "# open arch={} n_layer={} n_expert={} n_expert_used={} streamed_layers={} bank_mib={} io_threads={} o_direct={} load_s={:.3}",
+            "# open arch={} n_layer={} n_expert={} n_expert_used={} streamed_layers={} bank_mib={} io_threads={} o_direct={} load_s={:.3} cache_budget_mib={} open_read_mib={}",
             open.arch,
             open.n_layer,
             open.n_expert,
@@ -73,7 +73,9 @@ impl CsvSink {
             mib(open.bank_bytes),
             open.io_threads,
             open.o_direct,
-            open.load_s
+            open.load_s,
+            mib(open.cache_budget),
+            open.open_read_bytes.map_or_else(|| "nan".into(), mib)
         )?;
         writeln!(out, "{}", COLUMNS.join(","))?;
         Ok(CsvSink { out })
@@ -118,7 +120,7 @@ impl CsvSink {
         let f = |v: Option<f64>| v.map_or_else(|| "nan".into(), |x| format!("{x:.3}"));
         writeln!(
             self.out,
-            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3} decode_steps={} drafted={} accepted={} verify_steps={} draft_extra_mib={:.3} routings={} dropped={} avoided_mib={:.3}",
+            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3} decode_steps={} drafted={} accepted={} verify_steps={} draft_extra_mib={:.3} routings={} dropped={} avoided_mib={:.3} decode_ms={:.3} read_ms={:.3} mgmt_ms={:.3} peak_rss_mib={} major_faults={}",
             s.decode_tokens,
             f(s.decode_tps()),
             s.prompt_tokens,
@@ -134,7 +136,12 @@ impl CsvSink {
             s.draft_extra_bytes as f64 / 1048576.0,
             s.routings,
             s.dropped,
-            s.avoided_bytes as f64 / 1048576.0
+            s.avoided_bytes as f64 / 1048576.0,
+            s.decode_ns as f64 / 1e6,
+            s.decode_read_ns as f64 / 1e6,
+            s.decode_mgmt_ns as f64 / 1e6,
+            f(s.peak_rss_mib),
+            super::mem::major_faults().map_or_else(|| "nan".into(), |m| m.to_string())
         )?;
         self.out.flush()
     }

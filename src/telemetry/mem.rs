@@ -34,6 +34,22 @@ impl MemSnapshot {
     }
 }
 
+/// Major page faults of this process so far (`/proc/self/stat`): pages it
+/// had to wait for storage to bring in.
+pub fn major_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(") ")?.1;
+    rest.split_whitespace().nth(9)?.parse().ok()
+}
+
+/// Bytes this process has caused to be read from storage so far
+/// (`read_bytes` of `/proc/self/io`: page-cache misses and direct reads).
+pub fn storage_read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines().find_map(|l| l.strip_prefix("read_bytes:"))?.trim().parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,5 +61,7 @@ mod tests {
         assert_eq!(kib_field(text, "RssFile:"), None);
         let now = MemSnapshot::now();
         assert!(now.rss_mib.is_some_and(|r| r > 0.0));
+        assert!(major_faults().is_some());
+        assert!(storage_read_bytes().is_some());
     }
 }
