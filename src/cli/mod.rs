@@ -1,6 +1,7 @@
 //! The command line: `generate`, `repl`, `template`, `make-model`,
 //! `inspect`, `archs`, `trace-stats` and `plugin`.
 
+mod bench;
 mod generate;
 pub mod interrupt;
 mod model;
@@ -55,6 +56,8 @@ pub enum Command {
         #[arg(long, default_value_t = 128)]
         tokens: usize,
     },
+    /// Benchmark a model under a memory cap: a matrix of configurations, repeated, as a table and CSV.
+    Bench(bench::BenchArgs),
     /// Draft and drop policy plugins: list, check, bench, scaffold a new one.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -74,6 +77,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
         Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Bench(args) => bench::bench(args),
     }
 }
 

@@ -1,0 +1,101 @@
+//! `bmoe bench`: the memory-capped benchmark harness (see `bmoe::bench`).
+
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow, bail};
+use clap::Args;
+
+use crate::bench::{self, Config, Plan};
+
+/// `bmoe bench`
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The model to measure (e.g. `bmoe make-model --preset bench -o bench.gguf`).
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// Memory cap in MiB for every run, enforced by a cgroup the harness creates and removes
+    /// (needs root); 0 = no cap.
+    #[arg(long, default_value_t = 0)]
+    pub cap_mb: u64,
+    /// Repetitions of the matrix (interleaved: A B C A B C).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Tokens to generate per run.
+    #[arg(short = 'n', long, default_value_t = 64)]
+    pub tokens: u32,
+    /// Prompt.
+    #[arg(short, long, default_value = "The capital of Japan is")]
+    pub prompt: String,
+    /// A configuration to run instead of the default matrix, NAME=FLAGS (repeatable), e.g.
+    /// "c1000=--moe-stream --cache-mb 1000". Default: mmap, stream-cache0, stream-cacheFIXED, stream-auto.
+    #[arg(long = "config", value_name = "NAME=FLAGS")]
+    pub configs: Vec<String>,
+    /// The fixed cache budget of the default matrix, MiB [default: half the cap, or 1000].
+    #[arg(long)]
+    pub fixed_mb: Option<u64>,
+    /// Flags every run gets, e.g. "-t 2 --io-threads 4".
+    #[arg(long, value_name = "FLAGS", default_value = "")]
+    pub common: String,
+    /// Run the matrix a second time with a CPU hog on one core.
+    #[arg(long)]
+    pub hog: bool,
+    /// Per-run results as CSV.
+    #[arg(long, default_value = "bench-results.csv")]
+    pub csv: PathBuf,
+    /// Where runs keep their metrics files.
+    #[arg(long, default_value = "bench-runs")]
+    pub work: PathBuf,
+}
+
+/// Runs `bmoe bench`.
+pub fn bench(args: BenchArgs) -> Result<()> {
+    super::interrupt::install()?;
+    if !args.model.is_file() {
+        bail!("{}: no such model file", args.model.display());
+    }
+    let fixed = args.fixed_mb.unwrap_or(if args.cap_mb > 0 { args.cap_mb / 2 } else { 1000 });
+    let configs = if args.configs.is_empty() {
+        bench::default_matrix(fixed)
+    } else {
+        args.configs.iter().map(|c| Config::parse(c)).collect::<Result<Vec<_>, _>>().map_err(|e| anyhow!(e))?
+    };
+    let lanes = crate::config::RunConfig::default().moe.io_threads as usize;
+    eprintln!("bench: probing the disk at the model's slice size (1 and {lanes} lanes)...");
+    let probes = bench::probe_disk(&args.model, lanes).map_err(|e| anyhow!(e))?;
+    if !bench::drop_page_cache() {
+        eprintln!("bench: note: cannot drop the page cache (needs root): runs after the first start warm");
+    }
+    let mut plan = Plan {
+        bmoe: std::env::current_exe()?,
+        model: args.model.clone(),
+        cap: (args.cap_mb > 0).then_some(args.cap_mb << 20),
+        reps: args.reps.max(1),
+        tokens: args.tokens,
+        prompt: args.prompt.clone(),
+        common: args.common.split_whitespace().map(str::to_string).collect(),
+        configs,
+        work: args.work.clone(),
+        lanes,
+        pass: "quiet".into(),
+    };
+    let cap = if args.cap_mb > 0 { format!("a {} MiB cap", args.cap_mb) } else { "no cap".into() };
+    eprintln!("bench: {} configurations x {} reps, {} tokens each, {cap}", plan.configs.len(), plan.reps, plan.tokens);
+    let mut progress = |r: &bench::RunResult, i: usize, n: usize| {
+        let speed = r.get("decode_tok_s").map_or_else(|| "-".into(), |t| format!("{t:.2} tok/s"));
+        let status = if r.ok { speed } else { format!("FAILED: {}", r.error.as_deref().unwrap_or("?")) };
+        eprintln!("bench: [{i}/{n}] {} {} rep {}: {status}", r.pass, r.config, r.rep);
+    };
+    let mut results = bench::run(&plan, &mut progress).map_err(|e| anyhow!(e))?;
+    if args.hog && !super::interrupt::requested() {
+        let _hog = bench::Hog::start().map_err(|e| anyhow!(e))?;
+        plan.pass = "hog".into();
+        eprintln!("bench: again with a CPU hog on one core");
+        results.extend(bench::run(&plan, &mut progress).map_err(|e| anyhow!(e))?);
+    }
+    let summaries = bench::summarize(&results);
+    print!("{}", bench::table(&summaries, &probes));
+    bench::write_csv(&args.csv, &results)?;
+    eprintln!("bench: per-run results in {}", args.csv.display());
+    super::interrupt::check()?;
+    Ok(())
+}
