@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{CacheBudget, SessionOptions, StreamOptions};
+use crate::engine::{CacheBudget, DenseWeights, SessionOptions, StreamOptions};
 use crate::llama::Sampling;
 
 /// The whole configuration.
@@ -207,6 +207,8 @@ pub struct MoeConfig {
     pub cache_ceil_mb: f64,
     /// Accept a fixed budget below one token's working set.
     pub force_cache: bool,
+    /// How dense weights are held while streaming: mmap, warm or anon.
+    pub dense_weights: String,
     /// Read lanes.
     pub io_threads: u32,
     /// Use O_DIRECT for expert reads (verified at open).
@@ -222,6 +224,7 @@ impl Default for MoeConfig {
             cache_mb: CacheMb::Auto,
             cache_ceil_mb: 0.0,
             force_cache: false,
+            dense_weights: "mmap".into(),
             io_threads: 4,
             o_direct: true,
             n_expert_used: 0,
@@ -315,6 +318,15 @@ impl RunConfig {
                 return Err(bad("moe.cache_mb", format!("{mb} MiB is not a plausible budget")));
             }
         }
+        match DenseWeights::from_name(&m.dense_weights) {
+            None => {
+                return Err(bad("moe.dense_weights", format!("`{}` is not mmap, warm or anon", m.dense_weights)));
+            }
+            Some(d) if d != DenseWeights::Mmap && !m.stream => {
+                return Err(bad("moe.dense_weights", "warm and anon apply while streaming (moe.stream = true)"));
+            }
+            Some(_) => {}
+        }
         if !(m.cache_ceil_mb.is_finite() && m.cache_ceil_mb >= 0.0) {
             return Err(bad(
                 "moe.cache_ceil_mb",
@@ -372,6 +384,7 @@ impl RunConfig {
             n_expert_used: (m.n_expert_used > 0).then_some(m.n_expert_used),
             stream: m.stream.then_some(StreamOptions {
                 cache: self.cache_budget(),
+                dense: DenseWeights::from_name(&m.dense_weights).unwrap_or_default(),
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
             }),
@@ -550,6 +563,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 1 + 9 + 7 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 8 + 7 + 4 + 3);
     }
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use bmoe::engine::{CacheBudget, Phase, SessionOptions, StreamOptions};
+use bmoe::engine::{CacheBudget, DenseWeights, Phase, SessionOptions, StreamOptions};
 use bmoe::gguf::GgmlType;
 use bmoe::synth::Arch;
 use common::*;
@@ -41,6 +41,31 @@ fn two_compute_threads() {
     for stream in [stream0(2, true), cached(100 * 1024, 2)] {
         let (streamed, _) = run(two(stream.clone()), N);
         assert_identical(&reference, &streamed, &format!("two compute threads, {stream:?}"));
+    }
+}
+
+#[test]
+fn dense_weights_warm_and_anon() {
+    let dir = tempdir();
+    for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
+        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
+        for dense in [DenseWeights::Warm, DenseWeights::Anon] {
+            // The mode really handled the dense weights (every non-expert weight the graph reads).
+            {
+                let _serial = llama_lock();
+                let s =
+                    bmoe::engine::Session::open(options(&m, stream0(1, true).map(|s| StreamOptions { dense, ..s })))
+                        .unwrap();
+                let note = s.info().notices.iter().find(|n| n.starts_with("dense weights")).cloned();
+                let note = note.unwrap_or_else(|| panic!("{arch:?} {}: no dense-weights notice", dense.name()));
+                let tensors: usize = note.split(": ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap();
+                assert!(tensors > 4, "{note}");
+            }
+            for stream in [stream0(2, true), cached(100 * 1024, 2)] {
+                let stream = stream.map(|s| StreamOptions { dense, ..s });
+                gate(&m, stream.clone(), &format!("{arch:?}, dense weights {}, {stream:?}", dense.name()));
+            }
+        }
     }
 }
 
@@ -161,7 +186,11 @@ fn fused_gate_up_layout() {
     // Layer 0 has no experts: no routing rows for it.
     assert!(reports.iter().all(|r| r.trace.rows.iter().all(|row| row.layer >= 1)));
     gate(&m, cached(100 * 1024, 2), "gemma4 fused, cache");
-    gate(&m, Some(StreamOptions { cache: CacheBudget::Off, io_threads: 1, o_direct: false }), "gemma4 buffered");
+    gate(
+        &m,
+        Some(StreamOptions { cache: CacheBudget::Off, dense: DenseWeights::Mmap, io_threads: 1, o_direct: false }),
+        "gemma4 buffered",
+    );
 }
 
 #[test]

@@ -54,6 +54,10 @@ pub struct RunFlags {
     /// Accept a fixed cache budget below one token's working set [moe.force_cache].
     #[arg(long)]
     pub force_cache: bool,
+    /// How dense weights are held while streaming: mmap (llama.cpp's mapping), warm (touched
+    /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction) [moe.dense_weights].
+    #[arg(long, value_name = "mmap|warm|anon")]
+    pub dense_weights: Option<String>,
     /// Parallel read lanes [default 4].
     #[arg(long)]
     pub io_threads: Option<u32>,
@@ -138,7 +142,8 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     set!(n_predict => g.n_predict, threads => g.threads, ctx_size => g.ctx_size, batch => g.batch,
          ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed);
     let m = &mut c.moe;
-    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, io_threads => m.io_threads,
+    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, dense_weights => m.dense_weights,
+         io_threads => m.io_threads,
          n_expert_used => m.n_expert_used);
     if args.force_cache {
         m.force_cache = true;

@@ -5,6 +5,7 @@ mod events;
 mod session;
 
 pub use crate::moe::budget::CacheBudget;
+pub use crate::moe::dense::DenseWeights;
 pub use events::{Event, Phase, StepReport};
 pub use session::{
     AbortHandle, EngineError, GenerateRequest, Generation, OpenReport, Prompt, Session, SessionOptions, StreamOptions,

@@ -9,6 +9,7 @@ use super::events::{Event, Phase, StepReport};
 use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
+use crate::moe::dense::{self, DenseWeights};
 use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, recipe, resolve_banks};
 use crate::policy::{Drafter, Dropper};
 use crate::telemetry::mem::MemSnapshot;
@@ -21,6 +22,8 @@ pub struct StreamOptions {
     /// The expert cache: off (shared slots re-read every token), a fixed
     /// LRU budget, or auto (sized at open from the memory available).
     pub cache: CacheBudget,
+    /// How the dense (non-expert) weights are held.
+    pub dense: DenseWeights,
     /// Read lanes (the eval thread is one of them).
     pub io_threads: usize,
     /// Try O_DIRECT (verified at open, buffered fallback).
@@ -759,6 +762,15 @@ fn attach_stream(
     info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
     info.io_threads = lanes.lanes();
     info.o_direct = lanes.o_direct();
+    let (tensors, bytes) = dense::apply(stream.dense, hook, files, &lanes).map_err(EngineError::Stream)?;
+    if tensors > 0 {
+        let what = if stream.dense == DenseWeights::Anon { "copied into bmoe's memory" } else { "made resident" };
+        notices.push(format!(
+            "dense weights {}: {tensors} tensors, {:.1} MiB {what}",
+            stream.dense.name(),
+            bytes as f64 / 1048576.0
+        ));
+    }
     let held = holdings(&banks, files, info, n_ctx);
     let decision = budget::decide(stream.cache, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
     notices.extend(decision.note);

@@ -168,6 +168,40 @@ impl TensorHandle {
         unsafe { sys::ggml_nbytes(self.0) }
     }
 
+    /// The tensor's name.
+    pub fn name(&self) -> String {
+        // SAFETY: weight tensors live as long as the model; the name is a
+        // NUL-terminated array inside the tensor.
+        let name = unsafe { std::ffi::CStr::from_ptr((*self.0).name.as_ptr()) };
+        name.to_string_lossy().into_owned()
+    }
+
+    /// Copies the tensor's bytes to the start of `region`.
+    pub fn copy_into(&self, region: &Region) -> std::io::Result<()> {
+        let len = self.nbytes();
+        // SAFETY: a live weight's data pointer is valid for nbytes() bytes
+        // (llama.cpp's mapping of the file or its own buffer), read-only here,
+        // between decodes.
+        let bytes = unsafe { std::slice::from_raw_parts((*self.0).data as *const u8, len) };
+        region.write(0, bytes)
+    }
+
+    /// Touches every page of the tensor's bytes so they are resident
+    /// (faulting them in from the file where they are not). Returns the
+    /// bytes touched.
+    pub fn prefault(&self) -> usize {
+        let len = self.nbytes();
+        // SAFETY: as in copy_into: valid for len bytes, only read.
+        let base = unsafe { (*self.0).data as *const u8 };
+        let mut sum = 0u8;
+        for off in (0..len).step_by(super::memory::PAGE) {
+            // SAFETY: off < len; a volatile read so the touch is not optimised away.
+            sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(base.add(off)) });
+        }
+        std::hint::black_box(sum);
+        len
+    }
+
     /// Points the tensor's data at `region` (which must hold at least
     /// `nbytes()`), keeping the region alive; the returned binding restores
     /// the original pointer when dropped.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::recipe::parse_expert_tensor;
 use super::store::ExpertStore;
-use crate::llama::{EvalHook, Tensor, TensorHandle};
+use crate::llama::{EvalHook, Tensor, TensorBinding, TensorHandle};
 use crate::policy::{DropCall, Dropper};
 
 /// One expert tensor seen during capture.
@@ -147,6 +147,10 @@ pub struct MoeHook {
     dropped: Vec<bool>,
     /// Scratch: per expert, (resident before the load, read charged to a row).
     residency: Vec<(bool, bool)>,
+    /// Non-expert weights the graph read during capture, by name.
+    dense: BTreeMap<String, TensorHandle>,
+    /// Dense weights rebound to engine memory (`--dense-weights anon`).
+    dense_bindings: Vec<TensorBinding>,
 }
 
 impl MoeHook {
@@ -173,7 +177,20 @@ impl MoeHook {
             weights: Vec::new(),
             dropped: Vec::new(),
             residency: Vec::new(),
+            dense: BTreeMap::new(),
+            dense_bindings: Vec::new(),
         }
+    }
+
+    /// Non-expert weight tensors the graph read during capture, by name.
+    pub fn dense(&self) -> &BTreeMap<String, TensorHandle> {
+        &self.dense
+    }
+
+    /// Keeps dense-weight bindings alive as long as the hook (which is
+    /// dropped before the model).
+    pub fn hold_dense(&mut self, bindings: Vec<TensorBinding>) {
+        self.dense_bindings.extend(bindings);
     }
 
     /// Expert tensors recorded during capture, by (layer, suffix).
@@ -256,6 +273,15 @@ impl MoeHook {
     fn capture(&mut self, node: Tensor<'_>) {
         self.nodes_seen += 1;
         let at = self.nodes_seen;
+        for src in node.srcs().filter(Tensor::is_leaf) {
+            let name = src.name();
+            if (name.ends_with(".weight") || name.ends_with(".bias"))
+                && parse_expert_tensor(name).is_none()
+                && !self.dense.contains_key(name)
+            {
+                self.dense.insert(name.to_string(), src.handle());
+            }
+        }
         // The last weight node of a layer in graph order holds the applied weights.
         if let Some((what, il)) = parse_moe_node(node.name())
             && let Some(k) = WEIGHT_NODES.iter().position(|w| *w == what)

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use bmoe::engine::{
-    CacheBudget, Event, GenerateRequest, Generation, Session, SessionOptions, StepReport, StreamOptions,
+    CacheBudget, DenseWeights, Event, GenerateRequest, Generation, Session, SessionOptions, StepReport, StreamOptions,
 };
 use bmoe::llama::Sampling;
 use bmoe::synth::{self, Arch, ModelSpec, Preset};
@@ -60,12 +60,17 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
 
 /// Streaming with the cache off.
 pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
-    Some(StreamOptions { cache: CacheBudget::Off, io_threads: lanes, o_direct })
+    Some(StreamOptions { cache: CacheBudget::Off, dense: DenseWeights::Mmap, io_threads: lanes, o_direct })
 }
 
 /// Streaming with an LRU of `bytes`.
 pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
-    Some(StreamOptions { cache: CacheBudget::Fixed { bytes, force: true }, io_threads: lanes, o_direct: true })
+    Some(StreamOptions {
+        cache: CacheBudget::Fixed { bytes, force: true },
+        dense: DenseWeights::Mmap,
+        io_threads: lanes,
+        o_direct: true,
+    })
 }
 
 /// The gates' fixed prompt.
