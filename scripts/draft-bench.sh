@@ -36,7 +36,7 @@ for prompt_name in code echo eager; do
   [ "$prompt_name" = eager ] && drafters="ngram ngram-multi suffix"
   for drafter in $drafters; do
     csv=$work/draft-$prompt_name-$drafter.csv
-    args=(generate -m "$model" -p "$prompt" -n "$tokens" --moe-stream --cache-mb "$cache" --csv "$csv")
+    args=(generate -m "$model" -p "$prompt" -n "$tokens" --moe-stream --cache-mb "$cache" --force-cache --csv "$csv")
     [ "$drafter" = none ] || args+=(--draft-plugin "$drafter" --draft 4)
     if [ "$prompt_name" = eager ]; then
       case $drafter in

@@ -16,7 +16,7 @@ model=$work/bench.gguf
 printf "%10s %12s %10s %10s %10s %8s %8s\n" budget_mib cache_mib rss_mib anon_mib file_mib hit_pct tok_s
 for mb in 0 250 500 1000 2000 4000; do
   csv=$work/rss-$mb.csv
-  $bmoe generate -m "$model" -p "hello there" -n "$tokens" --moe-stream --cache-mb "$mb" --csv "$csv" > /dev/null 2>&1
+  $bmoe generate -m "$model" -p "hello there" -n "$tokens" --moe-stream --cache-mb "$mb" --force-cache --csv "$csv" > /dev/null 2>&1
   # Last data row: memory after the final decode; summary line: speed and hit rate.
   row=$(grep -v '^#' "$csv" | tail -1)
   summary=$(grep '^# summary' "$csv")
