@@ -105,8 +105,10 @@ fn streamed_chat_equals_resident_over_three_turns() {
 fn settings_apply_live_or_reopen_and_keep_the_conversation() {
     let dir = tempdir();
     let m = model(dir.path(), "m.gguf", "qwen3");
+    let csv = dir.path().join("turns.csv");
     let _serial = llama_lock();
     let mut host = Host::open(config(|c| c.moe.stream = true), &m).unwrap();
+    host.set("telemetry.csv", csv.to_str().unwrap()).unwrap();
     chat(&mut host, "Hello").unwrap();
     let set = host.set("temp", "0.5").unwrap();
     assert_eq!((set.key.as_str(), set.applied), ("generate.temp", Apply::Live));
@@ -135,6 +137,16 @@ fn settings_apply_live_or_reopen_and_keep_the_conversation() {
     assert!(host.set("io_threads", "0").unwrap_err().to_string().contains("moe.io_threads"));
     assert!(host.set("nonsense", "1").unwrap_err().to_string().contains("unknown setting `nonsense`"));
     assert_eq!(host.config(), &before);
+    // The CSV went on through the reopens: both turns' rows, one trailer.
+    host.finish().unwrap();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let turns: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("turn,"))
+        .filter_map(|l| l.split(',').next())
+        .collect();
+    assert_eq!(turns.len(), 2, "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("# summary")).count(), 1);
 }
 
 #[test]

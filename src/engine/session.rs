@@ -666,6 +666,17 @@ impl Session {
         Ok(evicted)
     }
 
+    /// The number the next generation's turn will carry in reports.
+    pub fn next_turn(&self) -> u32 {
+        self.turn
+    }
+
+    /// Continues turn numbering from `turn` (a reopened session that writes
+    /// to the same telemetry files).
+    pub fn continue_turns_from(&mut self, turn: u32) {
+        self.turn = turn;
+    }
+
     /// Context size in tokens.
     pub fn n_ctx(&self) -> u32 {
         self.ctx.n_ctx()

@@ -112,17 +112,21 @@ impl Host {
     /// Opens `model` with `config`: the session, its plugins, its chat
     /// format and its telemetry files.
     pub fn open(config: RunConfig, model: &Path) -> Result<Host, HostError> {
-        crate::llama::set_verbose(config.telemetry.verbose);
-        let mut session = Session::open(config.session_options(model))?;
-        let mut notices = session.info().notices.clone();
-        notices.extend(plugins::attach(&mut session, &config).map_err(HostError::Setting)?);
-        let format = chat_format(&config, model, &session)?;
-        if format.is_fallback() {
-            notices.push("the model has no chat template: chat turns use plain User:/Assistant: lines".into());
-        }
+        let (session, format, notices) = open_session(&config, model)?;
         let sinks = Sinks::open(&config, model, session.info()).map_err(HostError::Setting)?;
+        Ok(Host::assemble(config, model, session, format, sinks, notices))
+    }
+
+    fn assemble(
+        config: RunConfig,
+        model: &Path,
+        session: Session,
+        format: ChatFormat,
+        sinks: Sinks,
+        notices: Vec<String>,
+    ) -> Host {
         let conversation = Conversation { system: system_prompt(&config), messages: Vec::new() };
-        Ok(Host {
+        Host {
             config,
             model: model.to_path_buf(),
             session,
@@ -133,7 +137,7 @@ impl Host {
             last_step: None,
             notices,
             held_text: None,
-        })
+        }
     }
 
     /// The configuration in effect.
@@ -407,13 +411,22 @@ impl Host {
     /// that fails. The conversation is kept: the next turn prefills it.
     fn reopen(&mut self, new: RunConfig) -> Result<Vec<String>, HostError> {
         let model = if new.model.path.as_os_str().is_empty() { self.model.clone() } else { new.model.path.clone() };
-        let mut host = Host::open(new, &model)?;
+        let (mut session, format, mut notices) = open_session(&new, &model)?;
+        session.continue_turns_from(self.session.next_turn());
+        // The same model keeps its telemetry files; another model starts new
+        // ones (their headers describe the model) once the old are closed.
+        let sinks = if model == self.model {
+            std::mem::take(&mut self.sinks)
+        } else {
+            let sinks = Sinks::open(&new, &model, session.info()).map_err(HostError::Setting)?;
+            self.sinks.finish(&self.totals).map_err(HostError::Setting)?;
+            sinks
+        };
+        notices.push(format!("reopened {} (the conversation is prefilled again on the next turn)", model.display()));
+        let mut host = Host::assemble(new, &model, session, format, sinks, Vec::new());
         host.conversation = std::mem::take(&mut self.conversation);
         host.totals = std::mem::take(&mut self.totals);
-        let mut notices = host.take_notices();
-        notices.push(format!("reopened {} (the conversation is prefilled again on the next turn)", model.display()));
-        let mut old = std::mem::replace(self, host);
-        let _ = old.sinks.finish(&old.totals);
+        *self = host;
         Ok(notices)
     }
 
@@ -429,6 +442,20 @@ impl Host {
 fn budget_change_is_live(old: &RunConfig, new: &RunConfig) -> bool {
     let fixed = |c: &RunConfig| matches!(c.cache_budget(), CacheBudget::Fixed { .. });
     old.moe.stream && fixed(old) && fixed(new)
+}
+
+/// Opens the session for `config`, attaches its plugins and compiles its
+/// chat format; the notices gathered on the way.
+fn open_session(config: &RunConfig, model: &Path) -> Result<(Session, ChatFormat, Vec<String>), HostError> {
+    crate::llama::set_verbose(config.telemetry.verbose);
+    let mut session = Session::open(config.session_options(model))?;
+    let mut notices = session.info().notices.clone();
+    notices.extend(plugins::attach(&mut session, config).map_err(HostError::Setting)?);
+    let format = chat_format(config, model, &session)?;
+    if format.is_fallback() {
+        notices.push("the model has no chat template: chat turns use plain User:/Assistant: lines".into());
+    }
+    Ok((session, format, notices))
 }
 
 /// The system prompt a new conversation starts with.
