@@ -9,6 +9,7 @@
 #        scripts/fuzz.sh run TARGET [RUNS] [S]  fuzz until RUNS executions (default 10,000,000)
 #                                               or S seconds (default 1200), whichever comes first
 #        scripts/fuzz.sh min TARGET            shrink TARGET's corpus to the inputs that add coverage
+#                                               (found inputs over 32 KiB are dropped)
 #
 # Targets: gguf_file gguf_split route_trace config. A crash, hang (10 s) or
 # allocation over 1 GiB stops the run and leaves the input in
@@ -71,7 +72,12 @@ run() {
 minimize() {
   local target=$1
   (cd fuzz && cargo +nightly fuzz cmin "$target" "corpus/$target")
-  du -sh "$corpus/$target"
+  # Keep the repository small: drop found inputs over 32 KiB (mostly copies
+  # of the seeds with changed tensor bytes); cmin renames every input to its
+  # hash, so the committed seeds are checked out again under their names.
+  find "$corpus/$target" -type f -size +32k -regextype posix-extended -regex '.*/[0-9a-f]{40}' -delete
+  git checkout -- "$corpus/$target" 2> /dev/null || true
+  echo "fuzz: $target corpus: $(ls "$corpus/$target" | wc -l) files, $(du -sh "$corpus/$target" | cut -f1)" >&2
 }
 
 case "${1:-}" in
