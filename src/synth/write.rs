@@ -88,6 +88,9 @@ pub fn write_model(
     let seed = spec.seed;
     let mut done = 0u64;
     std::thread::scope(|scope| -> Result<()> {
+        // Owned here, so that a writer that stops early drops it and the
+        // generator's next send fails instead of blocking the scope forever.
+        let rx = rx;
         scope.spawn(move || {
             for (t, fill) in tensors {
                 if tx.send(render(t, fill, seed, threads)).is_err() {
@@ -134,5 +137,32 @@ impl Drop for PartialFile {
     fn drop(&mut self) {
         // After the rename there is nothing left to remove.
         let _ = fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{Arch, Preset};
+
+    #[test]
+    fn a_stopped_write_leaves_no_file_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = ModelSpec { split: 2, ..ModelSpec::preset(Preset::Tiny, Arch::Qwen3Moe) };
+        let out = dir.path().join("m.gguf");
+        // Stop after some bytes of the second shard, as Ctrl-C does.
+        let mut calls = 0;
+        let err = write_model(&spec, &out, &mut |done, total| {
+            calls += 1;
+            if done > total * 3 / 4 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("stopped before"), "{err}");
+        assert!(calls > 1);
+        // The finished first shard stays (it is complete); no partial file does.
+        let names: Vec<String> =
+            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert!(names.iter().all(|n| !n.ends_with(".partial")), "{names:?}");
+        assert_eq!(names, ["m-00001-of-00002.gguf"]);
     }
 }

@@ -126,6 +126,9 @@ pub struct TraceStats {
     pub lru_hits: Vec<(f64, f64)>,
 }
 
+/// The most experts per layer a trace may declare (real models have up to 512).
+const MAX_EXPERTS: usize = 1 << 16;
+
 /// One trace row: (phase, step, layer, expert).
 type Row = (u8, i64, u32, u32);
 
@@ -161,6 +164,15 @@ pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Resul
     }
     let n_expert: usize = n_expert.ok_or("header has no n_expert")?;
     let k: usize = k.ok_or("header has no n_expert_used")?;
+    if !(1..=MAX_EXPERTS).contains(&n_expert) {
+        return Err(format!("header: n_expert={n_expert} is not a plausible expert count (1..={MAX_EXPERTS})"));
+    }
+    if !(1..=n_expert).contains(&k) {
+        return Err(format!("header: n_expert_used={k} must be in 1..={n_expert}"));
+    }
+    if let Some(r) = rows.iter().find(|r| r.3 as usize >= n_expert) {
+        return Err(format!("a row routes expert {} but the header says n_expert={n_expert}", r.3));
+    }
     let mut decode_steps: Vec<i64> = rows.iter().filter(|r| r.0 == 1).map(|r| r.1).collect();
     decode_steps.dedup();
     let window: HashSet<i64> = decode_steps.iter().copied().take(max_decode_tokens).collect();
@@ -204,7 +216,7 @@ pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Resul
     let lru_hits = fractions
         .iter()
         .map(|&frac| {
-            let cap = ((frac * (layers * n_expert) as f64) as usize).max(1);
+            let cap = ((frac * layers as f64 * n_expert as f64) as usize).max(1);
             (frac, lru_hit_rate(&rows, cap, &in_window))
         })
         .collect();
@@ -277,5 +289,12 @@ mod tests {
         // Cap of 10 (50%): misses only on first use (6 of 12 are first uses? 3 distinct per layer).
         assert!((st.lru_hits[1].1 - 6.0 / 12.0).abs() < 1e-9);
         assert!(analyze("garbage\n", 10, &[0.1]).is_err());
+        // Absurd headers and rows are refused, not overflowed on.
+        let huge = t.replace("n_expert=10 ", "n_expert=99999999999999 ");
+        assert!(analyze(&huge, 100, &[0.5]).unwrap_err().contains("not a plausible expert count"));
+        let zero_k = t.replace("n_expert_used=2", "n_expert_used=0");
+        assert!(analyze(&zero_k, 100, &[0.5]).unwrap_err().contains("n_expert_used=0"));
+        let out_of_range = format!("{t}0,1,99,0,0,12,0.5,0,0\n");
+        assert!(analyze(&out_of_range, 100, &[0.5]).unwrap_err().contains("routes expert 12"));
     }
 }
