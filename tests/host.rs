@@ -195,3 +195,37 @@ fn a_full_context_is_a_clear_error_and_reset_starts_over() {
     host.reset();
     chat(&mut host, "fresh start").unwrap();
 }
+
+#[test]
+fn a_turn_stopped_during_its_prompt_leaves_the_next_turn_exact() {
+    let dir = tempdir();
+    let m = model(dir.path(), "m.gguf", "qwen3");
+    // Small batches: the prompt is decoded in several chunks; stop after the first.
+    let small = |c: &mut RunConfig| {
+        c.generate.batch = 8;
+        c.generate.ubatch = 8;
+    };
+    let _serial = llama_lock();
+    let mut host = Host::open(config(small), &m).unwrap();
+    chat(&mut host, "Hello there").unwrap();
+    let abort = host.abort_handle();
+    let stopped = host
+        .chat("A longer message that takes several prompt chunks to decode", &mut |e| {
+            if let HostEvent::Prefill(_) = e {
+                abort.abort();
+            }
+        })
+        .unwrap();
+    assert!(stopped.generation.aborted && stopped.generation.tokens.is_empty());
+    let next = chat(&mut host, "Go on").unwrap();
+    // A fresh host given the same conversation answers the same.
+    let mut fresh = Host::open(config(small), &m).unwrap();
+    let mut conversation = host.conversation().clone();
+    conversation.messages.truncate(conversation.messages.len() - 2);
+    fresh.set_conversation(conversation);
+    let again = chat(&mut fresh, "Go on").unwrap();
+    // Both hold the whole conversation: the same prompt, the same reply.
+    assert_eq!(host.context_use(), fresh.context_use());
+    assert_eq!(next.generation.reused_tokens + next.prefilled as usize, again.prefilled as usize);
+    assert_eq!(next.generation.tokens, again.generation.tokens);
+}

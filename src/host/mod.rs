@@ -232,6 +232,7 @@ impl Host {
             }
             on_event(HostEvent::Text { kind, text });
         };
+        let prompt_len = tokens.len();
         let request = self.request(Prompt::Tokens(tokens), n_predict);
         let generation = self.run(
             &request,
@@ -244,7 +245,11 @@ impl Host {
             },
             on_event,
         )?;
-        self.held_text = Some(prompt + &generation.text);
+        // The held tokens stand for this text only if the session holds all
+        // of them: a turn stopped during its prompt keeps less.
+        if self.session.context_len() == prompt_len + generation.tokens.len() {
+            self.held_text = Some(prompt + &generation.text);
+        }
         for (kind, piece) in splitter.finish() {
             route(kind, &piece, on_event);
         }
