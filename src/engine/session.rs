@@ -773,6 +773,9 @@ fn attach_stream(
     info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
     info.io_threads = lanes.lanes();
     info.o_direct = lanes.o_direct();
+    // Measured before the dense weights move into anonymous memory: they
+    // are counted once, as dense weights, not again as the process's own.
+    let held = holdings(&banks, files, info, n_ctx);
     let (tensors, bytes) = dense::apply(stream.dense, hook, files, &lanes).map_err(EngineError::Stream)?;
     if tensors > 0 {
         let what = if stream.dense == DenseWeights::Anon { "copied into bmoe's memory" } else { "made resident" };
@@ -782,7 +785,6 @@ fn attach_stream(
             bytes as f64 / 1048576.0
         ));
     }
-    let held = holdings(&banks, files, info, n_ctx);
     let decision = budget::decide(stream.cache, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
     notices.extend(decision.note);
     let store = ExpertStore::new(banks.layers, banks.n_expert, decision.bytes, lanes)
