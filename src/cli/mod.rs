@@ -58,7 +58,7 @@ pub enum Command {
     },
     /// Benchmark a model under a memory cap: a matrix of configurations, repeated, as a table and CSV.
     Bench(bench::BenchArgs),
-    /// Draft and drop policy plugins: list, check, bench, scaffold a new one.
+    /// Draft and drop policy plugins: list, check, bench, wrap, scaffold a new one.
     #[command(subcommand)]
     Plugin(PluginCommand),
 }
