@@ -35,6 +35,9 @@ pub struct Cli {
 pub enum Command {
     /// Generate text from a prompt (stdout carries only the generated text).
     Generate(GenerateArgs),
+    /// Chat with a model in a full-screen terminal app with a live expert-routing panel
+    /// (`?` shows the keys); without a model, the demo model with streaming on.
+    Chat(RunFlags),
     /// Chat with a model in a line REPL (`:help` lists its commands); reads a pipe too.
     Repl(RunFlags),
     /// Print the prompt a chat template renders for a conversation.
@@ -67,6 +70,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Generate(args) => generate::generate(args),
+        Command::Chat(flags) => chat(&flags),
         Command::Repl(flags) => repl(&flags),
         Command::Template(args) => template::template(args),
         Command::MakeModel(args) => model::make_model(args),
@@ -79,6 +83,27 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Bench(args) => bench::bench(args),
     }
+}
+
+/// The demo's cache budget in `bmoe chat`: a quarter of its expert bank,
+/// about two tokens' working set, so hits and reads are both visible.
+const DEMO_CHAT_CACHE_MIB: f64 = 64.0;
+
+/// `bmoe chat`: a host (the demo model, streaming with a small cache, when
+/// no model is given), then the full-screen chat.
+fn chat(flags: &RunFlags) -> Result<()> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        anyhow::bail!("bmoe chat needs a terminal; `bmoe repl` reads and writes pipes");
+    }
+    let mut config = resolve_config(flags)?;
+    let demo = config.model.path.as_os_str().is_empty();
+    if demo && flags.config.is_none() && flags.cache_mb.is_none() {
+        config.moe.stream = true;
+        config.moe.cache_mb = crate::config::CacheMb::Mib(DEMO_CHAT_CACHE_MIB);
+    }
+    let host = open_host(config)?;
+    crate::ui::chat::run(host, demo)
 }
 
 /// `bmoe repl`: a host, Ctrl-C wired to stop replies, the REPL loop.

@@ -47,6 +47,9 @@ pub struct StepReport {
     pub cache_budget: u64,
     /// Bytes held by the expert cache.
     pub cache_resident: u64,
+    /// Which experts the cache holds after the decode, `layer * n_expert +
+    /// expert` (empty with the cache off or when not streaming).
+    pub residency: Vec<bool>,
     /// Draft tokens verified in this batch (speculative decoding).
     pub drafted: u32,
     /// Of those, accepted.

@@ -579,12 +579,13 @@ impl Session {
         let t0 = Instant::now();
         let result = self.ctx.decode(tokens, first_pos, logits);
         let wall_ns = t0.elapsed().as_nanos() as u64;
-        let (trace, stream_error, budget, resident) = match self.ctx.hook_mut() {
+        let (trace, stream_error, budget, resident, residency) = match self.ctx.hook_mut() {
             Some(h) => {
                 let (budget, resident) = h.store().map_or((0, 0), |s| (s.budget(), s.resident_bytes()));
-                (h.take_trace(), h.take_error(), budget, resident)
+                let residency = h.store().map(ExpertStore::resident_map).unwrap_or_default();
+                (h.take_trace(), h.take_error(), budget, resident, residency)
             }
-            None => (StepTrace::default(), None, 0, 0),
+            None => (StepTrace::default(), None, 0, 0, Vec::new()),
         };
         if let Some(msg) = stream_error {
             self.roll_back(first_pos);
@@ -613,6 +614,7 @@ impl Session {
             mem: MemSnapshot::now(),
             cache_budget: budget,
             cache_resident: resident,
+            residency,
             drafted: 0,
             accepted: 0,
         }))

@@ -224,6 +224,15 @@ impl ExpertStore {
         }
     }
 
+    /// Which experts the cache holds right now, `layer * n_expert + expert`
+    /// (empty with the cache off).
+    pub fn resident_map(&self) -> Vec<bool> {
+        match &self.residency {
+            Residency::Slots => Vec::new(),
+            Residency::Cache(c) => c.valid.clone(),
+        }
+    }
+
     /// Whether `expert` of layer `il` is in the cache right now.
     pub fn is_resident(&self, il: usize, expert: u32) -> bool {
         match &self.residency {

@@ -1,0 +1,448 @@
+//! Drawing the chat screen from `&App`: status line, conversation, message
+//! box, routing panel, telemetry, key hints, and the help and settings
+//! overlays. Nothing here changes state.
+
+use ratatui::Frame;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+
+use super::app::{App, Overlay};
+use super::keymap::{self, Context, KEYMAP};
+use super::routing::{self, Density, Mark, View};
+use super::telemetry::Telemetry;
+use crate::host::SETTINGS;
+
+/// Width from which the routing panel and telemetry sit beside the chat.
+const WIDE: u16 = 100;
+/// Rows of the telemetry box (borders included).
+const TELEMETRY_ROWS: u16 = 7;
+/// Most rows the message box grows to (borders included).
+const INPUT_MAX_ROWS: u16 = 8;
+
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame, app: &App) {
+    let area = frame.area();
+    let [status, body, hints] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(3), Constraint::Length(1)]).areas(area);
+    frame.render_widget(status_line(app), status);
+    frame.render_widget(hint_line(app), hints);
+
+    let right_w = right_width(app, body.width);
+    let [left, right] = Layout::horizontal([Constraint::Min(20), Constraint::Length(right_w)]).areas(body);
+    let input_rows = input_height(app, left.width);
+    if body.width >= WIDE {
+        let [chat, input] = Layout::vertical([Constraint::Min(3), Constraint::Length(input_rows)]).areas(left);
+        draw_conversation(frame, app, chat);
+        draw_input(frame, app, input);
+        let [panel, tele] =
+            Layout::vertical([Constraint::Min(4), Constraint::Length(TELEMETRY_ROWS)]).areas(right);
+        draw_routing(frame, app, panel);
+        draw_telemetry(frame, app, tele);
+    } else {
+        let [chat, tele, input] =
+            Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(input_rows)]).areas(left);
+        draw_conversation(frame, app, chat);
+        frame.render_widget(Paragraph::new(compact_telemetry(&app.telemetry, app.info.streaming)), tele);
+        draw_input(frame, app, input);
+        if right.width > 0 {
+            draw_routing(frame, app, right);
+        }
+    }
+
+    match &app.overlay {
+        Overlay::None => {}
+        Overlay::Help => draw_help(frame, app),
+        Overlay::Settings { selected, editing } => draw_settings(frame, app, *selected, editing.as_ref()),
+    }
+}
+
+/// Columns of the right column: the routing panel at the densest view that
+/// fits in about 45% of the screen, at least the telemetry's width.
+fn right_width(app: &App, width: u16) -> u16 {
+    let n = app.routing.n_expert() as u16;
+    let frame = 4 + 6 + 2;
+    if width < WIDE {
+        // Narrow screens fold the panel to a mini bar per layer.
+        let folded = frame + app.info.k.max(1) as u16;
+        let full = frame + n;
+        return if width < 60 { 0 } else { full.min(width / 3).max(folded.min(width / 3)) };
+    }
+    let share = width * 45 / 100;
+    let full = frame + n;
+    let half = frame + n.div_ceil(2);
+    let want = if full <= share { full } else if half <= share { half } else { share };
+    want.max(44).min(share.max(44))
+}
+
+fn input_height(app: &App, width: u16) -> u16 {
+    let rows = app.input.layout(width.saturating_sub(4)).0.len() as u16;
+    (rows + 2).clamp(3, INPUT_MAX_ROWS)
+}
+
+fn colour(app: &App, c: Color) -> Style {
+    if app.colour { Style::default().fg(c) } else { Style::default() }
+}
+
+fn status_line(app: &App) -> Line<'static> {
+    let i = &app.info;
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    let sep = Span::styled(" │ ", Style::default().add_modifier(Modifier::DIM));
+    let mut spans = vec![Span::styled(" bmoe ", bold.patch(colour(app, Color::LightCyan))), Span::raw(i.model.clone())];
+    if app.demo {
+        spans.push(Span::styled(" (RANDOM weights)", bold.patch(colour(app, Color::LightYellow))));
+    }
+    let cache = if !i.streaming {
+        "cache -".to_string()
+    } else if i.cache_mib > 0.0 {
+        format!("cache {} / {} MiB", mib(i.cache_mib), mib(i.bank_mib))
+    } else {
+        "cache off".to_string()
+    };
+    let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
+    for part in [
+        format!("{} {}L {}E top-{}", i.arch, i.n_layer, i.n_expert, i.k),
+        format!("stream {}", if i.streaming { "on" } else { "off" }),
+        cache,
+        format!("lanes {}", i.lanes),
+        format!("draft {}", dash(&i.draft)),
+        format!("drop {}", dash(&i.drop)),
+    ] {
+        spans.push(sep.clone());
+        spans.push(Span::raw(part));
+    }
+    if app.generating {
+        spans.push(sep.clone());
+        spans.push(Span::styled("generating", colour(app, Color::LightGreen)));
+    }
+    Line::from(spans)
+}
+
+/// A MiB figure with sensible precision.
+fn mib(v: f64) -> String {
+    if v >= 100.0 { format!("{v:.0}") } else if v >= 10.0 { format!("{v:.1}") } else { format!("{v:.2}") }
+}
+
+fn hint_line(app: &App) -> Line<'static> {
+    let key = Style::default().add_modifier(Modifier::BOLD).patch(colour(app, Color::LightCyan));
+    if app.quit_armed {
+        return Line::from(vec![
+            Span::styled(" Ctrl-C", key),
+            Span::raw(" again quits; any other key cancels"),
+        ]);
+    }
+    let mut spans = vec![Span::raw(" ")];
+    for b in keymap::hints(app.context()) {
+        spans.push(Span::styled(b.label, key));
+        spans.push(Span::raw(format!(" {}   ", short(b.help))));
+    }
+    Line::from(spans)
+}
+
+/// The first words of a help text, for the bottom line.
+fn short(help: &str) -> &str {
+    help.split([':', ';', '(']).next().unwrap_or(help).trim()
+}
+
+fn draw_conversation(frame: &mut Frame, app: &App, area: Rect) {
+    let title = if app.transcript.scroll_back > 0 { " Conversation (scrolled: PgDn) " } else { " Conversation " };
+    let block = Block::default().borders(Borders::ALL).title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if app.transcript.entries().next().is_none() {
+        let mut lines = vec![Line::from("Type a message and press Enter. ? shows every key.")];
+        if app.demo {
+            lines.push(Line::default());
+            lines.push(Line::from(Span::styled(
+                "This is the built-in demo model: its weights are RANDOM, so its replies are gibberish by design. \
+                 What it shows is real: which experts each layer routes to, what the cache holds, where each \
+                 token's time goes. Run `bmoe chat -m MODEL.gguf` for a real model.",
+                colour(app, Color::LightYellow),
+            )));
+        }
+        frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
+        return;
+    }
+    app.transcript.render(inner, frame.buffer_mut());
+}
+
+fn draw_input(frame: &mut Frame, app: &App, area: Rect) {
+    let title = " Message (Enter sends, Alt-Enter new line) ";
+    let block = Block::default().borders(Borders::ALL).title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let prompt = Rect { width: 2, ..inner };
+    frame.render_widget(Paragraph::new("> "), prompt);
+    let text_area = Rect { x: inner.x + 2, width: inner.width.saturating_sub(2), ..inner };
+    let (rows, (cx, cy)) = app.input.layout(text_area.width.saturating_sub(1));
+    let skip = (cy + 1).saturating_sub(text_area.height) as usize;
+    let lines: Vec<Line> = rows.into_iter().skip(skip).map(Line::from).collect();
+    frame.render_widget(Paragraph::new(lines), text_area);
+    if app.overlay == Overlay::None {
+        frame.set_cursor_position(Position { x: text_area.x + cx, y: text_area.y + cy - skip as u16 });
+    }
+}
+
+fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
+    let r = &app.routing;
+    let title = format!(" Routing · {} · token {} ", app.routing_view.name(), r.tokens());
+    let block = Block::default().borders(Borders::ALL).title(title).title_bottom(" F3 view ");
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if !app.info.streaming || r.rows() == 0 {
+        let why = if r.rows() == 0 {
+            "this model has no expert layers"
+        } else {
+            "routing is observed while streaming: set moe.stream = true (F2)"
+        };
+        frame.render_widget(Paragraph::new(why).wrap(Wrap { trim: true }), inner);
+        return;
+    }
+    let density = routing::density(r.n_expert(), inner.width);
+    let legend = legend(app, density);
+    let legend_rows = legend.len() as u16;
+    let rows_area = Rect { height: inner.height.saturating_sub(legend_rows), ..inner };
+    let first = app.routing_scroll.min(r.rows().saturating_sub(rows_area.height as usize));
+    routing::render_rows(r, app.routing_view, first, app.colour, rows_area, frame.buffer_mut());
+    if first + (rows_area.height as usize) < r.rows() || first > 0 {
+        let more = format!("L{:02}-L{:02} of {} (Shift-↑↓)", r.layer(first), r.layer((first + rows_area.height as usize).min(r.rows()) - 1), r.rows());
+        let y = area.bottom().saturating_sub(1);
+        let x = area.right().saturating_sub(more.chars().count() as u16 + 2);
+        frame.buffer_mut().set_string(x, y, more, Style::default().add_modifier(Modifier::DIM));
+    }
+    let legend_area = Rect { y: rows_area.bottom(), height: legend_rows.min(inner.height), ..inner };
+    frame.render_widget(Paragraph::new(legend), legend_area);
+}
+
+fn legend(app: &App, density: Density) -> Vec<Line<'static>> {
+    let item = |mark: Mark, text: &str| -> Vec<Span<'static>> {
+        let glyph = match density {
+            Density::Half if app.colour => "▀".to_string(),
+            _ => mark.glyph().to_string(),
+        };
+        let style = if app.colour { Style::default().fg(mark.colour()) } else { Style::default() };
+        vec![Span::styled(glyph, style), Span::raw(format!(" {text}  "))]
+    };
+    let mut first: Vec<Span> = Vec::new();
+    let mut second: Vec<Span> = Vec::new();
+    match (density, app.routing_view) {
+        (Density::Folded, _) => {
+            first.extend(item(Mark::Hit, "hit"));
+            first.extend(item(Mark::Miss, "read"));
+            first.extend(item(Mark::Dropped, "dropped"));
+            second.push(Span::raw("routed slots per layer · % = hit rate"));
+        }
+        (_, View::Heat) => {
+            for level in 1..=4 {
+                first.extend(item(Mark::Heat(level), ""));
+            }
+            first.push(Span::raw("routed often lately (last ~10 tokens)"));
+            second.push(Span::raw("% = layer hit rate"));
+        }
+        (_, View::Cache) => {
+            first.extend(item(Mark::Resident, "in cache"));
+            first.extend(item(Mark::Miss, "read now"));
+            second.push(Span::raw("% = layer hit rate"));
+        }
+        (_, View::Now) => {
+            first.extend(item(Mark::Hit, "routed, hit"));
+            first.extend(item(Mark::Miss, "routed, read"));
+            first.extend(item(Mark::Dropped, "dropped"));
+            second.extend(item(Mark::Resident, "in cache"));
+            second.extend(item(Mark::Heat(2), "routed lately"));
+            second.push(Span::raw("% hit"));
+        }
+    }
+    if density == Density::Half && !app.colour {
+        second = vec![Span::raw("2 experts/cell: ▀ upper ▄ lower █ both routed; : . cached")];
+    }
+    vec![Line::from(first), Line::from(second)]
+}
+
+fn draw_telemetry(frame: &mut Frame, app: &App, area: Rect) {
+    let block = Block::default().borders(Borders::ALL).title(" This token ");
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let t = &app.telemetry;
+    let dim = Style::default().add_modifier(Modifier::DIM);
+    let label = |s: &str| Span::styled(format!("{s:<6}"), dim);
+    let mut lines = Vec::new();
+    let last = t.last.unwrap_or_default();
+    let spark_w = inner.width.saturating_sub(16) as usize;
+    lines.push(Line::from(vec![
+        label("tok/s"),
+        Span::styled(sparkline(&t.history, spark_w), colour(app, Color::LightGreen)),
+        Span::raw(format!(" {:>6.1}", last.tok_s)),
+    ]));
+    lines.push(Line::from(split_bar(app, inner.width.saturating_sub(6) as usize, last.read_ms, last.mgmt_ms, last.compute_ms)));
+    let hit = last.hit_pct.map_or_else(|| "-".into(), |h| format!("{h:.0}%"));
+    lines.push(Line::from(vec![
+        label("read"),
+        Span::raw(format!("{:.1} MiB/token   hit {hit}   evict {}", last.mib_read, last.evictions)),
+    ]));
+    let (fill, budget) = t.cache_mib();
+    let cache = if budget > 0.0 {
+        let w = inner.width.saturating_sub(26).max(4) as usize;
+        let full = ((fill / budget).clamp(0.0, 1.0) * w as f64).round() as usize;
+        vec![
+            label("cache"),
+            Span::styled("█".repeat(full), colour(app, Color::Blue)),
+            Span::styled("░".repeat(w - full), dim),
+            Span::raw(format!(" {} / {} MiB", mib(fill), mib(budget))),
+        ]
+    } else {
+        vec![label("cache"), Span::raw(if app.info.streaming { "off: routed experts read every token" } else { "- (not streaming)" })]
+    };
+    lines.push(Line::from(cache));
+    let draft = match t.acceptance_pct() {
+        Some(p) => format!("draft {} → {} ({p:.0}%)   ", t.drafted, t.accepted),
+        None => String::new(),
+    };
+    lines.push(Line::from(vec![label("mem"), Span::raw(format!("{draft}{}", memory(t)))]));
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+fn memory(t: &Telemetry) -> String {
+    let gib = |m: Option<f64>| m.map_or_else(|| "?".into(), |m| format!("{:.1} GiB", m / 1024.0));
+    format!("RSS {}   avail {}", gib(t.rss_mib), gib(t.available_mib))
+}
+
+/// The read / cache management / compute split of the last token as one bar.
+fn split_bar(app: &App, width: usize, read: f64, mgmt: f64, compute: f64) -> Vec<Span<'static>> {
+    let dim = Style::default().add_modifier(Modifier::DIM);
+    let total = read + mgmt + compute;
+    let mut spans = vec![Span::styled(format!("{:<6}", "time"), dim)];
+    let legend = format!(" r{read:.0} m{mgmt:.0} c{compute:.0} ms");
+    let bar_w = width.saturating_sub(legend.chars().count());
+    if total <= 0.0 || bar_w == 0 {
+        spans.push(Span::styled("no token yet", dim));
+        return spans;
+    }
+    let cells = |ms: f64| ((ms / total) * bar_w as f64).round() as usize;
+    let (r, m) = (cells(read), cells(mgmt));
+    let c = bar_w.saturating_sub(r + m);
+    spans.push(Span::styled("▒".repeat(r), colour(app, Color::LightYellow)));
+    spans.push(Span::styled("▓".repeat(m), colour(app, Color::LightMagenta)));
+    spans.push(Span::styled("█".repeat(c), colour(app, Color::LightGreen)));
+    spans.push(Span::raw(legend));
+    spans
+}
+
+/// The last `width` values as eighth-height blocks, scaled to their maximum.
+fn sparkline(values: &std::collections::VecDeque<f64>, width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let shown: Vec<f64> = values.iter().rev().take(width).rev().copied().collect();
+    let max = shown.iter().copied().fold(0.0, f64::max);
+    let mut s: String = shown
+        .iter()
+        .map(|&v| if max > 0.0 { BARS[((v / max) * 7.0).round() as usize] } else { BARS[0] })
+        .collect();
+    s.extend(std::iter::repeat_n(' ', width - shown.len()));
+    s
+}
+
+/// One line of telemetry for narrow screens.
+fn compact_telemetry(t: &Telemetry, streaming: bool) -> Line<'static> {
+    let dim = Style::default().add_modifier(Modifier::DIM);
+    let Some(last) = t.last else { return Line::from(Span::styled(format!(" no token yet · {}", memory(t)), dim)) };
+    let total = last.read_ms + last.mgmt_ms + last.compute_ms;
+    let read_pct = if total > 0.0 { 100.0 * last.read_ms / total } else { 0.0 };
+    let mut parts = vec![format!("{:.1} tok/s", last.tok_s)];
+    if streaming {
+        parts.push(format!("read {read_pct:.0}% of time"));
+        parts.push(format!("{:.1} MiB/tok", last.mib_read));
+        if let Some(h) = last.hit_pct {
+            parts.push(format!("hit {h:.0}%"));
+        }
+        let (fill, budget) = t.cache_mib();
+        if budget > 0.0 {
+            parts.push(format!("cache {}/{} MiB", mib(fill), mib(budget)));
+        }
+    }
+    if let Some(p) = t.acceptance_pct() {
+        parts.push(format!("draft {p:.0}%"));
+    }
+    Line::from(Span::styled(format!(" {}", parts.join(" · ")), dim))
+}
+
+/// A centred rectangle of at most `w` x `h` inside `area`.
+fn centred(area: Rect, w: u16, h: u16) -> Rect {
+    let (w, h) = (w.min(area.width), h.min(area.height));
+    Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
+}
+
+fn draw_help(frame: &mut Frame, app: &App) {
+    let key = Style::default().add_modifier(Modifier::BOLD).patch(colour(app, Color::LightCyan));
+    let mut lines = Vec::new();
+    for ctx in [Context::Global, Context::Chat, Context::Settings, Context::SettingEdit] {
+        lines.push(Line::from(Span::styled(ctx.title(), Style::default().add_modifier(Modifier::UNDERLINED))));
+        for b in KEYMAP.iter().filter(|b| b.context == ctx) {
+            lines.push(Line::from(vec![Span::styled(format!("  {:<14}", b.label), key), Span::raw(b.help)]));
+        }
+    }
+    lines.push(Line::default());
+    lines.push(Line::from("Routing panel: one row per expert layer, one cell per expert (two per cell when narrow)."));
+    lines.push(Line::from("■ routed now, cache hit · □ routed now, read from disk · × dropped · · in cache"));
+    lines.push(Line::from("░▒▓█ routed often lately · % = the layer's hit rate this chat"));
+    let area = centred(frame.area(), 96, lines.len() as u16 + 2);
+    frame.render_widget(Clear, area);
+    let block = Block::default().borders(Borders::ALL).title(" Help (Esc closes) ");
+    frame.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), area);
+}
+
+fn draw_settings(frame: &mut Frame, app: &App, selected: usize, editing: Option<&super::input::InputBox>) {
+    let area = centred(frame.area(), 100, frame.area().height.saturating_sub(4).max(10));
+    frame.render_widget(Clear, area);
+    let block = Block::default().borders(Borders::ALL).title(" Settings (Enter edits, Esc closes) ");
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let footer_rows = 4u16;
+    let list = Rect { height: inner.height.saturating_sub(footer_rows), ..inner };
+    let visible = list.height as usize;
+    let first = (selected + 1).saturating_sub(visible);
+    let key_w = SETTINGS.iter().map(|(k, _, _)| k.len()).max().unwrap_or(10);
+    let mut lines = Vec::new();
+    for (i, (key, apply, _)) in SETTINGS.iter().enumerate().skip(first).take(visible) {
+        let value = app.info.setting(key);
+        let value = if value.is_empty() { "(none)" } else { value };
+        let text = format!(" {key:<key_w$}  {value:<28.28}  {}", apply.name());
+        let style = if i == selected { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
+        lines.push(Line::from(Span::styled(text, style)));
+    }
+    frame.render_widget(Paragraph::new(lines), list);
+    let (key, apply, description) = SETTINGS[selected];
+    let how = match apply {
+        crate::host::Apply::Live => "applies from the next turn",
+        crate::host::Apply::Reopen => "reopens the model (the conversation is kept)",
+    };
+    let mut footer = vec![Line::from(vec![
+        Span::styled(format!(" {key}: "), Style::default().add_modifier(Modifier::BOLD)),
+        Span::raw(format!("{description}; {how}")),
+    ])];
+    match editing {
+        Some(edit) => footer.push(Line::from(format!(" new value: {}", edit.text()))),
+        None => footer.push(Line::default()),
+    }
+    match &app.settings_message {
+        Some(Ok(m)) => footer.push(Line::from(Span::styled(format!(" {m}"), colour(app, Color::LightGreen)))),
+        Some(Err(e)) => footer.push(Line::from(Span::styled(format!(" {e}"), colour(app, Color::LightRed)))),
+        None => {}
+    }
+    let footer_area = Rect { y: list.bottom(), height: footer_rows.min(inner.height), ..inner };
+    frame.render_widget(Paragraph::new(footer).wrap(Wrap { trim: false }), footer_area);
+    if let Some(edit) = editing {
+        let x = footer_area.x + 12 + edit.layout(u16::MAX).1.0;
+        frame.set_cursor_position(Position { x: x.min(footer_area.right().saturating_sub(1)), y: footer_area.y + 1 });
+    }
+}
+
+/// Renders the screen into a buffer of `width` x `height` (tests and text
+/// captures for the docs).
+pub fn render_to_buffer(app: &App, width: u16, height: u16) -> Buffer {
+    let backend = ratatui::backend::TestBackend::new(width, height);
+    let mut terminal = ratatui::Terminal::new(backend).expect("a test backend never fails");
+    terminal.draw(|f| draw(f, app)).expect("a test backend never fails");
+    terminal.backend().buffer().clone()
+}

@@ -1,0 +1,157 @@
+//! The engine thread of `bmoe chat`: it owns the session host, takes
+//! requests from the UI and sends back everything the host reports. The UI
+//! never waits on it; a running turn is stopped through the abort handle.
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::thread::JoinHandle;
+
+use crate::chat::Kind;
+use crate::engine::{AbortHandle, StepReport};
+use crate::host::{Apply, Host, HostEvent};
+use crate::telemetry::summary::RunSummary;
+
+use super::app::{HostInfo, TurnStats};
+
+/// What the UI asks of the engine thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// A chat turn with this user message.
+    Chat(String),
+    /// Change a setting (`section.key`, value in its text form).
+    Set(String, String),
+    /// Start a new conversation.
+    Reset,
+}
+
+/// What the engine thread reports.
+#[derive(Debug, Clone)]
+pub enum Update {
+    /// The model and settings in effect (after open, a setting, a reopen).
+    Info(Box<HostInfo>),
+    /// A turn started.
+    TurnStarted,
+    /// Generated text.
+    Text(Kind, String),
+    /// A prompt batch was decoded.
+    Prefill(Box<StepReport>),
+    /// A generated token was decoded.
+    Step(Box<StepReport>),
+    /// Something the user should know.
+    Notice(String),
+    /// A turn ended (stopped turns included); the error text if it failed.
+    TurnDone(Result<TurnStats, String>),
+    /// A setting was applied (its description) or refused (why).
+    SetDone(Result<String, String>),
+    /// The conversation was cleared.
+    ResetDone,
+}
+
+/// A running engine thread.
+pub struct Worker {
+    requests: Option<Sender<Request>>,
+    abort: AbortHandle,
+    thread: Option<JoinHandle<(Host, RunSummary)>>,
+}
+
+impl Worker {
+    /// Moves `host` to its own thread; every update goes to `send`, wrapped
+    /// by `wrap` into the UI's event type.
+    pub fn start<E: Send + 'static>(
+        host: Host,
+        send: Sender<E>,
+        wrap: fn(Update) -> E,
+    ) -> std::io::Result<Worker> {
+        let abort = host.abort_handle();
+        let (requests, inbox) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("bmoe-engine".into())
+            .spawn(move || serve(host, &inbox, &mut |u| {
+                let _ = send.send(wrap(u));
+            }))?;
+        Ok(Worker { requests: Some(requests), abort, thread: Some(thread) })
+    }
+
+    /// Queues a request (ignored once the thread has ended).
+    pub fn send(&self, request: Request) {
+        if let Some(r) = &self.requests {
+            let _ = r.send(request);
+        }
+    }
+
+    /// Stops the running turn at its next graph node.
+    pub fn abort(&self) {
+        self.abort.abort();
+    }
+
+    /// Stops any turn, ends the thread and returns the host (to close its
+    /// telemetry files); None if the thread panicked.
+    pub fn finish(mut self) -> Option<(Host, RunSummary)> {
+        self.abort.abort();
+        self.requests = None;
+        self.thread.take()?.join().ok()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.abort.abort();
+        self.requests = None;
+    }
+}
+
+/// Serves requests until the UI hangs up; returns the host and the totals
+/// of the turns run while the thread was alive.
+fn serve(mut host: Host, inbox: &Receiver<Request>, out: &mut dyn FnMut(Update)) -> (Host, RunSummary) {
+    out(Update::Info(Box::new(HostInfo::of(&host))));
+    for notice in host.take_notices() {
+        out(Update::Notice(notice));
+    }
+    let mut chat_totals = RunSummary::default();
+    while let Ok(request) = inbox.recv() {
+        match request {
+            Request::Chat(message) => {
+                out(Update::TurnStarted);
+                let result = host.chat(&message, &mut |event| match event {
+                    HostEvent::Text { kind, text } => out(Update::Text(kind, text.to_string())),
+                    HostEvent::Prefill(r) => out(Update::Prefill(Box::new(r.clone()))),
+                    HostEvent::Step(r) => out(Update::Step(Box::new(r.clone()))),
+                    HostEvent::Notice(n) => out(Update::Notice(n.to_string())),
+                });
+                let done = result.map(|turn| {
+                    merge(&mut chat_totals, &turn.generation.summary);
+                    TurnStats::of(&turn)
+                });
+                out(Update::TurnDone(done.map_err(|e| e.to_string())));
+            }
+            Request::Set(key, value) => {
+                let done = host.set(&key, &value).map(|o| {
+                    let how = match o.applied {
+                        Apply::Live => "from the next turn",
+                        Apply::Reopen => "model reopened",
+                    };
+                    let mut text = format!("{} = {value} ({how})", o.key);
+                    for n in o.notices {
+                        text.push_str("; ");
+                        text.push_str(&n);
+                    }
+                    text
+                });
+                out(Update::SetDone(done.map_err(|e| e.to_string())));
+                out(Update::Info(Box::new(HostInfo::of(&host))));
+            }
+            Request::Reset => {
+                host.reset();
+                out(Update::ResetDone);
+            }
+        }
+    }
+    (host, chat_totals)
+}
+
+/// Adds one generation's decode totals to the chat's.
+fn merge(into: &mut RunSummary, s: &RunSummary) {
+    into.generated += s.generated;
+    into.decode_tokens += s.decode_tokens;
+    into.decode_ns += s.decode_ns;
+    into.decode_steps += s.decode_steps;
+}
