@@ -129,8 +129,8 @@ impl TurnStats {
 pub enum Overlay {
     /// None: the chat screen has the keys.
     None,
-    /// The help overlay.
-    Help,
+    /// The help overlay, scrolled this many lines.
+    Help(u16),
     /// The settings popup: the selected row, and the value being edited.
     Settings {
         /// Index into [`SETTINGS`].
@@ -198,6 +198,7 @@ impl App {
     /// A fresh screen for a host with `info`.
     pub fn new(info: HostInfo, demo: bool, colour: bool) -> App {
         let routing = Routing::new(info.moe_layers.clone(), info.n_expert as usize, info.cache_mib > 0.0);
+        let telemetry = Telemetry::for_budget(info.cache_mib);
         App {
             routing,
             demo,
@@ -205,7 +206,7 @@ impl App {
             input: InputBox::default(),
             routing_view: View::Now,
             routing_scroll: 0,
-            telemetry: Telemetry::default(),
+            telemetry,
             overlay: Overlay::None,
             generating: false,
             applying: false,
@@ -221,7 +222,7 @@ impl App {
     pub fn context(&self) -> Context {
         match &self.overlay {
             Overlay::None => Context::Chat,
-            Overlay::Help => Context::Help,
+            Overlay::Help(_) => Context::Help,
             Overlay::Settings { editing: None, .. } => Context::Settings,
             Overlay::Settings { editing: Some(_), .. } => Context::SettingEdit,
         }
@@ -236,6 +237,9 @@ impl App {
                     || (info.cache_mib > 0.0) != (self.info.cache_mib > 0.0)
                 {
                     self.routing = Routing::new(info.moe_layers.clone(), info.n_expert as usize, info.cache_mib > 0.0);
+                }
+                if self.info.cache_mib != info.cache_mib {
+                    self.telemetry.set_budget(info.cache_mib);
                 }
                 self.info = *info;
             }
@@ -342,7 +346,13 @@ impl App {
             Some(action) => match self.context() {
                 Context::Chat => self.chat_action(action, &key),
                 Context::Help => {
-                    self.overlay = Overlay::None;
+                    let Overlay::Help(scroll) = &mut self.overlay else { return Effect::default() };
+                    match action {
+                        Action::Prev => *scroll = scroll.saturating_sub(1),
+                        // The view stops at the last line of help.
+                        Action::Next => *scroll = scroll.saturating_add(1),
+                        _ => self.overlay = Overlay::None,
+                    }
                     Effect::redraw()
                 }
                 Context::Settings | Context::SettingEdit => self.settings_action(action),
@@ -401,7 +411,7 @@ impl App {
             Action::Stop => Effect { abort: self.generating, ..Effect::default() },
             Action::Help if key.code == KeyCode::Char('?') && !self.input.is_empty() => self.type_key(key),
             Action::Help => {
-                self.overlay = Overlay::Help;
+                self.overlay = Overlay::Help(0);
                 Effect::redraw()
             }
             Action::Settings => {

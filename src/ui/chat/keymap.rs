@@ -82,8 +82,8 @@ pub struct Binding {
     pub action: Action,
     /// What help says.
     pub help: &'static str,
-    /// Whether the bottom line hints it.
-    pub hint: bool,
+    /// Its short name on the bottom line (empty: not hinted).
+    pub hint: &'static str,
 }
 
 const NONE: KeyModifiers = KeyModifiers::NONE;
@@ -92,7 +92,7 @@ const ALT: KeyModifiers = KeyModifiers::ALT;
 const SHIFT: KeyModifiers = KeyModifiers::SHIFT;
 
 macro_rules! bind {
-    ($ctx:ident, [$(($code:expr, $mods:expr)),+], $label:expr, $action:ident, $help:expr, $hint:expr) => {
+    ($ctx:ident, [$(($code:expr, $mods:expr)),+], $label:expr, $action:ident, $help:expr, $hint:expr $(,)?) => {
         Binding {
             context: Context::$ctx,
             keys: &[$(($code, $mods)),+],
@@ -106,47 +106,46 @@ macro_rules! bind {
 
 /// Every key bmoe chat knows, in help order.
 pub static KEYMAP: &[Binding] = &[
-    bind!(Global, [(KeyCode::Char('c'), CTRL)], "Ctrl-C Ctrl-C", Quit, "quit (press twice in a row)", true),
-    bind!(Chat, [(KeyCode::Enter, NONE)], "Enter", Send, "send the message", false),
+    bind!(Global, [(KeyCode::Char('c'), CTRL)], "Ctrl-C ×2", Quit, "quit (press twice in a row)", "quit"),
+    bind!(Chat, [(KeyCode::Enter, NONE)], "Enter", Send, "send the message", ""),
     bind!(
         Chat,
         [(KeyCode::Enter, ALT), (KeyCode::Enter, SHIFT), (KeyCode::Char('j'), CTRL)],
         "Alt-Enter",
         Newline,
-        "new line in the message (also Shift-Enter, Ctrl-J)",
-        false
+        "new line in the message (also Shift-Enter, Ctrl-J)", ""
     ),
-    bind!(Chat, [(KeyCode::Esc, NONE)], "Esc", Stop, "stop the reply; the conversation stays usable", true),
-    bind!(Chat, [(KeyCode::Tab, NONE)], "Tab", ToggleThinking, "show or hide the model's reasoning", true),
-    bind!(Chat, [(KeyCode::F(2), NONE)], "F2", Settings, "settings: change knobs between turns", true),
-    bind!(Chat, [(KeyCode::F(3), NONE)], "F3", RoutingView, "routing view: now, heat, cache", true),
-    bind!(Chat, [(KeyCode::PageUp, NONE)], "PgUp", PageUp, "scroll the conversation up", false),
-    bind!(Chat, [(KeyCode::PageDown, NONE)], "PgDn", PageDown, "scroll the conversation down (to the end follows)", false),
+    bind!(Chat, [(KeyCode::Esc, NONE)], "Esc", Stop, "stop the reply; the conversation stays usable", "stop reply"),
+    bind!(Chat, [(KeyCode::Tab, NONE)], "Tab", ToggleThinking, "show or hide the model's reasoning", "thinking"),
+    bind!(Chat, [(KeyCode::F(2), NONE)], "F2", Settings, "settings: change knobs between turns", "settings"),
+    bind!(Chat, [(KeyCode::F(3), NONE)], "F3", RoutingView, "routing view: now, heat, cache", "view"),
+    bind!(Chat, [(KeyCode::PageUp, NONE)], "PgUp", PageUp, "scroll the conversation up", ""),
+    bind!(Chat, [(KeyCode::PageDown, NONE)], "PgDn", PageDown, "scroll the conversation down (to the end follows)", ""),
     bind!(
         Chat,
         [(KeyCode::Up, SHIFT), (KeyCode::Up, ALT)],
         "Shift-Up",
         RoutingUp,
-        "scroll the routing panel up (also Alt-Up)",
-        false
+        "scroll the routing panel up (also Alt-Up)", ""
     ),
     bind!(
         Chat,
         [(KeyCode::Down, SHIFT), (KeyCode::Down, ALT)],
         "Shift-Down",
         RoutingDown,
-        "scroll the routing panel down (also Alt-Down)",
-        false
+        "scroll the routing panel down (also Alt-Down)", ""
     ),
-    bind!(Chat, [(KeyCode::Char('n'), CTRL)], "Ctrl-N", NewChat, "new conversation (the cache stays warm)", false),
-    bind!(Chat, [(KeyCode::F(1), NONE), (KeyCode::Char('?'), NONE)], "? / F1", Help, "this help (? when the message box is empty)", true),
-    bind!(Help, [(KeyCode::Esc, NONE), (KeyCode::Char('?'), NONE), (KeyCode::F(1), NONE), (KeyCode::Char('q'), NONE)], "Esc", Close, "close help", true),
-    bind!(Settings, [(KeyCode::Up, NONE)], "Up", Prev, "previous setting", true),
-    bind!(Settings, [(KeyCode::Down, NONE)], "Down", Next, "next setting", true),
-    bind!(Settings, [(KeyCode::Enter, NONE)], "Enter", Enter, "edit the selected setting", true),
-    bind!(Settings, [(KeyCode::Esc, NONE), (KeyCode::F(2), NONE)], "Esc", Close, "close settings", true),
-    bind!(SettingEdit, [(KeyCode::Enter, NONE)], "Enter", Enter, "apply the new value", true),
-    bind!(SettingEdit, [(KeyCode::Esc, NONE)], "Esc", Close, "cancel the edit", true),
+    bind!(Chat, [(KeyCode::Char('n'), CTRL)], "Ctrl-N", NewChat, "new conversation (the cache stays warm)", ""),
+    bind!(Chat, [(KeyCode::F(1), NONE), (KeyCode::Char('?'), NONE)], "? / F1", Help, "this help (? when the message box is empty)", "help"),
+    bind!(Help, [(KeyCode::Esc, NONE), (KeyCode::Char('?'), NONE), (KeyCode::F(1), NONE), (KeyCode::Char('q'), NONE)], "Esc", Close, "close help", "close"),
+    bind!(Help, [(KeyCode::Up, NONE)], "Up", Prev, "scroll help up", ""),
+    bind!(Help, [(KeyCode::Down, NONE)], "Down", Next, "scroll help down", "scroll"),
+    bind!(Settings, [(KeyCode::Up, NONE)], "Up", Prev, "previous setting", "up"),
+    bind!(Settings, [(KeyCode::Down, NONE)], "Down", Next, "next setting", "down"),
+    bind!(Settings, [(KeyCode::Enter, NONE)], "Enter", Enter, "edit the selected setting", "edit"),
+    bind!(Settings, [(KeyCode::Esc, NONE), (KeyCode::F(2), NONE)], "Esc", Close, "close settings", "close"),
+    bind!(SettingEdit, [(KeyCode::Enter, NONE)], "Enter", Enter, "apply the new value", "apply"),
+    bind!(SettingEdit, [(KeyCode::Esc, NONE)], "Esc", Close, "cancel the edit", "cancel"),
 ];
 
 /// The action `key` triggers in `context` (or globally).
@@ -163,9 +162,11 @@ pub fn action(context: Context, key: &KeyEvent) -> Option<Action> {
         .map(|b| b.action)
 }
 
-/// The bindings hinted on the bottom line in `context`.
+/// The bindings hinted on the bottom line in `context`: its own, then the
+/// global ones.
 pub fn hints(context: Context) -> impl Iterator<Item = &'static Binding> {
-    KEYMAP.iter().filter(move |b| b.hint && (b.context == context || b.context == Context::Global))
+    let of = move |ctx: Context| KEYMAP.iter().filter(move |b| !b.hint.is_empty() && b.context == ctx);
+    of(context).chain(of(Context::Global))
 }
 
 #[cfg(test)]

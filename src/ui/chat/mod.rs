@@ -103,8 +103,9 @@ pub fn run(host: Host, demo: bool) -> Result<()> {
     if usage.turns > 0 {
         let tps = totals.decode_tps().map_or_else(|| "n/a".into(), |t| format!("{t:.2}"));
         let share = 100.0 * usage.ui_cpu.as_secs_f64() / usage.generating.as_secs_f64().max(1e-9);
+        let plural = if usage.turns == 1 { "" } else { "s" };
         eprintln!(
-            "bmoe chat: {} turns, {} tokens, decode {tps} tok/s; the UI thread used {share:.1}% of one core \
+            "bmoe chat: {} turn{plural}, {} tokens, decode {tps} tok/s; the UI thread used {share:.1}% of one core \
              while generating ({:.1} s)",
             usage.turns,
             totals.generated,

@@ -54,6 +54,18 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
+    /// Empty telemetry for a cache of `budget_mib` (0 = off).
+    pub fn for_budget(budget_mib: f64) -> Telemetry {
+        let mut t = Telemetry::default();
+        t.set_budget(budget_mib);
+        t
+    }
+
+    /// A new cache budget (a setting changed).
+    pub fn set_budget(&mut self, budget_mib: f64) {
+        self.cache_budget = (budget_mib * MIB) as u64;
+    }
+
     /// Takes in one decode call.
     pub fn observe(&mut self, r: &StepReport) {
         self.cache_budget = r.cache_budget;

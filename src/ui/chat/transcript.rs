@@ -153,7 +153,7 @@ impl Transcript {
                     push_wrapped(&mut out, "bmoe ", who, answer.trim_start(), Style::default(), width);
                 }
                 match footer {
-                    Some(f) => out.push(Line::from(Span::styled(format!("     {f}"), dim))),
+                    Some(f) => push_wrapped(&mut out, "     ", dim, f, dim, width),
                     None => out.push(Line::from(Span::styled("     ▌", style(Color::LightCyan)))),
                 }
             }

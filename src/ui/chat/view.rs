@@ -27,7 +27,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
     let [status, body, hints] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(3), Constraint::Length(1)]).areas(area);
-    frame.render_widget(status_line(app), status);
+    frame.render_widget(status_line(app, area.width), status);
     frame.render_widget(hint_line(app), hints);
 
     let right_w = right_width(app, body.width);
@@ -37,8 +37,15 @@ pub fn draw(frame: &mut Frame, app: &App) {
         let [chat, input] = Layout::vertical([Constraint::Min(3), Constraint::Length(input_rows)]).areas(left);
         draw_conversation(frame, app, chat);
         draw_input(frame, app, input);
-        let [panel, tele] =
-            Layout::vertical([Constraint::Min(4), Constraint::Length(TELEMETRY_ROWS)]).areas(right);
+        // The panel takes the rows its layers need (borders and legend
+        // included); telemetry sits right under it.
+        let panel_rows = app.routing.rows().max(1) as u16 + 4;
+        let [panel, tele, _] = Layout::vertical([
+            Constraint::Max(panel_rows),
+            Constraint::Length(TELEMETRY_ROWS),
+            Constraint::Fill(1),
+        ])
+        .areas(right);
         draw_routing(frame, app, panel);
         draw_telemetry(frame, app, tele);
     } else {
@@ -48,13 +55,15 @@ pub fn draw(frame: &mut Frame, app: &App) {
         frame.render_widget(Paragraph::new(compact_telemetry(&app.telemetry, app.info.streaming)), tele);
         draw_input(frame, app, input);
         if right.width > 0 {
-            draw_routing(frame, app, right);
+            let panel_rows = app.routing.rows().max(1) as u16 + 4;
+            let [panel, _] = Layout::vertical([Constraint::Max(panel_rows), Constraint::Fill(1)]).areas(right);
+            draw_routing(frame, app, panel);
         }
     }
 
     match &app.overlay {
         Overlay::None => {}
-        Overlay::Help => draw_help(frame, app),
+        Overlay::Help(scroll) => draw_help(frame, app, *scroll),
         Overlay::Settings { selected, editing } => draw_settings(frame, app, *selected, editing.as_ref()),
     }
 }
@@ -68,9 +77,9 @@ fn right_width(app: &App, width: u16) -> u16 {
         // Narrow screens fold the panel to a mini bar per layer.
         let folded = frame + app.info.k.max(1) as u16;
         let full = frame + n;
-        return if width < 60 { 0 } else { full.min(width / 3).max(folded.min(width / 3)) };
+        return if width < 60 { 0 } else { full.min(width / 3).max(folded.max(26).min(width / 3)) };
     }
-    let share = width * 45 / 100;
+    let share = width / 2;
     let full = frame + n;
     let half = frame + n.div_ceil(2);
     let want = if full <= share { full } else if half <= share { half } else { share };
@@ -86,7 +95,7 @@ fn colour(app: &App, c: Color) -> Style {
     if app.colour { Style::default().fg(c) } else { Style::default() }
 }
 
-fn status_line(app: &App) -> Line<'static> {
+fn status_line(app: &App, width: u16) -> Line<'static> {
     let i = &app.info;
     let bold = Style::default().add_modifier(Modifier::BOLD);
     let sep = Span::styled(" │ ", Style::default().add_modifier(Modifier::DIM));
@@ -101,15 +110,21 @@ fn status_line(app: &App) -> Line<'static> {
     } else {
         "cache off".to_string()
     };
-    let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
-    for part in [
+    let mut parts = vec![
         format!("{} {}L {}E top-{}", i.arch, i.n_layer, i.n_expert, i.k),
         format!("stream {}", if i.streaming { "on" } else { "off" }),
         cache,
-        format!("lanes {}", i.lanes),
-        format!("draft {}", dash(&i.draft)),
-        format!("drop {}", dash(&i.drop)),
-    ] {
+    ];
+    // A narrow screen names only the plugins in use.
+    if width >= WIDE {
+        parts.push(format!("lanes {}", i.lanes));
+    }
+    for (what, name) in [("draft", &i.draft), ("drop", &i.drop)] {
+        if !name.is_empty() || width >= WIDE {
+            parts.push(format!("{what} {}", if name.is_empty() { "-" } else { name }));
+        }
+    }
+    for part in parts {
         spans.push(sep.clone());
         spans.push(Span::raw(part));
     }
@@ -136,14 +151,9 @@ fn hint_line(app: &App) -> Line<'static> {
     let mut spans = vec![Span::raw(" ")];
     for b in keymap::hints(app.context()) {
         spans.push(Span::styled(b.label, key));
-        spans.push(Span::raw(format!(" {}   ", short(b.help))));
+        spans.push(Span::raw(format!(" {}  ", b.hint)));
     }
     Line::from(spans)
-}
-
-/// The first words of a help text, for the bottom line.
-fn short(help: &str) -> &str {
-    help.split([':', ';', '(']).next().unwrap_or(help).trim()
 }
 
 fn draw_conversation(frame: &mut Frame, app: &App, area: Rect) {
@@ -201,7 +211,7 @@ fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
         return;
     }
     let density = routing::density(r.n_expert(), inner.width);
-    let legend = legend(app, density);
+    let legend = legend(app, density, inner.width);
     let legend_rows = legend.len() as u16;
     let rows_area = Rect { height: inner.height.saturating_sub(legend_rows), ..inner };
     let first = app.routing_scroll.min(r.rows().saturating_sub(rows_area.height as usize));
@@ -216,8 +226,11 @@ fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_widget(Paragraph::new(legend), legend_area);
 }
 
-fn legend(app: &App, density: Density) -> Vec<Line<'static>> {
+fn legend(app: &App, density: Density, width: u16) -> Vec<Line<'static>> {
+    // A narrow panel gets the one-word legend.
+    let narrow = width < 40;
     let item = |mark: Mark, text: &str| -> Vec<Span<'static>> {
+        let text = if narrow { text.split([',', ' ']).next_back().unwrap_or(text) } else { text };
         let glyph = match density {
             Density::Half if app.colour => "▀".to_string(),
             _ => mark.glyph().to_string(),
@@ -232,13 +245,13 @@ fn legend(app: &App, density: Density) -> Vec<Line<'static>> {
             first.extend(item(Mark::Hit, "hit"));
             first.extend(item(Mark::Miss, "read"));
             first.extend(item(Mark::Dropped, "dropped"));
-            second.push(Span::raw("routed slots per layer · % = hit rate"));
+            second.push(Span::raw(if narrow { "% = hit rate" } else { "routed slots per layer · % = hit rate" }));
         }
         (_, View::Heat) => {
             for level in 1..=4 {
                 first.extend(item(Mark::Heat(level), ""));
             }
-            first.push(Span::raw("routed often lately (last ~10 tokens)"));
+            first.push(Span::raw(if narrow { "often" } else { "routed often lately (last ~10 tokens)" }));
             second.push(Span::raw("% = layer hit rate"));
         }
         (_, View::Cache) => {
@@ -252,7 +265,9 @@ fn legend(app: &App, density: Density) -> Vec<Line<'static>> {
             first.extend(item(Mark::Dropped, "dropped"));
             second.extend(item(Mark::Resident, "in cache"));
             second.extend(item(Mark::Heat(2), "routed lately"));
-            second.push(Span::raw("% hit"));
+            if !narrow {
+                second.push(Span::raw("% hit"));
+            }
         }
     }
     if density == Density::Half && !app.colour {
@@ -305,7 +320,11 @@ fn draw_telemetry(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 fn memory(t: &Telemetry) -> String {
-    let gib = |m: Option<f64>| m.map_or_else(|| "?".into(), |m| format!("{:.1} GiB", m / 1024.0));
+    let gib = |m: Option<f64>| match m {
+        None => "?".to_string(),
+        Some(m) if m < 1024.0 => format!("{m:.0} MiB"),
+        Some(m) => format!("{:.1} GiB", m / 1024.0),
+    };
     format!("RSS {}   avail {}", gib(t.rss_mib), gib(t.available_mib))
 }
 
@@ -314,7 +333,7 @@ fn split_bar(app: &App, width: usize, read: f64, mgmt: f64, compute: f64) -> Vec
     let dim = Style::default().add_modifier(Modifier::DIM);
     let total = read + mgmt + compute;
     let mut spans = vec![Span::styled(format!("{:<6}", "time"), dim)];
-    let legend = format!(" r{read:.0} m{mgmt:.0} c{compute:.0} ms");
+    let legend = format!(" r{} m{} c{} ms", ms(read), ms(mgmt), ms(compute));
     let bar_w = width.saturating_sub(legend.chars().count());
     if total <= 0.0 || bar_w == 0 {
         spans.push(Span::styled("no token yet", dim));
@@ -328,6 +347,11 @@ fn split_bar(app: &App, width: usize, read: f64, mgmt: f64, compute: f64) -> Vec
     spans.push(Span::styled("█".repeat(c), colour(app, Color::LightGreen)));
     spans.push(Span::raw(legend));
     spans
+}
+
+/// Milliseconds with one decimal below ten.
+fn ms(v: f64) -> String {
+    if v < 10.0 { format!("{v:.1}") } else { format!("{v:.0}") }
 }
 
 /// The last `width` values as eighth-height blocks, scaled to their maximum.
@@ -373,10 +397,10 @@ fn centred(area: Rect, w: u16, h: u16) -> Rect {
     Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
 }
 
-fn draw_help(frame: &mut Frame, app: &App) {
+fn draw_help(frame: &mut Frame, app: &App, scroll: u16) {
     let key = Style::default().add_modifier(Modifier::BOLD).patch(colour(app, Color::LightCyan));
     let mut lines = Vec::new();
-    for ctx in [Context::Global, Context::Chat, Context::Settings, Context::SettingEdit] {
+    for ctx in [Context::Global, Context::Chat, Context::Help, Context::Settings, Context::SettingEdit] {
         lines.push(Line::from(Span::styled(ctx.title(), Style::default().add_modifier(Modifier::UNDERLINED))));
         for b in KEYMAP.iter().filter(|b| b.context == ctx) {
             lines.push(Line::from(vec![Span::styled(format!("  {:<14}", b.label), key), Span::raw(b.help)]));
@@ -388,8 +412,15 @@ fn draw_help(frame: &mut Frame, app: &App) {
     lines.push(Line::from("░▒▓█ routed often lately · % = the layer's hit rate this chat"));
     let area = centred(frame.area(), 96, lines.len() as u16 + 2);
     frame.render_widget(Clear, area);
-    let block = Block::default().borders(Borders::ALL).title(" Help (Esc closes) ");
-    frame.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), area);
+    let total = lines.len() as u16;
+    let visible = area.height.saturating_sub(2);
+    let scroll = scroll.min(total.saturating_sub(visible));
+    let mut block = Block::default().borders(Borders::ALL).title(" Help (Esc closes) ");
+    if total > visible {
+        let shown = format!(" lines {}-{} of {total}: Up/Down scroll ", scroll + 1, scroll + visible);
+        block = block.title_bottom(Line::from(shown).right_aligned());
+    }
+    frame.render_widget(Paragraph::new(lines).block(block).scroll((scroll, 0)), area);
 }
 
 fn draw_settings(frame: &mut Frame, app: &App, selected: usize, editing: Option<&super::input::InputBox>) {
@@ -417,14 +448,14 @@ fn draw_settings(frame: &mut Frame, app: &App, selected: usize, editing: Option<
         crate::host::Apply::Live => "applies from the next turn",
         crate::host::Apply::Reopen => "reopens the model (the conversation is kept)",
     };
-    let mut footer = vec![Line::from(vec![
+    let mut footer = vec![match editing {
+        Some(edit) => Line::from(format!(" new value: {}", edit.text())),
+        None => Line::default(),
+    }];
+    footer.push(Line::from(vec![
         Span::styled(format!(" {key}: "), Style::default().add_modifier(Modifier::BOLD)),
         Span::raw(format!("{description}; {how}")),
-    ])];
-    match editing {
-        Some(edit) => footer.push(Line::from(format!(" new value: {}", edit.text()))),
-        None => footer.push(Line::default()),
-    }
+    ]));
     match &app.settings_message {
         Some(Ok(m)) => footer.push(Line::from(Span::styled(format!(" {m}"), colour(app, Color::LightGreen)))),
         Some(Err(e)) => footer.push(Line::from(Span::styled(format!(" {e}"), colour(app, Color::LightRed)))),
@@ -434,7 +465,7 @@ fn draw_settings(frame: &mut Frame, app: &App, selected: usize, editing: Option<
     frame.render_widget(Paragraph::new(footer).wrap(Wrap { trim: false }), footer_area);
     if let Some(edit) = editing {
         let x = footer_area.x + 12 + edit.layout(u16::MAX).1.0;
-        frame.set_cursor_position(Position { x: x.min(footer_area.right().saturating_sub(1)), y: footer_area.y + 1 });
+        frame.set_cursor_position(Position { x: x.min(footer_area.right().saturating_sub(1)), y: footer_area.y });
     }
 }
 

@@ -46,6 +46,18 @@ pub enum Update {
     ResetDone,
 }
 
+impl Update {
+    /// The update for one host event (the UI's copy of it).
+    pub fn from_host(event: &HostEvent<'_>) -> Update {
+        match event {
+            HostEvent::Text { kind, text } => Update::Text(*kind, text.to_string()),
+            HostEvent::Prefill(r) => Update::Prefill(Box::new((*r).clone())),
+            HostEvent::Step(r) => Update::Step(Box::new((*r).clone())),
+            HostEvent::Notice(n) => Update::Notice(n.to_string()),
+        }
+    }
+}
+
 /// A running engine thread.
 pub struct Worker {
     requests: Option<Sender<Request>>,
@@ -111,12 +123,7 @@ fn serve(mut host: Host, inbox: &Receiver<Request>, out: &mut dyn FnMut(Update))
         match request {
             Request::Chat(message) => {
                 out(Update::TurnStarted);
-                let result = host.chat(&message, &mut |event| match event {
-                    HostEvent::Text { kind, text } => out(Update::Text(kind, text.to_string())),
-                    HostEvent::Prefill(r) => out(Update::Prefill(Box::new(r.clone()))),
-                    HostEvent::Step(r) => out(Update::Step(Box::new(r.clone()))),
-                    HostEvent::Notice(n) => out(Update::Notice(n.to_string())),
-                });
+                let result = host.chat(&message, &mut |event| out(Update::from_host(&event)));
                 let done = result.map(|turn| {
                     merge(&mut chat_totals, &turn.generation.summary);
                     TurnStats::of(&turn)
