@@ -275,11 +275,15 @@ impl App {
                     }
                     Err(e) => {
                         // A turn refused before it began leaves an empty reply: drop it.
-                        if let Some((reasoning, answer, footer)) = self.transcript.live_reply() {
-                            *footer = Some("failed".into());
-                            if reasoning.is_empty() && answer.is_empty() {
-                                self.transcript.pop_last();
+                        let empty = self.transcript.live_reply().map(|(r, a, _)| r.is_empty() && a.is_empty());
+                        match empty {
+                            Some(true) => self.transcript.drop_live_reply(),
+                            Some(false) => {
+                                if let Some((_, _, footer)) = self.transcript.live_reply() {
+                                    *footer = Some("failed".into());
+                                }
                             }
+                            None => {}
                         }
                         self.transcript.push(Entry::Error(e));
                     }
@@ -470,5 +474,105 @@ impl App {
             _ => return Effect::default(),
         }
         Effect::redraw()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app() -> App {
+        let info = HostInfo { moe_layers: vec![0, 1], n_expert: 4, k: 2, streaming: true, ..HostInfo::default() };
+        App::new(info, false, false)
+    }
+
+    fn press(app: &mut App, code: KeyCode, mods: KeyModifiers) -> Effect {
+        app.on_terminal(TermEvent::Key(KeyEvent::new(code, mods)))
+    }
+
+    fn key(app: &mut App, code: KeyCode) -> Effect {
+        press(app, code, KeyModifiers::NONE)
+    }
+
+    #[test]
+    fn enter_sends_once_and_esc_stops_only_a_running_turn() {
+        let mut a = app();
+        assert_eq!(key(&mut a, KeyCode::Esc).abort, false);
+        assert_eq!(key(&mut a, KeyCode::Enter).request, None, "nothing typed");
+        a.on_terminal(TermEvent::Paste("hi?".into()));
+        assert_eq!(a.input.text(), "hi?");
+        assert_eq!(key(&mut a, KeyCode::Enter).request, Some(Request::Chat("hi?".into())));
+        assert!(a.generating && a.input.is_empty());
+        a.on_update(Update::TurnStarted);
+        a.on_terminal(TermEvent::Paste("next".into()));
+        assert_eq!(key(&mut a, KeyCode::Enter).request, None, "one turn at a time");
+        assert!(key(&mut a, KeyCode::Esc).abort);
+        a.on_update(Update::Text(Kind::Answer, "partial".into()));
+        a.on_update(Update::TurnDone(Ok(TurnStats { tokens: 1, stopped: true, ..TurnStats::default() })));
+        assert!(!a.generating);
+        // The notice about the refused message came after the reply began.
+        let reply = a.transcript.entries().find(|e| matches!(e, Entry::Reply { .. }));
+        let Some(Entry::Reply { answer, footer: Some(f), .. }) = reply else { panic!("{reply:?}") };
+        assert_eq!(answer, "partial");
+        assert!(f.contains("stopped (Esc)"), "{f}");
+        assert_eq!(key(&mut a, KeyCode::Enter).request, Some(Request::Chat("next".into())));
+    }
+
+    #[test]
+    fn ctrl_c_twice_quits_and_anything_between_disarms_it() {
+        let mut a = app();
+        press(&mut a, KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert!(a.quit_armed && !a.should_quit);
+        key(&mut a, KeyCode::Char('x'));
+        assert!(!a.quit_armed);
+        a.generating = true;
+        press(&mut a, KeyCode::Char('c'), KeyModifiers::CONTROL);
+        let effect = press(&mut a, KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert!(a.should_quit && effect.abort);
+    }
+
+    #[test]
+    fn question_mark_opens_help_only_on_an_empty_message() {
+        let mut a = app();
+        key(&mut a, KeyCode::Char('?'));
+        assert_eq!(a.overlay, Overlay::Help(0));
+        key(&mut a, KeyCode::Down);
+        assert_eq!(a.overlay, Overlay::Help(1));
+        key(&mut a, KeyCode::Esc);
+        assert_eq!(a.overlay, Overlay::None);
+        key(&mut a, KeyCode::Char('w'));
+        key(&mut a, KeyCode::Char('?'));
+        assert_eq!((a.overlay.clone(), a.input.text()), (Overlay::None, "w?"));
+    }
+
+    #[test]
+    fn a_refused_turn_leaves_an_error_not_an_empty_reply() {
+        let mut a = app();
+        a.on_update(Update::TurnStarted);
+        a.on_update(Update::TurnDone(Err("the conversation needs 5000 tokens".into())));
+        let entries: Vec<&Entry> = a.transcript.entries().collect();
+        assert_eq!(entries, [&Entry::Error("the conversation needs 5000 tokens".into())]);
+    }
+
+    #[test]
+    fn settings_apply_between_turns_only() {
+        let mut a = app();
+        a.info.settings = vec![("generate.n_predict".into(), "128".into())];
+        key(&mut a, KeyCode::F(2));
+        key(&mut a, KeyCode::Down);
+        key(&mut a, KeyCode::Enter);
+        let Overlay::Settings { editing: Some(edit), .. } = &a.overlay else { panic!("{:?}", a.overlay) };
+        assert_eq!(edit.text(), "128");
+        press(&mut a, KeyCode::Char('u'), KeyModifiers::CONTROL);
+        key(&mut a, KeyCode::Char('9'));
+        a.generating = true;
+        assert_eq!(key(&mut a, KeyCode::Enter).request, None);
+        assert!(matches!(&a.settings_message, Some(Err(e)) if e.contains("wait for the reply")));
+        a.generating = false;
+        let effect = key(&mut a, KeyCode::Enter);
+        assert_eq!(effect.request, Some(Request::Set("generate.n_predict".into(), "9".into())));
+        a.on_update(Update::SetDone(Err("generate.n_predict: bad".into())));
+        assert!(!a.applying);
+        assert!(matches!(a.transcript.entries().last(), Some(Entry::Error(_))));
     }
 }

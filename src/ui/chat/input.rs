@@ -201,10 +201,11 @@ mod tests {
         b.end();
         b.insert("\nworld");
         assert_eq!(b.text(), "> hélo\nworld");
+        // Up keeps the column: the cursor was after "world", column 5.
         b.up();
         b.insert("!");
-        assert_eq!(b.text(), "> hélo!\nworld");
-        assert_eq!(b.take(), "> hélo!\nworld");
+        assert_eq!(b.text(), "> hél!o\nworld");
+        assert_eq!(b.take(), "> hél!o\nworld");
         b.insert("second");
         b.take();
         b.insert("draft");
@@ -212,7 +213,7 @@ mod tests {
         assert_eq!(b.text(), "second");
         b.up();
         b.up();
-        assert_eq!(b.text(), "> hélo!\nworld");
+        assert_eq!(b.text(), "> hél!o\nworld");
         b.down();
         b.down();
         assert_eq!(b.text(), "second");

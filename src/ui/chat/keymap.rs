@@ -113,7 +113,8 @@ pub static KEYMAP: &[Binding] = &[
         [(KeyCode::Enter, ALT), (KeyCode::Enter, SHIFT), (KeyCode::Char('j'), CTRL)],
         "Alt-Enter",
         Newline,
-        "new line in the message (also Shift-Enter, Ctrl-J)", ""
+        "new line in the message (also Shift-Enter, Ctrl-J)",
+        ""
     ),
     bind!(Chat, [(KeyCode::Esc, NONE)], "Esc", Stop, "stop the reply; the conversation stays usable", "stop reply"),
     bind!(Chat, [(KeyCode::Tab, NONE)], "Tab", ToggleThinking, "show or hide the model's reasoning", "thinking"),
@@ -126,18 +127,34 @@ pub static KEYMAP: &[Binding] = &[
         [(KeyCode::Up, SHIFT), (KeyCode::Up, ALT)],
         "Shift-Up",
         RoutingUp,
-        "scroll the routing panel up (also Alt-Up)", ""
+        "scroll the routing panel up (also Alt-Up)",
+        ""
     ),
     bind!(
         Chat,
         [(KeyCode::Down, SHIFT), (KeyCode::Down, ALT)],
         "Shift-Down",
         RoutingDown,
-        "scroll the routing panel down (also Alt-Down)", ""
+        "scroll the routing panel down (also Alt-Down)",
+        ""
     ),
     bind!(Chat, [(KeyCode::Char('n'), CTRL)], "Ctrl-N", NewChat, "new conversation (the cache stays warm)", ""),
-    bind!(Chat, [(KeyCode::F(1), NONE), (KeyCode::Char('?'), NONE)], "? / F1", Help, "this help (? when the message box is empty)", "help"),
-    bind!(Help, [(KeyCode::Esc, NONE), (KeyCode::Char('?'), NONE), (KeyCode::F(1), NONE), (KeyCode::Char('q'), NONE)], "Esc", Close, "close help", "close"),
+    bind!(
+        Chat,
+        [(KeyCode::F(1), NONE), (KeyCode::Char('?'), NONE)],
+        "? / F1",
+        Help,
+        "this help (? when the message box is empty)",
+        "help"
+    ),
+    bind!(
+        Help,
+        [(KeyCode::Esc, NONE), (KeyCode::Char('?'), NONE), (KeyCode::F(1), NONE), (KeyCode::Char('q'), NONE)],
+        "Esc",
+        Close,
+        "close help",
+        "close"
+    ),
     bind!(Help, [(KeyCode::Up, NONE)], "Up", Prev, "scroll help up", ""),
     bind!(Help, [(KeyCode::Down, NONE)], "Down", Next, "scroll help down", "scroll"),
     bind!(Settings, [(KeyCode::Up, NONE)], "Up", Prev, "previous setting", "up"),

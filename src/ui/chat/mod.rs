@@ -4,10 +4,11 @@
 //!
 //! Three threads: the engine thread owns the session host (`worker`), an
 //! input thread reads the terminal, and the UI thread runs one loop over
-//! one event type. It waits for the first event, takes every event already
-//! queued, and draws only when something visible changed and a frame
-//! interval has passed: a burst of tokens costs one draw, and the UI never
-//! holds up decoding.
+//! one event type. It waits for the first event (or, while a turn runs,
+//! for the next frame), takes every event and engine update already queued,
+//! and draws only when something visible changed and a frame interval has
+//! passed: a burst of tokens costs one draw, and the UI never holds up
+//! decoding.
 
 mod app;
 mod input;
@@ -44,8 +45,8 @@ const FRAME: Duration = Duration::from_millis(33);
 enum LoopEvent {
     /// A key, paste, mouse or resize event.
     Terminal(TermEvent),
-    /// Something the engine thread reported.
-    Engine(Update),
+    /// The engine thread queued an update the UI should see now.
+    EngineWake,
     /// Reading the terminal failed.
     InputError(String),
 }
@@ -86,7 +87,7 @@ pub fn run(host: Host, demo: bool) -> Result<()> {
     let colour = std::env::var_os("NO_COLOR").is_none();
     let mut app = App::new(HostInfo::of(&host), demo, colour);
     let (tx, rx) = std::sync::mpsc::channel();
-    let worker = Worker::start(host, tx.clone(), LoopEvent::Engine).context("starting the engine thread")?;
+    let worker = Worker::start(host, tx.clone(), || LoopEvent::EngineWake).context("starting the engine thread")?;
     let mut guard = terminal::TerminalGuard::enter().context("setting up the terminal")?;
     let stop_input = Arc::new(AtomicBool::new(false));
     let input = spawn_input(tx, stop_input.clone())?;
@@ -122,7 +123,7 @@ pub fn run(host: Host, demo: bool) -> Result<()> {
 fn spawn_input(tx: Sender<LoopEvent>, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
     let read = move || {
         while !stop.load(Ordering::Relaxed) {
-            let event = match event::poll(Duration::from_millis(50)) {
+            let event = match event::poll(Duration::from_millis(100)) {
                 Ok(false) => continue,
                 Ok(true) => event::read().map(LoopEvent::Terminal),
                 Err(e) => Err(e),
@@ -158,8 +159,9 @@ fn event_loop(
                 panic!("BMOE_CHAT_TEST_PANIC is set");
             }
         }
-        let first = if dirty {
-            let wait = FRAME.saturating_sub(last_draw.map_or(FRAME, |t| t.elapsed()));
+        // While a turn runs the UI collects the engine's updates once a frame.
+        let first = if dirty || app.generating {
+            let wait = FRAME.saturating_sub(last_draw.map_or(FRAME, |t| t.elapsed())).max(Duration::from_millis(1));
             match rx.recv_timeout(wait) {
                 Ok(e) => Some(e),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -171,19 +173,23 @@ fn event_loop(
                 Err(_) => return Ok(()),
             }
         };
+        let mut effects = Vec::new();
         for event in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
-            let effect = match event {
-                LoopEvent::Terminal(e) => app.on_terminal(e),
-                LoopEvent::Engine(update) => {
-                    match &update {
-                        Update::TurnStarted => usage.turn_started(),
-                        Update::TurnDone(_) => usage.turn_done(),
-                        _ => {}
-                    }
-                    app.on_update(update)
-                }
+            match event {
+                LoopEvent::Terminal(e) => effects.push(app.on_terminal(e)),
+                LoopEvent::EngineWake => {}
                 LoopEvent::InputError(e) => anyhow::bail!("reading the terminal: {e}"),
-            };
+            }
+        }
+        for update in worker.take_updates() {
+            match &update {
+                Update::TurnStarted => usage.turn_started(),
+                Update::TurnDone(_) => usage.turn_done(),
+                _ => {}
+            }
+            effects.push(app.on_update(update));
+        }
+        for effect in effects {
             if effect.abort {
                 worker.abort();
             }

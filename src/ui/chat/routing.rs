@@ -389,3 +389,96 @@ fn render_folded(routing: &Routing, row: usize, colour: bool, x0: u16, y: u16, b
     }
     x - x0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::StepReport;
+    use crate::moe::{RouteRow, StepTrace};
+    use crate::telemetry::mem::MemSnapshot;
+
+    fn report(phase: Phase, rows: &[(u32, u32, u32, bool, bool)], residency: Vec<bool>) -> StepReport {
+        let rows = rows
+            .iter()
+            .enumerate()
+            .map(|(slot, &(token, layer, expert, hit, dropped))| RouteRow {
+                token,
+                layer,
+                slot: slot as u32 % 2,
+                expert,
+                weight: 0.5,
+                hit,
+                bytes: 0,
+                dropped,
+            })
+            .collect();
+        StepReport {
+            turn: 0,
+            phase,
+            step: 1,
+            first_pos: 0,
+            tokens: 1,
+            wall_ns: 1,
+            trace: StepTrace { rows, ..StepTrace::default() },
+            mem: MemSnapshot::default(),
+            cache_budget: 0,
+            cache_resident: 0,
+            residency,
+            drafted: 0,
+            accepted: 0,
+        }
+    }
+
+    #[test]
+    fn a_decode_step_lights_the_last_tokens_experts() {
+        // Layers 1 and 3 have experts (a dense layer 0, as gemma-4 has), 4 experts each.
+        let mut r = Routing::new(vec![1, 3], 4, true);
+        let mut residency = vec![false; 16];
+        residency[4 + 2] = true; // layer 1, expert 2
+        let rows = [(0, 1, 0, true, false), (0, 1, 3, false, false), (0, 3, 1, false, true), (0, 3, 2, true, false)];
+        r.observe(&report(Phase::Decode, &rows, residency));
+        assert_eq!(r.tokens(), 1);
+        assert_eq!(r.routed(0, 0), Routed::Hit);
+        assert_eq!(r.routed(0, 3), Routed::Miss);
+        assert_eq!(r.routed(1, 1), Routed::Dropped);
+        assert_eq!(r.routed(1, 2), Routed::Hit);
+        assert_eq!(r.mark(View::Now, 0, 2), Mark::Resident);
+        assert_eq!(r.mark(View::Cache, 0, 3), Mark::Miss);
+        assert_eq!(r.now_counts(1), (1, 0, 1));
+        // Dropped slots are not lookups: layer 3 had one, a hit.
+        assert_eq!(r.hit_pct(0), Some(50.0));
+        assert_eq!(r.hit_pct(1), Some(100.0));
+        // A prefill step changes residency only.
+        r.observe(&report(Phase::Prefill, &[(0, 1, 1, false, false)], vec![true; 16]));
+        assert_eq!(r.routed(0, 1), Routed::No);
+        assert!(r.is_resident(1, 0));
+        // The heat of an expert routed once fades.
+        assert_eq!(r.mark(View::Heat, 0, 0), Mark::Heat(1));
+        for _ in 0..60 {
+            r.observe(&report(Phase::Decode, &[(0, 1, 3, true, false)], Vec::new()));
+        }
+        assert_eq!(r.mark(View::Heat, 0, 0), Mark::Empty);
+        assert_eq!(r.mark(View::Heat, 0, 3), Mark::Heat(4));
+    }
+
+    #[test]
+    fn rows_of_unknown_layers_or_experts_are_ignored() {
+        let mut r = Routing::new(vec![0], 2, false);
+        r.observe(&report(Phase::Decode, &[(0, 5, 0, false, false), (0, 0, 9, false, false)], Vec::new()));
+        assert_eq!((r.routed(0, 0), r.routed(0, 1)), (Routed::No, Routed::No));
+        assert_eq!(r.hit_pct(0), None, "no cache, no hit rate");
+    }
+
+    #[test]
+    fn density_follows_the_width() {
+        assert_eq!(density(8, 40), Density::Full);
+        assert_eq!(density(128, 140), Density::Full);
+        assert_eq!(density(128, 80), Density::Half);
+        assert_eq!(density(128, 40), Density::Folded);
+        assert_eq!(half_glyph(Mark::Hit, Mark::Resident), '▀');
+        assert_eq!(half_glyph(Mark::Empty, Mark::Miss), '▄');
+        assert_eq!(half_glyph(Mark::Miss, Mark::Hit), '█');
+        assert_eq!(half_glyph(Mark::Resident, Mark::Heat(2)), '.');
+        assert_eq!(half_glyph(Mark::Dropped, Mark::Hit), '×');
+    }
+}

@@ -4,6 +4,7 @@
 
 use std::io::{Stdout, Write};
 use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
@@ -20,6 +21,7 @@ impl TerminalGuard {
     pub fn enter() -> std::io::Result<TerminalGuard> {
         install_panic_hook();
         terminal::enable_raw_mode()?;
+        ENTERED.store(true, Ordering::SeqCst);
         let mut out = std::io::stdout();
         if let Err(e) = execute!(
             out,
@@ -47,8 +49,16 @@ impl Drop for TerminalGuard {
     }
 }
 
-/// Undoes everything `enter` did; safe to call twice.
+/// Whether the terminal is set up and not yet restored.
+static ENTERED: AtomicBool = AtomicBool::new(false);
+
+/// Undoes everything `enter` did, once: a second restore (the guard's drop
+/// after the panic hook's) would leave the alternate screen again, which
+/// moves the cursor back over what was printed in between.
 pub fn restore() {
+    if !ENTERED.swap(false, Ordering::SeqCst) {
+        return;
+    }
     let mut out = std::io::stdout();
     let _ = execute!(
         out,

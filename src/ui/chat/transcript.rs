@@ -66,21 +66,22 @@ impl Transcript {
         self.cells.iter().map(|c| &c.entry)
     }
 
-    /// The reply being written, if the last entry is one without a footer.
+    /// The reply being written: the last reply without a footer (notices
+    /// may have arrived after it).
     pub fn live_reply(&mut self) -> Option<(&mut String, &mut String, &mut Option<String>)> {
-        let cell = self.cells.last_mut()?;
+        let cell = self.cells.iter_mut().rev().find(|c| matches!(c.entry, Entry::Reply { footer: None, .. }))?;
+        cell.wrapped.replace(None);
         match &mut cell.entry {
-            Entry::Reply { reasoning, answer, footer } if footer.is_none() => {
-                cell.wrapped.replace(None);
-                Some((reasoning, answer, footer))
-            }
+            Entry::Reply { reasoning, answer, footer } => Some((reasoning, answer, footer)),
             _ => None,
         }
     }
 
-    /// Removes the last entry.
-    pub fn pop_last(&mut self) {
-        self.cells.pop();
+    /// Removes the reply being written (a turn refused before it began).
+    pub fn drop_live_reply(&mut self) {
+        if let Some(i) = self.cells.iter().rposition(|c| matches!(c.entry, Entry::Reply { footer: None, .. })) {
+            self.cells.remove(i);
+        }
     }
 
     /// Empties the transcript.
@@ -140,7 +141,14 @@ impl Transcript {
                             Span::styled("bmoe ", who),
                             Span::styled(format!("▾ thinking ({words} words, Tab hides)"), dim),
                         ]));
-                        push_wrapped(&mut out, "     ", dim, reasoning.trim(), dim.add_modifier(Modifier::ITALIC), width);
+                        push_wrapped(
+                            &mut out,
+                            "     ",
+                            dim,
+                            reasoning.trim(),
+                            dim.add_modifier(Modifier::ITALIC),
+                            width,
+                        );
                     } else {
                         let state = if answer.is_empty() && footer.is_none() { "thinking…" } else { "thought" };
                         out.push(Line::from(vec![
@@ -170,14 +178,7 @@ impl Transcript {
 
 /// Wraps `text` at `width` (words where possible), the first line after
 /// `prefix` and the rest indented to match.
-fn push_wrapped(
-    out: &mut Vec<Line<'static>>,
-    prefix: &str,
-    prefix_style: Style,
-    text: &str,
-    style: Style,
-    width: u16,
-) {
+fn push_wrapped(out: &mut Vec<Line<'static>>, prefix: &str, prefix_style: Style, text: &str, style: Style, width: u16) {
     let indent = prefix.chars().count();
     let room = (width as usize).saturating_sub(indent).max(1);
     let mut first = true;

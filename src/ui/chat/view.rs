@@ -40,12 +40,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         // The panel takes the rows its layers need (borders and legend
         // included); telemetry sits right under it.
         let panel_rows = app.routing.rows().max(1) as u16 + 4;
-        let [panel, tele, _] = Layout::vertical([
-            Constraint::Max(panel_rows),
-            Constraint::Length(TELEMETRY_ROWS),
-            Constraint::Fill(1),
-        ])
-        .areas(right);
+        let [panel, tele, _] =
+            Layout::vertical([Constraint::Max(panel_rows), Constraint::Length(TELEMETRY_ROWS), Constraint::Fill(1)])
+                .areas(right);
         draw_routing(frame, app, panel);
         draw_telemetry(frame, app, tele);
     } else {
@@ -82,7 +79,13 @@ fn right_width(app: &App, width: u16) -> u16 {
     let share = width / 2;
     let full = frame + n;
     let half = frame + n.div_ceil(2);
-    let want = if full <= share { full } else if half <= share { half } else { share };
+    let want = if full <= share {
+        full
+    } else if half <= share {
+        half
+    } else {
+        share
+    };
     want.max(44).min(share.max(44))
 }
 
@@ -137,16 +140,19 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
 
 /// A MiB figure with sensible precision.
 fn mib(v: f64) -> String {
-    if v >= 100.0 { format!("{v:.0}") } else if v >= 10.0 { format!("{v:.1}") } else { format!("{v:.2}") }
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 fn hint_line(app: &App) -> Line<'static> {
     let key = Style::default().add_modifier(Modifier::BOLD).patch(colour(app, Color::LightCyan));
     if app.quit_armed {
-        return Line::from(vec![
-            Span::styled(" Ctrl-C", key),
-            Span::raw(" again quits; any other key cancels"),
-        ]);
+        return Line::from(vec![Span::styled(" Ctrl-C", key), Span::raw(" again quits; any other key cancels")]);
     }
     let mut spans = vec![Span::raw(" ")];
     for b in keymap::hints(app.context()) {
@@ -217,7 +223,12 @@ fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
     let first = app.routing_scroll.min(r.rows().saturating_sub(rows_area.height as usize));
     routing::render_rows(r, app.routing_view, first, app.colour, rows_area, frame.buffer_mut());
     if first + (rows_area.height as usize) < r.rows() || first > 0 {
-        let more = format!("L{:02}-L{:02} of {} (Shift-↑↓)", r.layer(first), r.layer((first + rows_area.height as usize).min(r.rows()) - 1), r.rows());
+        let more = format!(
+            "L{:02}-L{:02} of {} (Shift-↑↓)",
+            r.layer(first),
+            r.layer((first + rows_area.height as usize).min(r.rows()) - 1),
+            r.rows()
+        );
         let y = area.bottom().saturating_sub(1);
         let x = area.right().saturating_sub(more.chars().count() as u16 + 2);
         frame.buffer_mut().set_string(x, y, more, Style::default().add_modifier(Modifier::DIM));
@@ -291,7 +302,13 @@ fn draw_telemetry(frame: &mut Frame, app: &App, area: Rect) {
         Span::styled(sparkline(&t.history, spark_w), colour(app, Color::LightGreen)),
         Span::raw(format!(" {:>6.1}", last.tok_s)),
     ]));
-    lines.push(Line::from(split_bar(app, inner.width.saturating_sub(6) as usize, last.read_ms, last.mgmt_ms, last.compute_ms)));
+    lines.push(Line::from(split_bar(
+        app,
+        inner.width.saturating_sub(6) as usize,
+        last.read_ms,
+        last.mgmt_ms,
+        last.compute_ms,
+    )));
     let hit = last.hit_pct.map_or_else(|| "-".into(), |h| format!("{h:.0}%"));
     lines.push(Line::from(vec![
         label("read"),
@@ -308,7 +325,10 @@ fn draw_telemetry(frame: &mut Frame, app: &App, area: Rect) {
             Span::raw(format!(" {} / {} MiB", mib(fill), mib(budget))),
         ]
     } else {
-        vec![label("cache"), Span::raw(if app.info.streaming { "off: routed experts read every token" } else { "- (not streaming)" })]
+        vec![
+            label("cache"),
+            Span::raw(if app.info.streaming { "off: routed experts read every token" } else { "- (not streaming)" }),
+        ]
     };
     lines.push(Line::from(cache));
     let draft = match t.acceptance_pct() {
@@ -359,10 +379,8 @@ fn sparkline(values: &std::collections::VecDeque<f64>, width: usize) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let shown: Vec<f64> = values.iter().rev().take(width).rev().copied().collect();
     let max = shown.iter().copied().fold(0.0, f64::max);
-    let mut s: String = shown
-        .iter()
-        .map(|&v| if max > 0.0 { BARS[((v / max) * 7.0).round() as usize] } else { BARS[0] })
-        .collect();
+    let mut s: String =
+        shown.iter().map(|&v| if max > 0.0 { BARS[((v / max) * 7.0).round() as usize] } else { BARS[0] }).collect();
     s.extend(std::iter::repeat_n(' ', width - shown.len()));
     s
 }

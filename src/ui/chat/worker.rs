@@ -1,8 +1,15 @@
 //! The engine thread of `bmoe chat`: it owns the session host, takes
-//! requests from the UI and sends back everything the host reports. The UI
+//! requests from the UI and queues everything the host reports. The UI
 //! never waits on it; a running turn is stopped through the abort handle.
+//!
+//! Updates are queued without waking the UI: tokens and step reports are
+//! collected by the UI at its next frame, so a fast decode costs the UI one
+//! wake-up per frame, not one per event (a wake-up is a context switch that
+//! can stall the compute threads). Only updates that change what the UI
+//! waits for (a turn starting or ending, a setting applied) wake it.
 
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::chat::Kind;
@@ -56,31 +63,46 @@ impl Update {
             HostEvent::Notice(n) => Update::Notice(n.to_string()),
         }
     }
+
+    /// Whether the UI should wake for it now (else it waits for the next frame).
+    fn is_urgent(&self) -> bool {
+        !matches!(self, Update::Text(..) | Update::Prefill(_) | Update::Step(_))
+    }
 }
 
 /// A running engine thread.
 pub struct Worker {
     requests: Option<Sender<Request>>,
     abort: AbortHandle,
+    queue: Arc<Mutex<Vec<Update>>>,
     thread: Option<JoinHandle<(Host, RunSummary)>>,
 }
 
 impl Worker {
-    /// Moves `host` to its own thread; every update goes to `send`, wrapped
-    /// by `wrap` into the UI's event type.
-    pub fn start<E: Send + 'static>(
-        host: Host,
-        send: Sender<E>,
-        wrap: fn(Update) -> E,
-    ) -> std::io::Result<Worker> {
+    /// Moves `host` to its own thread. Updates queue up for
+    /// [`Worker::take_updates`]; the urgent ones also send `wake` to `waker`.
+    pub fn start<E: Send + 'static>(host: Host, waker: Sender<E>, wake: fn() -> E) -> std::io::Result<Worker> {
         let abort = host.abort_handle();
         let (requests, inbox) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("bmoe-engine".into())
-            .spawn(move || serve(host, &inbox, &mut |u| {
-                let _ = send.send(wrap(u));
-            }))?;
-        Ok(Worker { requests: Some(requests), abort, thread: Some(thread) })
+        let queue = Arc::new(Mutex::new(Vec::new()));
+        let shared = queue.clone();
+        let push = move |u: Update| {
+            let urgent = u.is_urgent();
+            shared.lock().unwrap_or_else(PoisonError::into_inner).push(u);
+            if urgent {
+                let _ = waker.send(wake());
+            }
+        };
+        let thread = std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || {
+            let mut push = push;
+            serve(host, &inbox, &mut push)
+        })?;
+        Ok(Worker { requests: Some(requests), abort, queue, thread: Some(thread) })
+    }
+
+    /// The updates queued since the last call, oldest first.
+    pub fn take_updates(&self) -> Vec<Update> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Queues a request (ignored once the thread has ended).
