@@ -358,7 +358,7 @@ fn render_half(routing: &Routing, view: View, row: usize, colour: bool, x0: u16,
 }
 
 /// The monochrome glyph of an expert pair: routed now by shape, then drops,
-/// then what the cache holds.
+/// then what the cache holds, then the hotter one's heat.
 pub fn half_glyph(upper: Mark, lower: Mark) -> char {
     if upper == Mark::Dropped || lower == Mark::Dropped {
         return '×';
@@ -367,9 +367,12 @@ pub fn half_glyph(upper: Mark, lower: Mark) -> char {
         (true, true) => '█',
         (true, false) => '▀',
         (false, true) => '▄',
-        (false, false) => match (upper == Mark::Resident, lower == Mark::Resident) {
-            (true, true) => ':',
-            (true, false) | (false, true) => '.',
+        (false, false) => match (upper, lower) {
+            (Mark::Resident, Mark::Resident) => ':',
+            (Mark::Resident, _) | (_, Mark::Resident) => '.',
+            // The hotter of the two.
+            (Mark::Heat(a), Mark::Heat(b)) => Mark::Heat(a.max(b)).glyph(),
+            (heat @ Mark::Heat(_), _) | (_, heat @ Mark::Heat(_)) => heat.glyph(),
             _ => ' ',
         },
     }
@@ -480,5 +483,7 @@ mod tests {
         assert_eq!(half_glyph(Mark::Miss, Mark::Hit), '█');
         assert_eq!(half_glyph(Mark::Resident, Mark::Heat(2)), '.');
         assert_eq!(half_glyph(Mark::Dropped, Mark::Hit), '×');
+        assert_eq!(half_glyph(Mark::Heat(1), Mark::Heat(3)), '▓');
+        assert_eq!(half_glyph(Mark::Empty, Mark::Heat(2)), '▒');
     }
 }

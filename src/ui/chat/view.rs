@@ -281,7 +281,7 @@ fn legend(app: &App, density: Density, width: u16) -> Vec<Line<'static>> {
             }
         }
     }
-    if density == Density::Half && !app.colour {
+    if density == Density::Half && !app.colour && app.routing_view == View::Now {
         second = vec![Span::raw("2 experts/cell: ▀ upper ▄ lower █ both routed; : . cached")];
     }
     vec![Line::from(first), Line::from(second)]
