@@ -497,7 +497,7 @@ mod tests {
     #[test]
     fn enter_sends_once_and_esc_stops_only_a_running_turn() {
         let mut a = app();
-        assert_eq!(key(&mut a, KeyCode::Esc).abort, false);
+        assert!(!key(&mut a, KeyCode::Esc).abort);
         assert_eq!(key(&mut a, KeyCode::Enter).request, None, "nothing typed");
         a.on_terminal(TermEvent::Paste("hi?".into()));
         assert_eq!(a.input.text(), "hi?");
