@@ -17,6 +17,7 @@ pub mod host;
 pub mod llama;
 pub mod moe;
 pub mod policy;
+pub mod replay;
 pub mod synth;
 pub mod telemetry;
 pub mod ui;

@@ -6,6 +6,7 @@ mod generate;
 pub mod interrupt;
 mod model;
 mod plugin;
+mod replay;
 mod template;
 
 use std::ops::ControlFlow;
@@ -59,6 +60,8 @@ pub enum Command {
         #[arg(long, default_value_t = 128)]
         tokens: usize,
     },
+    /// Replay route traces through the expert cache under several policies and budgets (what-if).
+    Replay(replay::ReplayArgs),
     /// Benchmark a model under a memory cap: a matrix of configurations, repeated, as a table and CSV.
     Bench(bench::BenchArgs),
     /// Draft and drop policy plugins: list, check, bench, wrap, scaffold a new one.
@@ -82,6 +85,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Bench(args) => bench::bench(args),
+        Command::Replay(args) => replay::replay_traces(args),
     }
 }
 

@@ -1,0 +1,321 @@
+//! Offline what-if of expert-cache policies on route traces (bmoe's own
+//! and the reference engine's): the trace's loads are replayed through a
+//! byte-budgeted cache of (layer, expert) entries under one policy, and the
+//! hits, bytes read and per-layer hits come out.
+//!
+//! `lru` follows the live cache's accounting exactly (`moe::store`): one
+//! load per layer per decode call, experts looked up once per load in row
+//! order, every row's use refreshing recency, misses admitted, then
+//! eviction down to the budget sparing the experts of the load in flight.
+//! On a trace bmoe recorded, its hits equal the trace's `residency` column
+//! row for row (`tests/replay.rs`). The other policies share everything but
+//! the choice of victim: `lfu` (fewest uses, then least recent), `lru2`
+//! (LRU-K with K = 2: oldest second-to-last use), and `belady` (next use
+//! farthest in the future; the offline optimum for equal-sized entries,
+//! the bound the others are measured against).
+
+use std::collections::{BTreeSet, HashMap};
+
+/// A cache policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Least recently used (the live cache's policy).
+    Lru,
+    /// Least frequently used, ties by least recent.
+    Lfu,
+    /// LRU-2: the entry whose second-to-last use is oldest.
+    Lru2,
+    /// Belady's optimum: the entry used again farthest in the future.
+    Belady,
+}
+
+impl Policy {
+    /// Every policy, in report order.
+    pub const ALL: [Policy; 4] = [Policy::Lru, Policy::Lfu, Policy::Lru2, Policy::Belady];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Lru => "lru",
+            Policy::Lfu => "lfu",
+            Policy::Lru2 => "lru2",
+            Policy::Belady => "belady",
+        }
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Policy, String> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown cache policy `{s}`: lru, lfu, lru2 or belady"))
+    }
+}
+
+/// One load: the routed (non-dropped) rows of one layer in one decode call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Load {
+    /// Decode (true) or prefill.
+    pub decode: bool,
+    /// Layer.
+    pub layer: u32,
+    /// Experts in row order (duplicates across tokens included).
+    pub experts: Vec<u32>,
+    /// The trace's own hit flag of each row (bmoe's traces; the
+    /// reference's may not carry one).
+    pub recorded_hits: Vec<bool>,
+}
+
+/// A parsed route trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    /// Experts per layer.
+    pub n_expert: usize,
+    /// Experts per token.
+    pub k: usize,
+    /// Bytes of one expert of each layer (from the header).
+    pub expert_bytes: HashMap<u32, u64>,
+    /// The loads in order.
+    pub loads: Vec<Load>,
+}
+
+/// The most experts per layer a trace may declare.
+const MAX_EXPERTS: usize = 1 << 16;
+
+impl Trace {
+    /// Parses a route trace (`# route_trace v1` header, then
+    /// `turn,phase,step,layer,slot,expert,weight,residency,expert_bytes[,dropped]` rows).
+    pub fn parse(text: &str) -> Result<Trace, String> {
+        let mut n_expert = None;
+        let mut k = None;
+        let mut expert_bytes = HashMap::new();
+        let mut loads: Vec<Load> = Vec::new();
+        // (turn, phase, layer, step) of the previous row.
+        let mut prev: Option<(u32, u8, u32, i64)> = None;
+        for (no, line) in text.lines().enumerate() {
+            if let Some(h) = line.strip_prefix('#') {
+                let mut layer = None;
+                for kv in h.split_whitespace() {
+                    match kv.split_once('=') {
+                        Some(("n_expert", v)) => n_expert = v.parse::<usize>().ok(),
+                        Some(("n_expert_used", v)) => k = v.parse::<usize>().ok(),
+                        Some(("layer", v)) => layer = v.parse::<u32>().ok(),
+                        Some(("expert_bytes", v)) => {
+                            if let (Some(l), Ok(b)) = (layer, v.parse::<u64>()) {
+                                expert_bytes.insert(l, b);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                continue;
+            }
+            if line.starts_with("turn") || line.trim().is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split(',').collect();
+            let bad = || format!("line {}: not a route-trace row: {line:?}", no + 1);
+            if f.len() < 9 {
+                return Err(bad());
+            }
+            let turn: u32 = f[0].parse().map_err(|_| bad())?;
+            let phase: u8 = f[1].parse().map_err(|_| bad())?;
+            let step: i64 = f[2].parse().map_err(|_| bad())?;
+            let layer: u32 = f[3].parse().map_err(|_| bad())?;
+            let expert: u32 = f[5].parse().map_err(|_| bad())?;
+            let hit = f[7] == "1";
+            let dropped = f.get(9).is_some_and(|d| *d == "1");
+            if n_expert.is_some_and(|n| expert as usize >= n) {
+                return Err(format!("line {}: expert {expert} is past the header's n_expert", no + 1));
+            }
+            // A new load when the layer, turn or phase changes, or a decode
+            // row moves to another position (the next decode call).
+            let same =
+                prev.is_some_and(|(t, p, l, s)| t == turn && p == phase && l == layer && (phase == 0 || s == step));
+            if !same {
+                loads.push(Load { decode: phase == 1, layer, experts: Vec::new(), recorded_hits: Vec::new() });
+            }
+            prev = Some((turn, phase, layer, step));
+            if !dropped {
+                let load = loads.last_mut().expect("pushed above");
+                load.experts.push(expert);
+                load.recorded_hits.push(hit);
+            }
+        }
+        let n_expert = n_expert.ok_or("header has no n_expert")?;
+        let k = k.ok_or("header has no n_expert_used")?;
+        if !(1..=MAX_EXPERTS).contains(&n_expert) {
+            return Err(format!("header: n_expert={n_expert} is not a plausible expert count (1..={MAX_EXPERTS})"));
+        }
+        if loads.iter().any(|l| l.experts.iter().any(|&e| e as usize >= n_expert)) {
+            return Err(format!("a row routes an expert past the header's n_expert={n_expert}"));
+        }
+        if loads.is_empty() {
+            return Err("the trace has no routing rows".into());
+        }
+        Ok(Trace { n_expert, k, expert_bytes, loads })
+    }
+
+    /// Bytes of all experts of every layer the trace routes.
+    pub fn bank_bytes(&self) -> u64 {
+        let layers: BTreeSet<u32> = self.loads.iter().map(|l| l.layer).collect();
+        layers.iter().map(|l| self.entry_bytes(*l)).sum::<u64>() * self.n_expert as u64
+    }
+
+    /// Decoded tokens: decode loads of the first layer routed in decode.
+    pub fn decode_tokens(&self) -> usize {
+        let Some(first) = self.loads.iter().filter(|l| l.decode).map(|l| l.layer).min() else { return 0 };
+        self.loads.iter().filter(|l| l.decode && l.layer == first).count()
+    }
+
+    /// Bytes of one entry of `layer` (1 when the header does not say, so
+    /// budgets then count entries).
+    pub fn entry_bytes(&self, layer: u32) -> u64 {
+        self.expert_bytes.get(&layer).copied().unwrap_or(1)
+    }
+}
+
+/// What a replay found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplayResult {
+    /// Lookups (distinct experts per load) during decode.
+    pub decode_lookups: u64,
+    /// Of those, hits.
+    pub decode_hits: u64,
+    /// Lookups during prefill.
+    pub prefill_lookups: u64,
+    /// Of those, hits.
+    pub prefill_hits: u64,
+    /// Bytes read for misses during decode.
+    pub decode_bytes: u64,
+    /// Bytes read for misses during prefill.
+    pub prefill_bytes: u64,
+    /// Entries evicted.
+    pub evictions: u64,
+    /// Per layer: (layer, decode lookups, decode hits).
+    pub per_layer: Vec<(u32, u64, u64)>,
+    /// Per row, in trace order (dropped rows left out): hit or not.
+    pub row_hits: Vec<bool>,
+}
+
+impl ReplayResult {
+    /// Decode hit rate, 0..1 (0 without lookups).
+    pub fn decode_hit_rate(&self) -> f64 {
+        self.decode_hits as f64 / self.decode_lookups.max(1) as f64
+    }
+}
+
+/// One cache entry's state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    resident: bool,
+    last: u64,
+    second_last: u64,
+    uses: u64,
+    /// The load that last used it (protects it from eviction in that load).
+    load: u64,
+    /// Its current eviction key.
+    key: (u64, u64),
+}
+
+/// Replays `trace` through a cache of `budget` bytes under `policy`.
+pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
+    let n = trace.n_expert;
+    let id_of = |layer: u32, e: u32| layer as usize * n + e as usize;
+    let max_layer = trace.loads.iter().map(|l| l.layer).max().unwrap_or(0) as usize;
+    let mut entries = vec![Entry::default(); (max_layer + 1) * n];
+    // Belady: the access index of each access's next use of the same entry.
+    let next_use = if policy == Policy::Belady { next_uses(trace, &id_of) } else { Vec::new() };
+    let mut order: BTreeSet<((u64, u64), usize)> = BTreeSet::new();
+    let mut resident_bytes = 0u64;
+    let mut clock = 0u64;
+    let mut per_layer: HashMap<u32, (u64, u64)> = HashMap::new();
+    let mut out = ReplayResult::default();
+    for (load_no, load) in trace.loads.iter().enumerate() {
+        let load_id = load_no as u64 + 1;
+        let bytes = trace.entry_bytes(load.layer);
+        let mut first_flags: HashMap<u32, bool> = HashMap::new();
+        for &e in &load.experts {
+            let id = id_of(load.layer, e);
+            clock += 1;
+            let entry = &mut entries[id];
+            let first = entry.load != load_id;
+            let hit = entry.resident;
+            if first {
+                // Looked up once per load: hits and misses count here.
+                let (lookups, hits) = match load.decode {
+                    true => (&mut out.decode_lookups, &mut out.decode_hits),
+                    false => (&mut out.prefill_lookups, &mut out.prefill_hits),
+                };
+                *lookups += 1;
+                *hits += u64::from(hit);
+                if load.decode {
+                    let l = per_layer.entry(load.layer).or_default();
+                    l.0 += 1;
+                    l.1 += u64::from(hit);
+                }
+                if !hit {
+                    entry.resident = true;
+                    resident_bytes += bytes;
+                    *if load.decode { &mut out.decode_bytes } else { &mut out.prefill_bytes } += bytes;
+                }
+            }
+            // Every row of an expert reports the state before the load, like
+            // the live trace: a repeated row repeats the first row's flag.
+            if first {
+                first_flags.insert(e, hit);
+            }
+            out.row_hits.push(first_flags[&e]);
+            entry.load = load_id;
+            if entry.last != 0 {
+                entry.second_last = entry.last;
+            }
+            entry.last = clock;
+            entry.uses += 1;
+            let key = match policy {
+                Policy::Lru => (entry.last, 0),
+                Policy::Lfu => (entry.uses, entry.last),
+                Policy::Lru2 => (entry.second_last, entry.last),
+                Policy::Belady => (u64::MAX - next_use[clock as usize - 1], 0),
+            };
+            order.remove(&(entry.key, id));
+            entry.key = key;
+            order.insert((key, id));
+        }
+        // Evict down to the budget, sparing this load's experts.
+        while resident_bytes > budget {
+            let Some(&(key, id)) = order.iter().find(|(_, id)| entries[*id].load != load_id) else { break };
+            order.remove(&(key, id));
+            let entry = &mut entries[id];
+            entry.resident = false;
+            entry.key = (0, 0);
+            resident_bytes -= trace.entry_bytes((id / n) as u32);
+            out.evictions += 1;
+        }
+    }
+    // Entries no longer resident stay out of the order set: they are
+    // removed at eviction, and a later miss inserts them again.
+    let mut layers: Vec<(u32, u64, u64)> = per_layer.into_iter().map(|(l, (a, h))| (l, a, h)).collect();
+    layers.sort_unstable();
+    out.per_layer = layers;
+    out
+}
+
+/// For each access (in order), the index of the next access to the same
+/// entry (u64::MAX when none).
+fn next_uses(trace: &Trace, id_of: &dyn Fn(u32, u32) -> usize) -> Vec<u64> {
+    let accesses: Vec<usize> =
+        trace.loads.iter().flat_map(|l| l.experts.iter().map(move |&e| id_of(l.layer, e))).collect();
+    let mut next = vec![u64::MAX; accesses.len()];
+    let mut seen: HashMap<usize, u64> = HashMap::new();
+    for (i, id) in accesses.iter().enumerate().rev() {
+        if let Some(&j) = seen.get(id) {
+            next[i] = j;
+        }
+        seen.insert(*id, i as u64);
+    }
+    next
+}

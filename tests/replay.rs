@@ -1,0 +1,99 @@
+//! The offline cache replay against the live cache: on a trace bmoe
+//! recorded, replaying LRU with the run's budget gives the live hits row
+//! for row (prefill in several ubatches, several turns, with and without a
+//! drop policy); and on the shared real-model traces Belady's optimum is
+//! never beaten.
+
+mod common;
+
+use std::path::Path;
+
+use bmoe::config::{CacheMb, RunConfig};
+use bmoe::host::{Host, HostEvent};
+use bmoe::replay::{Policy, Trace, replay};
+use bmoe::synth::Arch;
+use common::*;
+
+/// Runs three chat turns with a route trace and returns (trace text,
+/// decode lookups and hits the live cache counted).
+fn live_run(dir: &Path, edit: impl FnOnce(&mut RunConfig)) -> (String, u64, u64) {
+    let template = bmoe::chat::named_template("qwen3").map(str::to_string);
+    let model = write_tiny(dir, "tiny.gguf", Arch::Qwen3Moe, |s| s.chat_template = template);
+    let trace = dir.join("route.csv");
+    let mut c = RunConfig::default();
+    c.generate.threads = 1;
+    c.generate.n_predict = 24;
+    c.moe.stream = true;
+    c.moe.cache_mb = CacheMb::Mib(0.5);
+    c.telemetry.route_trace = trace.clone();
+    edit(&mut c);
+    let mut host = Host::open(c, &model).unwrap();
+    for message in ["How are experts chosen?", "Tell me more about the cache", "Thanks"] {
+        host.chat(message, &mut |_: HostEvent<'_>| {}).unwrap();
+    }
+    let (lookups, hits) = (host.totals().lookups, host.totals().hits);
+    host.finish().unwrap();
+    (std::fs::read_to_string(trace).unwrap(), lookups, hits)
+}
+
+fn assert_lru_matches(text: &str, lookups: u64, hits: u64) {
+    let trace = Trace::parse(text).unwrap();
+    let r = replay(&trace, (0.5 * 1048576.0) as u64, Policy::Lru);
+    let recorded: Vec<bool> = trace.loads.iter().flat_map(|l| l.recorded_hits.iter().copied()).collect();
+    assert_eq!(r.row_hits.len(), recorded.len());
+    if let Some(i) = r.row_hits.iter().zip(&recorded).position(|(a, b)| a != b) {
+        panic!("row {i}: replay says hit={}, the live cache said {}", r.row_hits[i], recorded[i]);
+    }
+    assert_eq!((r.decode_lookups, r.decode_hits), (lookups, hits), "decode lookups and hits");
+    assert!(r.evictions > 0 && r.decode_hits > 0 && r.decode_hits < r.decode_lookups, "{r:?}");
+}
+
+#[test]
+fn lru_replay_equals_the_live_cache_row_for_row() {
+    let dir = tempdir();
+    let _serial = llama_lock();
+    // Prefill in ubatches of 5 tokens: several loads per layer per call.
+    let (text, lookups, hits) = live_run(dir.path(), |c| c.generate.ubatch = 5);
+    assert_lru_matches(&text, lookups, hits);
+}
+
+#[test]
+fn lru_replay_equals_the_live_cache_with_a_drop_policy() {
+    let dir = tempdir();
+    let _serial = llama_lock();
+    let (text, lookups, hits) = live_run(dir.path(), |c| {
+        c.plugins.drop_plugin = "drop-cold".into();
+        c.plugins.drop_params = vec!["F=1".into()];
+    });
+    assert!(text.lines().any(|l| l.ends_with(",1") && !l.starts_with('#')), "nothing was dropped");
+    assert_lru_matches(&text, lookups, hits);
+}
+
+#[test]
+fn belady_bounds_the_other_policies_on_the_shared_traces() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/route-traces");
+    let mut seen = 0;
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let path = f.unwrap().path();
+        if path.extension().is_none_or(|e| e != "csv") {
+            continue;
+        }
+        let trace = Trace::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let bank = trace.bank_bytes();
+        for frac in [0.1, 0.25, 0.5] {
+            let budget = (frac * bank as f64) as u64;
+            let best = replay(&trace, budget, Policy::Belady).decode_hit_rate();
+            for p in [Policy::Lru, Policy::Lfu, Policy::Lru2] {
+                let rate = replay(&trace, budget, p).decode_hit_rate();
+                assert!(
+                    rate <= best + 1e-12,
+                    "{}: {} at {frac} beat belady: {rate} > {best}",
+                    path.display(),
+                    p.name()
+                );
+            }
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 3);
+}
