@@ -435,25 +435,38 @@ impl RunConfig {
     /// `true`, `"text"`, `["a=1"]`) or bare text for a text setting; a list
     /// setting also takes `a=1,b=2`.
     pub fn with(&self, key: &str, value: &str) -> Result<RunConfig, String> {
-        let name = RunConfig::resolve_key(key)?;
-        let (section, field) = name.split_once('.').expect("keys are section.key");
+        self.with_all(&[(key, value)])
+    }
+
+    /// This configuration with every `(key, value)` of `settings` changed
+    /// at once, then validated (so settings that depend on each other, like
+    /// a cache budget and streaming, can change together).
+    pub fn with_all(&self, settings: &[(&str, &str)]) -> Result<RunConfig, String> {
         let mut table = toml::Value::try_from(self).map_err(|e| e.to_string())?;
-        let slot =
-            table.get_mut(section).and_then(|s| s.get_mut(field)).ok_or_else(|| format!("unknown setting `{name}`"))?;
-        let parsed = toml::from_str::<toml::Table>(&format!("v = {value}")).ok().and_then(|mut t| t.remove("v"));
-        *slot = match (&*slot, parsed) {
-            (toml::Value::Float(_), Some(toml::Value::Integer(i))) => toml::Value::Float(i as f64),
-            (toml::Value::String(_), Some(v @ toml::Value::String(_))) => v,
-            (toml::Value::String(_), _) => toml::Value::String(value.to_string()),
-            (toml::Value::Array(_), Some(v @ toml::Value::Array(_))) => v,
-            (toml::Value::Array(_), _) => toml::Value::Array(
-                value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.into()).collect(),
-            ),
-            (_, Some(v)) => v,
-            // Not TOML: as text, which the setting's own parser judges.
-            (_, None) => toml::Value::String(value.to_string()),
-        };
-        let config: RunConfig = table.try_into().map_err(|e: toml::de::Error| format!("{name}: {}", e.message()))?;
+        let mut last = String::new();
+        for &(key, value) in settings {
+            let name = RunConfig::resolve_key(key)?;
+            let (section, field) = name.split_once('.').expect("keys are section.key");
+            let slot = table
+                .get_mut(section)
+                .and_then(|s| s.get_mut(field))
+                .ok_or_else(|| format!("unknown setting `{name}`"))?;
+            let parsed = toml::from_str::<toml::Table>(&format!("v = {value}")).ok().and_then(|mut t| t.remove("v"));
+            *slot = match (&*slot, parsed) {
+                (toml::Value::Float(_), Some(toml::Value::Integer(i))) => toml::Value::Float(i as f64),
+                (toml::Value::String(_), Some(v @ toml::Value::String(_))) => v,
+                (toml::Value::String(_), _) => toml::Value::String(value.to_string()),
+                (toml::Value::Array(_), Some(v @ toml::Value::Array(_))) => v,
+                (toml::Value::Array(_), _) => toml::Value::Array(
+                    value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.into()).collect(),
+                ),
+                (_, Some(v)) => v,
+                // Not TOML: as text, which the setting's own parser judges.
+                (_, None) => toml::Value::String(value.to_string()),
+            };
+            last = name;
+        }
+        let config: RunConfig = table.try_into().map_err(|e: toml::de::Error| format!("{last}: {}", e.message()))?;
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }

@@ -18,6 +18,7 @@ pub mod llama;
 pub mod moe;
 pub mod policy;
 pub mod replay;
+pub mod script;
 pub mod synth;
 pub mod telemetry;
 pub mod ui;

@@ -597,3 +597,77 @@ fn ctrl_c_stops_a_repl_reply_not_the_repl() {
     assert!(err.contains("generate.n_predict = 8"), "{err}");
     assert_eq!(err.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).count(), 2, "{err}");
 }
+
+/// Starts `bmoe run SCRIPT` with piped output.
+fn spawn_script(dir: &Path, script: &str, extra: &[&str]) -> std::process::Child {
+    let path = dir.join("s.rhai");
+    std::fs::write(&path, script).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(extra)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start bmoe")
+}
+
+/// Reads `child`'s stdout until `marker` appears.
+fn read_until(child: &mut std::process::Child, marker: &str) -> std::process::ChildStdout {
+    let mut stdout = child.stdout.take().unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&text).contains(marker) {
+        let n = std::io::Read::read(&mut stdout, &mut buf).unwrap();
+        assert!(n > 0, "bmoe ended before printing {marker}");
+        text.extend_from_slice(&buf[..n]);
+    }
+    stdout
+}
+
+#[test]
+fn ctrl_c_stops_a_script_in_a_loop_and_in_a_model_run() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    // A loop that never ends on its own (no operation limit).
+    let mut child = spawn_script(dir.path(), "print(\"started\");\nloop { }\n", &["--max-ops", "0"]);
+    let _stdout = read_until(&mut child, "started");
+    sigint(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bmoe: interrupted"));
+
+    // A long generation: Ctrl-C lands in the run or just before it; either way it stops.
+    let script = format!(
+        "let s = open(\"{m}\", #{{ threads: 1, ctx_size: 16384, csv: \"run.csv\" }});\nprint(\"opened\");\ns.generate(\"hello\", 15000);\nprint(\"not reached\");\n"
+    );
+    let _serial = common::llama_lock();
+    let mut child = spawn_script(dir.path(), &script, &[]);
+    let stdout = read_until(&mut child, "opened");
+    sigint(&child);
+    let out = child.wait_with_output().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut { stdout }, &mut rest).unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!rest.contains("not reached"));
+    // The session's telemetry file was closed with its trailer.
+    let csv = std::fs::read_to_string(dir.path().join("out/run.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.starts_with("# summary")), "{csv}");
+}
+
+#[test]
+fn run_passes_arguments_and_reports_errors_with_their_place() {
+    let dir = tempdir();
+    let child = spawn_script(dir.path(), "print(`args ${ARGS}`);\n", &["--", "one", "two"]);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "args [\"one\", \"two\"]");
+    let child = spawn_script(dir.path(), "let a = 1;\nlet b = [1, 2;\n", &[]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("s.rhai:2:") && err.contains("let b = [1, 2;"), "{err}");
+}

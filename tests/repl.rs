@@ -117,3 +117,37 @@ fn a_bad_template_is_reported_and_the_repl_goes_on() {
     assert_eq!(stderr.lines().filter(|l| l.starts_with('[') && l.contains("tok/s")).count(), 2, "{stderr}");
     assert!(stderr.contains("thinking off"), "{stderr}");
 }
+
+#[test]
+fn run_executes_a_script_whose_sessions_start_from_the_repl_settings() {
+    let dir = tempdir();
+    let m = qwen3_model(dir.path());
+    let script = dir.path().join("s.rhai");
+    std::fs::write(
+        &script,
+        "print(`args ${ARGS}`);\nlet s = open(\"\");\nlet r = s.generate(\"hi\", 4);\n\
+         print(`ran ${r.tokens} tokens, threads ${s.config()[\"generate.threads\"]}`);\n\
+         write_csv(\"r.csv\", r.per_token);\n",
+    )
+    .unwrap();
+    let _serial = llama_lock();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["repl", "-m", m.to_str().unwrap(), "-n", "8", "-t", "1"])
+        .current_dir(dir.path())
+        .env("XDG_DATA_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bmoe repl");
+    let input = format!(":run {} first second\n:run missing.rhai\nHello\n", script.display());
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("args [\"first\", \"second\"]"), "{stdout}");
+    assert!(stdout.contains("ran 4 tokens, threads 1"), "{stdout}");
+    assert!(dir.path().join("bmoe-out/r.csv").is_file());
+    // A missing script is an error; the REPL goes on to the next turn.
+    assert!(stderr.contains("missing.rhai") && stderr.contains("reading the script"), "{stderr}");
+}

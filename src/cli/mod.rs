@@ -7,6 +7,7 @@ pub mod interrupt;
 mod model;
 mod plugin;
 mod replay;
+mod run;
 mod template;
 
 use std::ops::ControlFlow;
@@ -60,6 +61,8 @@ pub enum Command {
         #[arg(long, default_value_t = 128)]
         tokens: usize,
     },
+    /// Run a Rhai experiment script: sweeps, A/B runs, trace replays, CSV and charts.
+    Run(run::RunArgs),
     /// Replay route traces through the expert cache under several policies and budgets (what-if).
     Replay(replay::ReplayArgs),
     /// Benchmark a model under a memory cap: a matrix of configurations, repeated, as a table and CSV.
@@ -86,6 +89,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Bench(args) => bench::bench(args),
         Command::Replay(args) => replay::replay_traces(args),
+        Command::Run(args) => run::run(args),
     }
 }
 

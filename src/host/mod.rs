@@ -106,6 +106,8 @@ pub struct Host {
     /// the next prompt, if it starts with this text, extends those tokens
     /// exactly instead of being tokenized again.
     held_text: Option<String>,
+    /// Keep every generated token's logits in the generation (scripts).
+    keep_logits: bool,
 }
 
 impl Host {
@@ -137,6 +139,7 @@ impl Host {
             last_step: None,
             notices,
             held_text: None,
+            keep_logits: false,
         }
     }
 
@@ -204,6 +207,12 @@ impl Host {
         std::mem::take(&mut self.notices)
     }
 
+    /// Keeps (or stops keeping) the logits each generated token was chosen
+    /// from, in [`Generation::logits`].
+    pub fn keep_logits(&mut self, keep: bool) {
+        self.keep_logits = keep;
+    }
+
     /// A handle that stops the running turn at its next graph node.
     pub fn abort_handle(&self) -> AbortHandle {
         self.session.abort_handle()
@@ -248,7 +257,7 @@ impl Host {
         // The held tokens stand for this text only if the session holds all
         // of them: a turn stopped during its prompt keeps less.
         if self.session.context_len() == prompt_len + generation.tokens.len() {
-            self.held_text = Some(prompt + &generation.text);
+            self.held_text = Some(prompt + generation.text.as_str());
         }
         for (kind, piece) in splitter.finish() {
             route(kind, &piece, on_event);
@@ -308,7 +317,7 @@ impl Host {
             n_predict,
             sampling: self.config.sampling(),
             continue_context: false,
-            keep_logits: false,
+            keep_logits: self.keep_logits,
         }
     }
 

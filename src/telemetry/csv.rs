@@ -84,34 +84,7 @@ impl CsvSink {
     /// Appends one row and flushes it, so the file holds every finished
     /// decode call even if the process is killed.
     pub fn row(&mut self, r: &StepReport) -> io::Result<()> {
-        let t = &r.trace;
-        let fields = [
-            r.turn.to_string(),
-            r.phase.code().to_string(),
-            r.step.to_string(),
-            r.first_pos.to_string(),
-            r.tokens.to_string(),
-            ms(r.wall_ns),
-            ms(t.read_ns),
-            ms(t.mgmt_ns),
-            ms(r.compute_residual_ns()),
-            t.bytes_read.to_string(),
-            t.window_bytes.to_string(),
-            t.lookups.to_string(),
-            t.hits.to_string(),
-            t.evictions.to_string(),
-            mib(r.cache_budget),
-            mib(r.cache_resident),
-            opt(r.mem.rss_mib),
-            opt(r.mem.rss_anon_mib),
-            opt(r.mem.rss_file_mib),
-            opt(r.mem.available_mib),
-            r.drafted.to_string(),
-            r.accepted.to_string(),
-            t.dropped.to_string(),
-            t.avoided_bytes.to_string(),
-        ];
-        writeln!(self.out, "{}", fields.join(","))?;
+        writeln!(self.out, "{}", row_fields(r).join(","))?;
         self.out.flush()
     }
 
@@ -145,4 +118,35 @@ impl CsvSink {
         )?;
         self.out.flush()
     }
+}
+
+/// The fields of one CSV row, in [`COLUMNS`] order, as the file writes them.
+pub fn row_fields(r: &StepReport) -> [String; 24] {
+    let t = &r.trace;
+    [
+        r.turn.to_string(),
+        r.phase.code().to_string(),
+        r.step.to_string(),
+        r.first_pos.to_string(),
+        r.tokens.to_string(),
+        ms(r.wall_ns),
+        ms(t.read_ns),
+        ms(t.mgmt_ns),
+        ms(r.compute_residual_ns()),
+        t.bytes_read.to_string(),
+        t.window_bytes.to_string(),
+        t.lookups.to_string(),
+        t.hits.to_string(),
+        t.evictions.to_string(),
+        mib(r.cache_budget),
+        mib(r.cache_resident),
+        opt(r.mem.rss_mib),
+        opt(r.mem.rss_anon_mib),
+        opt(r.mem.rss_file_mib),
+        opt(r.mem.available_mib),
+        r.drafted.to_string(),
+        r.accepted.to_string(),
+        t.dropped.to_string(),
+        t.avoided_bytes.to_string(),
+    ]
 }

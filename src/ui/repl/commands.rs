@@ -35,6 +35,11 @@ pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec { name: "save", args: "FILE", help: "save the conversation as JSON" },
     CommandSpec { name: "load", args: "FILE", help: "load a conversation saved with :save" },
     CommandSpec { name: "trace", args: "FILE|off", help: "write the route trace of the next turns to FILE" },
+    CommandSpec {
+        name: "run",
+        args: "FILE.rhai [ARGS...]",
+        help: "run an experiment script (its opens start from these settings; files go to ./bmoe-out)",
+    },
     CommandSpec { name: "help", args: "", help: "this list" },
     CommandSpec { name: "quit", args: "", help: "leave (Ctrl-D does too)" },
 ];
@@ -65,6 +70,8 @@ pub enum Input {
     Load(String),
     /// `:trace FILE`, or `:trace off` (an empty path)
     Trace(String),
+    /// `:run FILE ARGS...`
+    Run(String, Vec<String>),
     /// `:help`
     Help,
     /// `:quit`
@@ -104,7 +111,12 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "load" if !rest.is_empty() => Input::Load(rest.to_string()),
         "trace" if rest == "off" => Input::Trace(String::new()),
         "trace" if !rest.is_empty() => Input::Trace(rest.to_string()),
-        "save" | "load" | "trace" => return Err(usage(name)),
+        "run" if !rest.is_empty() => {
+            let mut words = rest.split_whitespace().map(str::to_string);
+            let file = words.next().expect("rest is not empty");
+            Input::Run(file, words.collect())
+        }
+        "save" | "load" | "trace" | "run" => return Err(usage(name)),
         "help" | "h" | "?" => Input::Help,
         "quit" | "q" | "exit" => Input::Quit,
         _ => {

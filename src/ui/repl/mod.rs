@@ -174,6 +174,19 @@ fn execute(host: &mut Host, input: Input, style: &Style) -> Result<(), String> {
                 p => eprintln!("route trace of the next turns: {p}"),
             }
         }
+        Input::Run(file, args) => {
+            // The script's sessions start from these settings, without the
+            // REPL's own telemetry files.
+            let mut base = host.config().clone();
+            base.telemetry.csv = Default::default();
+            base.telemetry.route_trace = Default::default();
+            let options = crate::script::ScriptOptions { args, base, ..crate::script::ScriptOptions::default() };
+            interrupt::clear();
+            let result = crate::script::run_file(std::path::Path::new(&file), &options);
+            // A Ctrl-C that stopped the script must not stop the next turn.
+            interrupt::clear();
+            result.map_err(|e| e.to_string())?;
+        }
         Input::Help => print!("{}", help()),
     }
     Ok(())

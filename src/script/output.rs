@@ -1,0 +1,362 @@
+//! What scripts leave behind: CSV files, SVG charts (plotters) and aligned
+//! tables on stdout.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use rhai::{Array, Dynamic, Map};
+
+/// The columns of `rows` (maps): every key, in first-seen order.
+fn columns(rows: &[Map]) -> Vec<String> {
+    let mut cols: Vec<String> = Vec::new();
+    for row in rows {
+        for k in row.keys() {
+            if !cols.iter().any(|c| c == k.as_str()) {
+                cols.push(k.to_string());
+            }
+        }
+    }
+    cols
+}
+
+/// The rows of an array of maps; an error names the first element that is not one.
+pub fn maps(rows: &Array, call: &str) -> Result<Vec<Map>, String> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.clone().try_cast::<Map>().ok_or_else(|| format!("{call}: row {i} is a {}, not a map", r.type_name()))
+        })
+        .collect()
+}
+
+/// A value as a CSV or table cell (floats with up to 6 significant decimals).
+fn cell(v: Option<&Dynamic>) -> String {
+    match v {
+        None => String::new(),
+        Some(v) if v.is_unit() => String::new(),
+        Some(v) => match v.as_float() {
+            Ok(f) if f.fract() != 0.0 => format!("{f:.4}").trim_end_matches('0').to_string(),
+            _ => v.to_string(),
+        },
+    }
+}
+
+/// Quotes a CSV field when it needs it.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
+}
+
+/// Writes `rows` as CSV (a header of every key) to `path`.
+pub fn write_csv(path: &Path, rows: &[Map]) -> Result<(), String> {
+    let cols = columns(rows);
+    let mut text = cols.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",");
+    text.push('\n');
+    for row in rows {
+        let line: Vec<String> = cols.iter().map(|c| csv_field(&cell(row.get(c.as_str())))).collect();
+        let _ = writeln!(text, "{}", line.join(","));
+    }
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// `rows` as an aligned text table (numbers right-aligned).
+pub fn table(rows: &[Map]) -> String {
+    let cols = columns(rows);
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| cols.iter().map(|c| cell(r.get(c.as_str()))).collect()).collect();
+    let widths: Vec<usize> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| cells.iter().map(|r| r[i].chars().count()).chain([c.chars().count()]).max().unwrap_or(0))
+        .collect();
+    let numeric: Vec<bool> =
+        (0..cols.len()).map(|i| cells.iter().all(|r| r[i].is_empty() || r[i].parse::<f64>().is_ok())).collect();
+    let mut out = String::new();
+    let line = |values: &[String], out: &mut String| {
+        let parts: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(
+                |(i, v)| if numeric[i] { format!("{v:>w$}", w = widths[i]) } else { format!("{v:<w$}", w = widths[i]) },
+            )
+            .collect();
+        let _ = writeln!(out, "{}", parts.join("  ").trim_end());
+    };
+    line(&cols, &mut out);
+    let _ = writeln!(out, "{}", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+    for r in &cells {
+        line(r, &mut out);
+    }
+    out
+}
+
+/// A chart's description: `#{kind, x, series, title, x_label, y_label}`.
+pub struct ChartSpec {
+    kind: String,
+    title: String,
+    x_label: String,
+    y_label: String,
+    x: Vec<Dynamic>,
+    series: Vec<(String, Vec<f64>)>,
+    rows: Vec<String>,
+}
+
+fn numbers(a: &Dynamic, what: &str) -> Result<Vec<f64>, String> {
+    let arr = a.clone().try_cast::<Array>().ok_or_else(|| format!("{what} must be an array of numbers"))?;
+    arr.iter()
+        .map(|v| {
+            v.as_float().or_else(|_| v.as_int().map(|i| i as f64)).map_err(|_| format!("{what}: `{v}` is not a number"))
+        })
+        .collect()
+}
+
+impl ChartSpec {
+    /// Reads a chart map. `line`: `x` numbers, `series` a map of name to
+    /// numbers. `bar`: `x` labels, `series` as for line (bars grouped per
+    /// label). `heatmap`: `x` column labels, `y` row labels, `series` an
+    /// array of rows of numbers.
+    pub fn from_map(m: &Map) -> Result<ChartSpec, String> {
+        let text = |k: &str| m.get(k).map(|v| v.to_string()).unwrap_or_default();
+        let kind = text("kind");
+        let x: Vec<Dynamic> =
+            m.get("x").and_then(|v| v.clone().try_cast::<Array>()).ok_or("chart needs `x`: an array")?;
+        let series_value = m.get("series").ok_or("chart needs `series`")?;
+        let (series, rows) = match kind.as_str() {
+            "line" | "bar" => {
+                let map = series_value.clone().try_cast::<Map>().ok_or("`series` must be a map of name to numbers")?;
+                let mut series = Vec::new();
+                for (name, values) in map {
+                    let v = numbers(&values, &format!("series `{name}`"))?;
+                    if v.len() != x.len() {
+                        return Err(format!("series `{name}` has {} values for {} x values", v.len(), x.len()));
+                    }
+                    series.push((name.to_string(), v));
+                }
+                (series, Vec::new())
+            }
+            "heatmap" => {
+                let arr =
+                    series_value.clone().try_cast::<Array>().ok_or("heatmap `series` must be an array of rows")?;
+                let labels: Vec<String> = m
+                    .get("y")
+                    .and_then(|v| v.clone().try_cast::<Array>())
+                    .map(|a| a.iter().map(|v| v.to_string()).collect())
+                    .unwrap_or_else(|| (0..arr.len()).map(|i| i.to_string()).collect());
+                let mut series = Vec::new();
+                for (i, row) in arr.iter().enumerate() {
+                    let v = numbers(row, &format!("row {i}"))?;
+                    if v.len() != x.len() {
+                        return Err(format!("heatmap row {i} has {} values for {} columns", v.len(), x.len()));
+                    }
+                    series.push((labels.get(i).cloned().unwrap_or_default(), v));
+                }
+                (series, labels)
+            }
+            other => return Err(format!("chart kind `{other}`: line, bar or heatmap")),
+        };
+        if series.is_empty() || x.is_empty() {
+            return Err("chart has no data".into());
+        }
+        Ok(ChartSpec {
+            kind,
+            title: text("title"),
+            x_label: text("x_label"),
+            y_label: text("y_label"),
+            x,
+            series,
+            rows,
+        })
+    }
+
+    /// Draws the chart as SVG into `path`.
+    pub fn draw(&self, path: &Path) -> Result<(), String> {
+        let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+        let result = match self.kind.as_str() {
+            "line" => self.line(&root),
+            "bar" => self.bar(&root),
+            _ => self.heatmap(&root),
+        };
+        result
+            .and_then(|()| root.present().map_err(|e| e.to_string()))
+            .map_err(|e| format!("drawing {}: {e}", path.display()))
+    }
+
+    fn y_range(&self) -> (f64, f64) {
+        let all = self.series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite());
+        let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+        let lo = lo.min(0.0);
+        let hi = if hi > lo { hi * 1.05 } else { lo + 1.0 };
+        (lo, hi)
+    }
+
+    fn line(&self, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let xs = numbers(&Dynamic::from_array(self.x.clone()), "x")?;
+        let (x0, x1) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+        let x1 = if x1 > x0 { x1 } else { x0 + 1.0 };
+        let (y0, y1) = self.y_range();
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(|e| e.to_string())?;
+        chart.configure_mesh().x_desc(&self.x_label).y_desc(&self.y_label).draw().map_err(|e| e.to_string())?;
+        for (i, (name, ys)) in self.series.iter().enumerate() {
+            let colour = Palette99::pick(i).to_rgba();
+            let points: Vec<(f64, f64)> =
+                xs.iter().copied().zip(ys.iter().copied()).filter(|p| p.1.is_finite()).collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+            chart
+                .draw_series(points.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())
+    }
+
+    fn bar(&self, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let labels: Vec<String> = self.x.iter().map(|v| v.to_string()).collect();
+        let groups = labels.len() as f64;
+        let (y0, y1) = self.y_range();
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..groups, y0..y1)
+            .map_err(|e| e.to_string())?;
+        let names = labels.clone();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(labels.len())
+            .x_label_formatter(&move |x| names.get(x.floor() as usize).cloned().unwrap_or_default())
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let width = 0.8 / self.series.len() as f64;
+        for (i, (name, ys)) in self.series.iter().enumerate() {
+            let colour = Palette99::pick(i).to_rgba();
+            let bars = ys.iter().enumerate().map(|(g, &y)| {
+                let left = g as f64 + 0.1 + i as f64 * width;
+                Rectangle::new([(left, 0.0), (left + width, if y.is_finite() { y } else { 0.0 })], colour.filled())
+            });
+            chart
+                .draw_series(bars)
+                .map_err(|e| e.to_string())?
+                .label(name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())
+    }
+
+    fn heatmap(&self, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let cols: Vec<String> = self.x.iter().map(|v| v.to_string()).collect();
+        let rows = self.rows.clone();
+        let (lo, hi) = self.y_range();
+        let lo = self
+            .series
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(hi, f64::min)
+            .min(lo.max(0.0));
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0.0..cols.len() as f64, 0.0..rows.len() as f64)
+            .map_err(|e| e.to_string())?;
+        let (cn, rn) = (cols.clone(), rows.clone());
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_labels(cols.len())
+            .y_labels(rows.len())
+            .x_label_formatter(&move |x| cn.get(x.floor() as usize).cloned().unwrap_or_default())
+            .y_label_formatter(&move |y| rn.get(y.floor() as usize).cloned().unwrap_or_default())
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let span = (hi - lo).max(1e-12);
+        let cells = self.series.iter().enumerate().flat_map(|(r, (_, vs))| {
+            vs.iter().enumerate().map(move |(c, &v)| {
+                let t = if v.is_finite() { ((v - lo) / span).clamp(0.0, 1.0) } else { 0.0 };
+                let colour = HSLColor(0.66 - 0.66 * t, 0.75, 0.5);
+                Rectangle::new([(c as f64, r as f64), (c as f64 + 1.0, r as f64 + 1.0)], colour.filled())
+            })
+        });
+        chart.draw_series(cells).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pairs: &[(&str, Dynamic)]) -> Map {
+        pairs.iter().map(|(k, v)| ((*k).into(), v.clone())).collect()
+    }
+
+    #[test]
+    fn csv_and_table_take_every_key_in_first_seen_order() {
+        let rows = vec![
+            row(&[("policy", "lru".into()), ("hit", Dynamic::from_float(0.5))]),
+            row(&[("policy", "a,b".into()), ("hit", Dynamic::from_float(0.25)), ("extra", 3_i64.into())]),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.csv");
+        write_csv(&p, &rows).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "policy,hit,extra\nlru,0.5,\n\"a,b\",0.25,3\n");
+        let t = table(&rows);
+        assert_eq!(t.lines().next().unwrap(), "policy   hit  extra");
+        assert!(t.lines().nth(3).unwrap().starts_with("a,b    0.25      3"), "{t}");
+    }
+
+    #[test]
+    fn charts_are_checked_then_drawn_as_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let x: Array = vec![1_i64.into(), 2_i64.into(), 3_i64.into()];
+        let ys: Array = vec![Dynamic::from_float(0.1), Dynamic::from_float(0.5), Dynamic::from_float(0.4)];
+        let mut series = Map::new();
+        series.insert("lru".into(), ys.clone().into());
+        for kind in ["line", "bar"] {
+            let spec = row(&[
+                ("kind", kind.into()),
+                ("x", x.clone().into()),
+                ("series", series.clone().into()),
+                ("title", "t".into()),
+            ]);
+            let p = dir.path().join(format!("{kind}.svg"));
+            ChartSpec::from_map(&spec).unwrap().draw(&p).unwrap();
+            assert!(std::fs::read_to_string(&p).unwrap().starts_with("<svg"));
+        }
+        let heat: Array = vec![ys.clone().into(), ys.into()];
+        let spec = row(&[("kind", "heatmap".into()), ("x", x.clone().into()), ("series", heat.into())]);
+        ChartSpec::from_map(&spec).unwrap().draw(&dir.path().join("h.svg")).unwrap();
+        let short: Array = vec![Dynamic::from_float(1.0)];
+        series.insert("bad".into(), short.into());
+        let spec = row(&[("kind", "line".into()), ("x", x.into()), ("series", series.into())]);
+        assert!(ChartSpec::from_map(&spec).err().unwrap().contains("has 1 values for 3"));
+    }
+}
