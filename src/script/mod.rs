@@ -167,8 +167,8 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
     let o = out;
     engine.register_fn("chart", move |path: &str, spec: Map| -> Fallible<String> {
         let full = o.resolve(path).map_err(|e| fail("chart", e))?;
-        if full.extension().is_none_or(|e| e != "svg") {
-            return Err(fail("chart", format!("`{path}`: charts are written as SVG; name the file .svg")));
+        if full.extension().is_none_or(|e| e != "svg" && e != "png") {
+            return Err(fail("chart", format!("`{path}`: charts are SVG or PNG; name the file .svg or .png")));
         }
         let chart = output::ChartSpec::from_map(&spec).map_err(|e| fail("chart", e))?;
         chart.draw(&full).map_err(|e| fail("chart", e))?;

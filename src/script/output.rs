@@ -1,11 +1,26 @@
-//! What scripts leave behind: CSV files, SVG charts (plotters) and aligned
-//! tables on stdout.
+//! What scripts leave behind: CSV files, SVG and PNG charts (plotters) and
+//! aligned tables on stdout.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rhai::{Array, Dynamic, Map};
+
+/// A whole drawing surface.
+type Area<DB> = DrawingArea<DB, plotters::coord::Shift>;
+
+/// Makes the bundled DejaVu Sans the charts' font, once: the text of a PNG
+/// is drawn with it, and SVG text is measured with it (no system fonts needed).
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let font: &'static [u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+        // The font is a valid TrueType file compiled in: registering cannot fail.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, font);
+    });
+}
 
 /// The columns of `rows` (maps): every key, in first-seen order.
 fn columns(rows: &[Map]) -> Vec<String> {
@@ -167,17 +182,25 @@ impl ChartSpec {
         })
     }
 
-    /// Draws the chart as SVG into `path`.
+    /// Draws the chart into `path`: SVG for `.svg`, PNG for `.png`.
     pub fn draw(&self, path: &Path) -> Result<(), String> {
-        let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-        let result = match self.kind.as_str() {
-            "line" => self.line(&root),
-            "bar" => self.bar(&root),
-            _ => self.heatmap(&root),
+        register_font();
+        let size = (900, 560);
+        let result = match path.extension().and_then(|e| e.to_str()) {
+            Some("svg") => self.draw_on(&SVGBackend::new(path, size).into_drawing_area()),
+            Some("png") => self.draw_on(&BitMapBackend::new(path, size).into_drawing_area()),
+            _ => Err("name the file .svg or .png".to_string()),
         };
-        result
-            .and_then(|()| root.present().map_err(|e| e.to_string()))
-            .map_err(|e| format!("drawing {}: {e}", path.display()))
+        result.map_err(|e| format!("drawing {}: {e}", path.display()))
+    }
+
+    fn draw_on<DB: DrawingBackend>(&self, root: &Area<DB>) -> Result<(), String> {
+        match self.kind.as_str() {
+            "line" => self.line(root),
+            "bar" => self.bar(root),
+            _ => self.heatmap(root),
+        }?;
+        root.present().map_err(|e| e.to_string())
     }
 
     fn y_range(&self) -> (f64, f64) {
@@ -188,7 +211,7 @@ impl ChartSpec {
         (lo, hi)
     }
 
-    fn line(&self, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
+    fn line<DB: DrawingBackend>(&self, root: &Area<DB>) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let xs = numbers(&Dynamic::from_array(self.x.clone()), "x")?;
         let (x0, x1) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
@@ -223,7 +246,7 @@ impl ChartSpec {
             .map_err(|e| e.to_string())
     }
 
-    fn bar(&self, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
+    fn bar<DB: DrawingBackend>(&self, root: &Area<DB>) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let labels: Vec<String> = self.x.iter().map(|v| v.to_string()).collect();
         let groups = labels.len() as f64;
@@ -266,46 +289,52 @@ impl ChartSpec {
             .map_err(|e| e.to_string())
     }
 
-    fn heatmap(&self, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String> {
+    fn heatmap<DB: DrawingBackend>(&self, root: &Area<DB>) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let cols: Vec<String> = self.x.iter().map(|v| v.to_string()).collect();
-        let rows = self.rows.clone();
-        let (lo, hi) = self.y_range();
-        let lo = self
-            .series
-            .iter()
-            .flat_map(|(_, v)| v.iter().copied())
-            .filter(|v| v.is_finite())
-            .fold(hi, f64::min)
-            .min(lo.max(0.0));
+        let values = || self.series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite());
+        let lo = values().fold(f64::INFINITY, f64::min);
+        let hi = values().fold(f64::NEG_INFINITY, f64::max);
         let mut chart = ChartBuilder::on(root)
             .caption(&self.title, ("sans-serif", 22))
             .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0.0..cols.len() as f64, 0.0..rows.len() as f64)
+            .x_label_area_size(30)
+            .y_label_area_size(30)
+            .build_cartesian_2d(0.0..cols.len() as f64, 0.0..self.rows.len() as f64)
             .map_err(|e| e.to_string())?;
-        let (cn, rn) = (cols.clone(), rows.clone());
         chart
             .configure_mesh()
             .disable_mesh()
-            .x_labels(cols.len())
-            .y_labels(rows.len())
-            .x_label_formatter(&move |x| cn.get(x.floor() as usize).cloned().unwrap_or_default())
-            .y_label_formatter(&move |y| rn.get(y.floor() as usize).cloned().unwrap_or_default())
+            .x_labels(0)
+            .y_labels(0)
             .x_desc(&self.x_label)
             .y_desc(&self.y_label)
             .draw()
             .map_err(|e| e.to_string())?;
+        // Blue (lowest) to red (highest); every cell is labelled with its row, column and value.
         let span = (hi - lo).max(1e-12);
+        let colour = |v: f64| {
+            let t = if v.is_finite() { ((v - lo) / span).clamp(0.0, 1.0) } else { 0.0 };
+            HSLColor(0.66 - 0.66 * t, 0.7, 0.75)
+        };
+        let n_rows = self.series.len();
         let cells = self.series.iter().enumerate().flat_map(|(r, (_, vs))| {
-            vs.iter().enumerate().map(move |(c, &v)| {
-                let t = if v.is_finite() { ((v - lo) / span).clamp(0.0, 1.0) } else { 0.0 };
-                let colour = HSLColor(0.66 - 0.66 * t, 0.75, 0.5);
-                Rectangle::new([(c as f64, r as f64), (c as f64 + 1.0, r as f64 + 1.0)], colour.filled())
-            })
+            // The first row is drawn at the top.
+            let y = (n_rows - 1 - r) as f64;
+            vs.iter()
+                .enumerate()
+                .map(move |(c, &v)| Rectangle::new([(c as f64, y), (c as f64 + 1.0, y + 1.0)], colour(v).filled()))
         });
         chart.draw_series(cells).map_err(|e| e.to_string())?;
+        let style = ("sans-serif", 16).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Center));
+        let labels = self.series.iter().enumerate().flat_map(|(r, (row, vs))| {
+            let y = (n_rows - 1 - r) as f64 + 0.5;
+            let (cols, style) = (&cols, style.clone());
+            vs.iter().enumerate().map(move |(c, &v)| {
+                Text::new(format!("{row} / {}: {v:.1}", cols[c]), (c as f64 + 0.5, y), style.clone())
+            })
+        });
+        chart.draw_series(labels).map_err(|e| e.to_string())?;
         Ok(())
     }
 }
