@@ -8,6 +8,7 @@
 //! can stall the compute threads). Only updates that change what the UI
 //! waits for (a turn starting or ending, a setting applied) wake it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -74,6 +75,8 @@ impl Update {
 pub struct Worker {
     requests: Option<Sender<Request>>,
     abort: AbortHandle,
+    /// Raised when the UI quits: requests still queued are dropped.
+    closing: Arc<AtomicBool>,
     queue: Arc<Mutex<Vec<Update>>>,
     thread: Option<JoinHandle<(Host, RunSummary)>>,
 }
@@ -93,11 +96,13 @@ impl Worker {
                 let _ = waker.send(wake());
             }
         };
+        let closing = Arc::new(AtomicBool::new(false));
+        let stop = closing.clone();
         let thread = std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || {
             let mut push = push;
-            serve(host, &inbox, &mut push)
+            serve(host, &inbox, &stop, &mut push)
         })?;
-        Ok(Worker { requests: Some(requests), abort, queue, thread: Some(thread) })
+        Ok(Worker { requests: Some(requests), abort, closing, queue, thread: Some(thread) })
     }
 
     /// The updates queued since the last call, oldest first.
@@ -120,6 +125,7 @@ impl Worker {
     /// Stops any turn, ends the thread and returns the host (to close its
     /// telemetry files); None if the thread panicked.
     pub fn finish(mut self) -> Option<(Host, RunSummary)> {
+        self.closing.store(true, Ordering::SeqCst);
         self.abort.abort();
         self.requests = None;
         self.thread.take()?.join().ok()
@@ -128,6 +134,7 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
         self.abort.abort();
         self.requests = None;
     }
@@ -135,13 +142,23 @@ impl Drop for Worker {
 
 /// Serves requests until the UI hangs up; returns the host and the totals
 /// of the turns run while the thread was alive.
-fn serve(mut host: Host, inbox: &Receiver<Request>, out: &mut dyn FnMut(Update)) -> (Host, RunSummary) {
+fn serve(
+    mut host: Host,
+    inbox: &Receiver<Request>,
+    closing: &AtomicBool,
+    out: &mut dyn FnMut(Update),
+) -> (Host, RunSummary) {
     out(Update::Info(Box::new(HostInfo::of(&host))));
     for notice in host.take_notices() {
         out(Update::Notice(notice));
     }
     let mut chat_totals = RunSummary::default();
     while let Ok(request) = inbox.recv() {
+        // A turn queued just before the UI quit would start (and clear the
+        // abort flag) after the quit: skip whatever is left.
+        if closing.load(Ordering::SeqCst) {
+            continue;
+        }
         match request {
             Request::Chat(message) => {
                 out(Update::TurnStarted);
