@@ -13,10 +13,16 @@ use common::*;
 
 /// Runs the REPL on `model` with `script` on stdin.
 fn repl(model: &Path, extra: &[&str], script: &str) -> Output {
+    repl_in(Path::new("."), model, extra, script)
+}
+
+/// Runs the REPL in directory `cwd`.
+fn repl_in(cwd: &Path, model: &Path, extra: &[&str], script: &str) -> Output {
     let _serial = llama_lock();
     let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
         .args(["repl", "-m", model.to_str().unwrap(), "-n", "8", "-t", "1"])
         .args(extra)
+        .current_dir(cwd)
         .env("XDG_DATA_HOME", env!("CARGO_TARGET_TMPDIR"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -130,19 +136,8 @@ fn run_executes_a_script_whose_sessions_start_from_the_repl_settings() {
          write_csv(\"r.csv\", r.per_token);\n",
     )
     .unwrap();
-    let _serial = llama_lock();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-        .args(["repl", "-m", m.to_str().unwrap(), "-n", "8", "-t", "1"])
-        .current_dir(dir.path())
-        .env("XDG_DATA_HOME", env!("CARGO_TARGET_TMPDIR"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start bmoe repl");
     let input = format!(":run {} first second\n:run missing.rhai\nHello\n", script.display());
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = repl_in(dir.path(), &m, &[], &input);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("args [\"first\", \"second\"]"), "{stdout}");

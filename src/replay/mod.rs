@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::telemetry::trace::TraceRow;
+
 /// A cache policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
@@ -82,81 +84,38 @@ pub struct Trace {
     pub loads: Vec<Load>,
 }
 
-/// The most experts per layer a trace may declare.
-const MAX_EXPERTS: usize = 1 << 16;
-
 impl Trace {
-    /// Parses a route trace (`# route_trace v1` header, then
-    /// `turn,phase,step,layer,slot,expert,weight,residency,expert_bytes[,dropped]` rows).
+    /// Parses a route trace (`telemetry::trace::parse`) and groups its rows
+    /// into loads: a new load when the layer, turn or phase changes, or a
+    /// decode row moves to another position (the next decode call). Dropped
+    /// rows load nothing and are left out.
     pub fn parse(text: &str) -> Result<Trace, String> {
-        let mut n_expert = None;
-        let mut k = None;
-        let mut expert_bytes = HashMap::new();
+        let parsed = crate::telemetry::trace::parse(text)?;
         let mut loads: Vec<Load> = Vec::new();
-        // (turn, phase, layer, step) of the previous row.
-        let mut prev: Option<(u32, u8, u32, i64)> = None;
-        for (no, line) in text.lines().enumerate() {
-            if let Some(h) = line.strip_prefix('#') {
-                let mut layer = None;
-                for kv in h.split_whitespace() {
-                    match kv.split_once('=') {
-                        Some(("n_expert", v)) => n_expert = v.parse::<usize>().ok(),
-                        Some(("n_expert_used", v)) => k = v.parse::<usize>().ok(),
-                        Some(("layer", v)) => layer = v.parse::<u32>().ok(),
-                        Some(("expert_bytes", v)) => {
-                            if let (Some(l), Ok(b)) = (layer, v.parse::<u64>()) {
-                                expert_bytes.insert(l, b);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                continue;
-            }
-            if line.starts_with("turn") || line.trim().is_empty() {
-                continue;
-            }
-            let f: Vec<&str> = line.split(',').collect();
-            let bad = || format!("line {}: not a route-trace row: {line:?}", no + 1);
-            if f.len() < 9 {
-                return Err(bad());
-            }
-            let turn: u32 = f[0].parse().map_err(|_| bad())?;
-            let phase: u8 = f[1].parse().map_err(|_| bad())?;
-            let step: i64 = f[2].parse().map_err(|_| bad())?;
-            let layer: u32 = f[3].parse().map_err(|_| bad())?;
-            let expert: u32 = f[5].parse().map_err(|_| bad())?;
-            let hit = f[7] == "1";
-            let dropped = f.get(9).is_some_and(|d| *d == "1");
-            if n_expert.is_some_and(|n| expert as usize >= n) {
-                return Err(format!("line {}: expert {expert} is past the header's n_expert", no + 1));
-            }
-            // A new load when the layer, turn or phase changes, or a decode
-            // row moves to another position (the next decode call).
-            let same =
-                prev.is_some_and(|(t, p, l, s)| t == turn && p == phase && l == layer && (phase == 0 || s == step));
+        let mut prev: Option<&TraceRow> = None;
+        for r in &parsed.rows {
+            let same = prev.is_some_and(|p| {
+                p.turn == r.turn && p.phase == r.phase && p.layer == r.layer && (r.phase == 0 || p.step == r.step)
+            });
             if !same {
-                loads.push(Load { decode: phase == 1, layer, experts: Vec::new(), recorded_hits: Vec::new() });
+                loads.push(Load {
+                    decode: r.phase == 1,
+                    layer: r.layer,
+                    experts: Vec::new(),
+                    recorded_hits: Vec::new(),
+                });
             }
-            prev = Some((turn, phase, layer, step));
-            if !dropped {
+            prev = Some(r);
+            if !r.dropped {
                 let load = loads.last_mut().expect("pushed above");
-                load.experts.push(expert);
-                load.recorded_hits.push(hit);
+                load.experts.push(r.expert);
+                load.recorded_hits.push(r.hit);
             }
-        }
-        let n_expert = n_expert.ok_or("header has no n_expert")?;
-        let k = k.ok_or("header has no n_expert_used")?;
-        if !(1..=MAX_EXPERTS).contains(&n_expert) {
-            return Err(format!("header: n_expert={n_expert} is not a plausible expert count (1..={MAX_EXPERTS})"));
-        }
-        if loads.iter().any(|l| l.experts.iter().any(|&e| e as usize >= n_expert)) {
-            return Err(format!("a row routes an expert past the header's n_expert={n_expert}"));
         }
         if loads.is_empty() {
             return Err("the trace has no routing rows".into());
         }
-        Ok(Trace { n_expert, k, expert_bytes, loads })
+        Ok(Trace { n_expert: parsed.n_expert, k: parsed.k, expert_bytes: parsed.expert_bytes, loads })
     }
 
     /// Bytes of all experts of every layer the trace routes.

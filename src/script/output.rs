@@ -4,12 +4,26 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rhai::{Array, Dynamic, Map};
 
 /// A whole drawing surface.
 type Area<DB> = DrawingArea<DB, plotters::coord::Shift>;
+
+/// A chart on two float axes.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws the series' legend box.
+fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
 
 /// Makes the bundled DejaVu Sans the charts' font, once: the text of a PNG
 /// is drawn with it, and SVG text is measured with it (no system fonts needed).
@@ -203,6 +217,23 @@ impl ChartSpec {
         root.present().map_err(|e| e.to_string())
     }
 
+    /// The chart's frame: title, margins, label areas and axes' ranges.
+    fn frame<'a, DB: DrawingBackend>(
+        &self,
+        root: &'a Area<DB>,
+        x: std::ops::Range<f64>,
+        y: std::ops::Range<f64>,
+        y_labels: u32,
+    ) -> Result<Chart<'a, DB>, String> {
+        ChartBuilder::on(root)
+            .caption(&self.title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(if y_labels > 30 { 40 } else { 30 })
+            .y_label_area_size(y_labels)
+            .build_cartesian_2d(x, y)
+            .map_err(|e| e.to_string())
+    }
+
     fn y_range(&self) -> (f64, f64) {
         let all = self.series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite());
         let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
@@ -217,13 +248,7 @@ impl ChartSpec {
         let (x0, x1) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
         let x1 = if x1 > x0 { x1 } else { x0 + 1.0 };
         let (y0, y1) = self.y_range();
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(|e| e.to_string())?;
+        let mut chart = self.frame(root, x0..x1, y0..y1, 60)?;
         chart.configure_mesh().x_desc(&self.x_label).y_desc(&self.y_label).draw().map_err(|e| e.to_string())?;
         for (i, (name, ys)) in self.series.iter().enumerate() {
             let colour = Palette99::pick(i).to_rgba();
@@ -238,12 +263,7 @@ impl ChartSpec {
                 .draw_series(points.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
                 .map_err(|e| e.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())
+        legend(&mut chart)
     }
 
     fn bar<DB: DrawingBackend>(&self, root: &Area<DB>) -> Result<(), String> {
@@ -251,13 +271,7 @@ impl ChartSpec {
         let labels: Vec<String> = self.x.iter().map(|v| v.to_string()).collect();
         let groups = labels.len() as f64;
         let (y0, y1) = self.y_range();
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..groups, y0..y1)
-            .map_err(|e| e.to_string())?;
+        let mut chart = self.frame(root, 0.0..groups, y0..y1, 60)?;
         let names = labels.clone();
         chart
             .configure_mesh()
@@ -281,12 +295,7 @@ impl ChartSpec {
                 .label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())
+        legend(&mut chart)
     }
 
     fn heatmap<DB: DrawingBackend>(&self, root: &Area<DB>) -> Result<(), String> {
@@ -295,13 +304,7 @@ impl ChartSpec {
         let values = || self.series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite());
         let lo = values().fold(f64::INFINITY, f64::min);
         let hi = values().fold(f64::NEG_INFINITY, f64::max);
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(30)
-            .y_label_area_size(30)
-            .build_cartesian_2d(0.0..cols.len() as f64, 0.0..self.rows.len() as f64)
-            .map_err(|e| e.to_string())?;
+        let mut chart = self.frame(root, 0.0..cols.len() as f64, 0.0..self.rows.len() as f64, 30)?;
         chart
             .configure_mesh()
             .disable_mesh()

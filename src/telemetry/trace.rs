@@ -129,20 +129,58 @@ pub struct TraceStats {
 /// The most experts per layer a trace may declare (real models have up to 512).
 const MAX_EXPERTS: usize = 1 << 16;
 
-/// One trace row: (phase, step, layer, expert).
-type Row = (u8, i64, u32, u32);
+/// One row of a route trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceRow {
+    /// Conversation turn.
+    pub turn: u32,
+    /// 0 prefill, 1 decode.
+    pub phase: u8,
+    /// Context position of the row's token.
+    pub step: i64,
+    /// Layer.
+    pub layer: u32,
+    /// Expert routed.
+    pub expert: u32,
+    /// The expert was in the cache (the `residency` column).
+    pub hit: bool,
+    /// A drop policy skipped it (bmoe's `dropped` column; absent in the reference's traces).
+    pub dropped: bool,
+}
 
-/// Parses and analyses a route trace (ours or the reference engine's).
-pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Result<TraceStats, String> {
+/// A route trace's header and rows, checked against each other.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedTrace {
+    /// Experts per layer.
+    pub n_expert: usize,
+    /// Experts per token.
+    pub k: usize,
+    /// Bytes of one expert of each layer, from the `# layer=` lines.
+    pub expert_bytes: HashMap<u32, u64>,
+    /// The rows, in file order.
+    pub rows: Vec<TraceRow>,
+}
+
+/// Parses a route trace (ours or the reference engine's): `#` header lines,
+/// then `turn,phase,step,layer,slot,expert,weight,residency,expert_bytes[,dropped]` rows.
+pub fn parse(text: &str) -> Result<ParsedTrace, String> {
     let mut n_expert = None;
     let mut k = None;
-    let mut rows: Vec<Row> = Vec::new();
+    let mut expert_bytes = HashMap::new();
+    let mut rows = Vec::new();
     for (no, line) in text.lines().enumerate() {
         if let Some(h) = line.strip_prefix('#') {
+            let mut layer = None;
             for kv in h.split_whitespace() {
                 match kv.split_once('=') {
                     Some(("n_expert", v)) => n_expert = v.parse().ok(),
                     Some(("n_expert_used", v)) => k = v.parse().ok(),
+                    Some(("layer", v)) => layer = v.parse::<u32>().ok(),
+                    Some(("expert_bytes", v)) => {
+                        if let (Some(l), Ok(b)) = (layer, v.parse::<u64>()) {
+                            expert_bytes.insert(l, b);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -156,11 +194,15 @@ pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Resul
         if f.len() < 9 {
             return Err(bad());
         }
-        let phase: u8 = f[1].parse().map_err(|_| bad())?;
-        let step: i64 = f[2].parse().map_err(|_| bad())?;
-        let layer: u32 = f[3].parse().map_err(|_| bad())?;
-        let expert: u32 = f[5].parse().map_err(|_| bad())?;
-        rows.push((phase, step, layer, expert));
+        rows.push(TraceRow {
+            turn: f[0].parse().map_err(|_| bad())?,
+            phase: f[1].parse().map_err(|_| bad())?,
+            step: f[2].parse().map_err(|_| bad())?,
+            layer: f[3].parse().map_err(|_| bad())?,
+            expert: f[5].parse().map_err(|_| bad())?,
+            hit: f[7] == "1",
+            dropped: f.get(9).is_some_and(|d| *d == "1"),
+        });
     }
     let n_expert: usize = n_expert.ok_or("header has no n_expert")?;
     let k: usize = k.ok_or("header has no n_expert_used")?;
@@ -170,9 +212,19 @@ pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Resul
     if !(1..=n_expert).contains(&k) {
         return Err(format!("header: n_expert_used={k} must be in 1..={n_expert}"));
     }
-    if let Some(r) = rows.iter().find(|r| r.3 as usize >= n_expert) {
-        return Err(format!("a row routes expert {} but the header says n_expert={n_expert}", r.3));
+    if let Some(r) = rows.iter().find(|r| r.expert as usize >= n_expert) {
+        return Err(format!("a row routes expert {} but the header says n_expert={n_expert}", r.expert));
     }
+    Ok(ParsedTrace { n_expert, k, expert_bytes, rows })
+}
+
+/// One trace row for the analysis: (phase, step, layer, expert).
+type Row = (u8, i64, u32, u32);
+
+/// Parses and analyses a route trace (ours or the reference engine's).
+pub fn analyze(text: &str, max_decode_tokens: usize, fractions: &[f64]) -> Result<TraceStats, String> {
+    let ParsedTrace { n_expert, k, rows, .. } = parse(text)?;
+    let rows: Vec<Row> = rows.iter().map(|r| (r.phase, r.step, r.layer, r.expert)).collect();
     let mut decode_steps: Vec<i64> = rows.iter().filter(|r| r.0 == 1).map(|r| r.1).collect();
     decode_steps.dedup();
     let window: HashSet<i64> = decode_steps.iter().copied().take(max_decode_tokens).collect();
