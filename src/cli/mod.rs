@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 use crate::synth::{self, ModelSpec, WriteReport};
 
 pub use generate::{GenerateArgs, RunFlags, open_host, resolve_config, resolve_model};
-pub use model::{MakeModelArgs, inspect_report};
+pub use model::{MakeModelArgs, inspect_report, model_spec};
 pub use plugin::PluginCommand;
 
 /// bmoe runs Mixture-of-Experts models larger than RAM by reading only the

@@ -12,7 +12,7 @@ use crate::synth::{Arch, ModelSpec, Preset};
 use crate::telemetry::trace;
 
 /// `bmoe make-model`
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default)]
 pub struct MakeModelArgs {
     /// Output file (with --split N: the name before -0000i-of-0000N.gguf).
     #[arg(short, long)]
@@ -66,6 +66,28 @@ pub struct MakeModelArgs {
 }
 
 pub fn make_model(a: MakeModelArgs) -> Result<()> {
+    let spec = model_spec(&a)?;
+    let report = write_model_with_progress(&spec, &a.output, "writing")?;
+    for p in &report.paths {
+        eprintln!("wrote {}", p.display());
+    }
+    eprintln!(
+        "{} {} layers, {} experts (top-{}), {} experts: {:.1} MiB in {:.2} s ({:.0} MiB/s); random weights",
+        spec.arch.name(),
+        spec.layers,
+        spec.experts,
+        spec.experts_used,
+        spec.expert_type,
+        report.bytes as f64 / 1048576.0,
+        report.seconds,
+        report.bytes as f64 / 1048576.0 / report.seconds.max(1e-9)
+    );
+    Ok(())
+}
+
+/// The model `bmoe make-model` (and a script's `make_model`) would write
+/// for `a`: the preset, then every option given.
+pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
     let preset =
         Preset::from_name(&a.preset).ok_or_else(|| anyhow!("--preset {}: expected tiny, demo or bench", a.preset))?;
     let arch = Arch::from_name(&a.arch)
@@ -116,22 +138,7 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
         crate::chat::ChatTemplate::new(t, &source).map_err(|e| anyhow!(e))?;
         spec.chat_template = Some(source);
     }
-    let report = write_model_with_progress(&spec, &a.output, "writing")?;
-    for p in &report.paths {
-        eprintln!("wrote {}", p.display());
-    }
-    eprintln!(
-        "{} {} layers, {} experts (top-{}), {} experts: {:.1} MiB in {:.2} s ({:.0} MiB/s); random weights",
-        arch.name(),
-        spec.layers,
-        spec.experts,
-        spec.experts_used,
-        spec.expert_type,
-        report.bytes as f64 / 1048576.0,
-        report.seconds,
-        report.bytes as f64 / 1048576.0 / report.seconds.max(1e-9)
-    );
-    Ok(())
+    Ok(spec)
 }
 
 fn mib(b: u64) -> String {

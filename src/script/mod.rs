@@ -132,18 +132,16 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
 
     engine.register_type_with_name::<Session>("Session");
     let out = OutDir::new(options.out_dir.clone());
-    let (base, o, opened) = (options.base.clone(), out.clone(), sessions.clone());
-    engine.register_fn("open", move |path: &str, settings: Map| -> Fallible<Session> {
-        let s = Session::open(path, &settings, &base, &o)?;
-        opened.borrow_mut().push(s.clone());
-        Ok(s)
-    });
+    // Every session opened is remembered, to close its telemetry files at the end.
     let (base, o) = (options.base.clone(), out.clone());
-    engine.register_fn("open", move |path: &str| -> Fallible<Session> {
-        let s = Session::open(path, &Map::new(), &base, &o)?;
+    let open = Rc::new(move |path: &str, settings: &Map| -> Fallible<Session> {
+        let s = Session::open(path, settings, &base, &o)?;
         sessions.borrow_mut().push(s.clone());
         Ok(s)
     });
+    let with = open.clone();
+    engine.register_fn("open", move |path: &str, settings: Map| with(path, &settings));
+    engine.register_fn("open", move |path: &str| open(path, &Map::new()));
     engine.register_fn("generate", |s: &mut Session, prompt: &str, n: i64| s.generate(prompt, n, &Map::new()));
     engine.register_fn("generate", |s: &mut Session, prompt: &str, n: i64, o: Map| s.generate(prompt, n, &o));
     engine.register_fn("chat", |s: &mut Session, message: &str| s.chat(message));
@@ -183,62 +181,48 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
 }
 
 /// `make_model(path, #{preset, arch, layers, embd, experts, experts_used,
-/// expert_ff, quant, seed, chat_template})`: a synthetic model written
-/// under the output directory; returns its path.
+/// expert_ff, quant, seed, chat_template, token_corr, skew, skew_first,
+/// mix})`: what `bmoe make-model` writes, under the output directory;
+/// returns its path.
 fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
-    use crate::gguf::GgmlType;
-    use crate::synth::{Arch, ModelSpec, Preset};
     let full = out.resolve(path).map_err(|e| fail("make_model", e))?;
     let text = |k: &str| spec.get(k).map(|v| v.to_string());
     let int = |k: &str| -> Fallible<Option<u32>> {
-        match spec.get(k) {
-            None => Ok(None),
-            Some(v) => v
-                .as_int()
-                .ok()
-                .and_then(|i| u32::try_from(i).ok())
-                .map(Some)
-                .ok_or_else(|| fail("make_model", format!("{k} = {v}: want a non-negative integer"))),
-        }
+        spec.get(k)
+            .map(|v| {
+                v.as_int()
+                    .ok()
+                    .and_then(|i| u32::try_from(i).ok())
+                    .ok_or_else(|| fail("make_model", format!("{k} = {v}: want a non-negative integer")))
+            })
+            .transpose()
     };
-    let preset = text("preset").unwrap_or_else(|| "tiny".into());
-    let preset = Preset::from_name(&preset)
-        .ok_or_else(|| fail("make_model", format!("preset `{preset}`: tiny, demo or bench")))?;
-    let arch = text("arch").unwrap_or_else(|| "qwen3moe".into());
-    let arch = Arch::from_name(&arch)
-        .ok_or_else(|| fail("make_model", format!("arch `{arch}`: qwen3moe, gemma4 or gpt-oss")))?;
-    let mut m = ModelSpec::preset(preset, arch);
-    if let Some(v) = int("layers")? {
-        m.layers = v;
-    }
-    if let Some(v) = int("embd")? {
-        m.embd = v;
-    }
-    if let Some(v) = int("experts")? {
-        m.experts = v;
-    }
-    if let Some(v) = int("experts_used")? {
-        m.experts_used = v;
-    }
-    if let Some(v) = int("expert_ff")? {
-        m.expert_ff = v;
-    }
-    if let Some(v) = int("seed")? {
-        m.seed = u64::from(v);
-    }
-    if let Some(q) = text("quant") {
-        let supported = [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0];
-        m.expert_type = GgmlType::from_name(&q)
-            .filter(|t| supported.contains(t))
-            .ok_or_else(|| fail("make_model", format!("quant `{q}`: f32, f16, q8_0 or q4_0")))?;
-    }
-    if let Some(t) = text("chat_template") {
-        let source = crate::chat::named_template(&t)
-            .map(str::to_string)
-            .ok_or_else(|| fail("make_model", format!("chat_template `{t}` is not a bundled family")))?;
-        m.chat_template = Some(source);
-    }
-    m.validate().map_err(|e| fail("make_model", e))?;
+    let float = |k: &str| -> Fallible<Option<f32>> {
+        spec.get(k)
+            .map(|v| {
+                v.as_float().map(|f| f as f32).map_err(|_| fail("make_model", format!("{k} = {v}: want a number")))
+            })
+            .transpose()
+    };
+    let args = crate::cli::MakeModelArgs {
+        output: full.clone(),
+        preset: text("preset").unwrap_or_else(|| "tiny".into()),
+        arch: text("arch").unwrap_or_else(|| "qwen3moe".into()),
+        layers: int("layers")?,
+        embd: int("embd")?,
+        experts: int("experts")?,
+        experts_used: int("experts_used")?,
+        expert_ff: int("expert_ff")?,
+        quant: text("quant"),
+        seed: int("seed")?.map(u64::from),
+        split: None,
+        token_corr: float("token_corr")?,
+        skew: float("skew")?,
+        skew_first: float("skew_first")?,
+        mix: float("mix")?,
+        chat_template: text("chat_template"),
+    };
+    let m = crate::cli::model_spec(&args).map_err(|e| fail("make_model", format!("{e:#}")))?;
     let written = crate::synth::write_model(&m, &full, &mut |_, _| {
         if crate::cli::interrupt::requested() {
             std::ops::ControlFlow::Break(())

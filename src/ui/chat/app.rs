@@ -274,17 +274,7 @@ impl App {
                         }
                     }
                     Err(e) => {
-                        // A turn refused before it began leaves an empty reply: drop it.
-                        let empty = self.transcript.live_reply().map(|(r, a, _)| r.is_empty() && a.is_empty());
-                        match empty {
-                            Some(true) => self.transcript.drop_live_reply(),
-                            Some(false) => {
-                                if let Some((_, _, footer)) = self.transcript.live_reply() {
-                                    *footer = Some("failed".into());
-                                }
-                            }
-                            None => {}
-                        }
+                        self.transcript.fail_live_reply();
                         self.transcript.push(Entry::Error(e));
                     }
                 }

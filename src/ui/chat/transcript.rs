@@ -77,10 +77,22 @@ impl Transcript {
         }
     }
 
-    /// Removes the reply being written (a turn refused before it began).
-    pub fn drop_live_reply(&mut self) {
-        if let Some(i) = self.cells.iter().rposition(|c| matches!(c.entry, Entry::Reply { footer: None, .. })) {
-            self.cells.remove(i);
+    /// Ends the reply being written as failed; one that never got any text
+    /// (a turn refused before it began) is removed.
+    pub fn fail_live_reply(&mut self) {
+        let Some(i) = self.cells.iter().rposition(|c| matches!(c.entry, Entry::Reply { footer: None, .. })) else {
+            return;
+        };
+        let cell = &mut self.cells[i];
+        match &mut cell.entry {
+            Entry::Reply { reasoning, answer, .. } if reasoning.is_empty() && answer.is_empty() => {
+                self.cells.remove(i);
+            }
+            Entry::Reply { footer, .. } => {
+                *footer = Some("failed".into());
+                cell.wrapped.replace(None);
+            }
+            _ => {}
         }
     }
 

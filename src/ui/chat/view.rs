@@ -69,24 +69,21 @@ pub fn draw(frame: &mut Frame, app: &App) {
 /// fits in about 45% of the screen, at least the telemetry's width.
 fn right_width(app: &App, width: u16) -> u16 {
     let n = app.routing.n_expert() as u16;
-    let frame = 4 + 6 + 2;
-    if width < WIDE {
-        // Narrow screens fold the panel to a mini bar per layer.
-        let folded = frame + app.info.k.max(1) as u16;
-        let full = frame + n;
-        return if width < 60 { 0 } else { full.min(width / 3).max(folded.max(26).min(width / 3)) };
+    // Row label, hit column and borders around the cells.
+    let full = 4 + 6 + 2 + n;
+    if width < 60 {
+        return 0;
     }
+    if width < WIDE {
+        // A third of a narrow screen: one cell per expert if they fit, else
+        // the panel folds to a mini bar per layer; room for the legend.
+        return full.max(26).min(width / 3);
+    }
+    // Half the screen at most, at least the telemetry's width.
     let share = width / 2;
-    let full = frame + n;
-    let half = frame + n.div_ceil(2);
-    let want = if full <= share {
-        full
-    } else if half <= share {
-        half
-    } else {
-        share
-    };
-    want.max(44).min(share.max(44))
+    let half = full - n + n.div_ceil(2);
+    let want = if full <= share { full } else { half.min(share) };
+    want.max(44)
 }
 
 fn input_height(app: &App, width: u16) -> u16 {
