@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{CacheBudget, DenseWeights, SessionOptions, StreamOptions};
 use crate::llama::Sampling;
+use crate::moe::predict::ReadAhead;
 
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -215,6 +216,11 @@ pub struct MoeConfig {
     pub o_direct: bool,
     /// Experts per token; 0 = the model's own.
     pub n_expert_used: u32,
+    /// Read ahead the previous token's experts of this many next layers
+    /// while a layer computes (needs the cache); 0 = off.
+    pub prefetch: u32,
+    /// Run the next layer's router early and read ahead its choice (needs the cache).
+    pub predict: bool,
 }
 
 impl Default for MoeConfig {
@@ -228,6 +234,8 @@ impl Default for MoeConfig {
             io_threads: 4,
             o_direct: true,
             n_expert_used: 0,
+            prefetch: 0,
+            predict: false,
         }
     }
 }
@@ -327,6 +335,23 @@ impl RunConfig {
             }
             Some(_) => {}
         }
+        if m.prefetch > 8 {
+            return Err(bad("moe.prefetch", format!("reads at most 8 layers ahead (got {})", m.prefetch)));
+        }
+        for (field, on) in [("moe.prefetch", m.prefetch > 0), ("moe.predict", m.predict)] {
+            if !on {
+                continue;
+            }
+            if !m.stream {
+                return Err(bad(field, "read-ahead needs streaming (moe.stream = true / --moe-stream)"));
+            }
+            if m.cache_mb == CacheMb::Mib(0.0) {
+                return Err(bad(field, "read-ahead fills the expert cache: it needs moe.cache_mb auto or above 0"));
+            }
+            if m.io_threads < 2 {
+                return Err(bad(field, "read-ahead runs on spare read lanes: it needs moe.io_threads of 2 or more"));
+            }
+        }
         if !(m.cache_ceil_mb.is_finite() && m.cache_ceil_mb >= 0.0) {
             return Err(bad(
                 "moe.cache_ceil_mb",
@@ -387,6 +412,7 @@ impl RunConfig {
                 dense: DenseWeights::from_name(&m.dense_weights).unwrap_or_default(),
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
+                read_ahead: ReadAhead { layers: m.prefetch, router: m.predict },
             }),
         }
     }

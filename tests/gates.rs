@@ -6,6 +6,7 @@ mod common;
 
 use bmoe::engine::{CacheBudget, DenseWeights, Phase, SessionOptions, StreamOptions};
 use bmoe::gguf::GgmlType;
+use bmoe::moe::predict::ReadAhead;
 use bmoe::synth::Arch;
 use common::*;
 
@@ -188,7 +189,13 @@ fn fused_gate_up_layout() {
     gate(&m, cached(100 * 1024, 2), "gemma4 fused, cache");
     gate(
         &m,
-        Some(StreamOptions { cache: CacheBudget::Off, dense: DenseWeights::Mmap, io_threads: 1, o_direct: false }),
+        Some(StreamOptions {
+            cache: CacheBudget::Off,
+            dense: DenseWeights::Mmap,
+            io_threads: 1,
+            o_direct: false,
+            read_ahead: ReadAhead::default(),
+        }),
         "gemma4 buffered",
     );
 }
@@ -247,4 +254,89 @@ fn poisoned_slice_is_detected() {
         decode_row.layer,
         decode_row.expert
     );
+}
+
+/// Read-ahead changes only what is read early, never the routing: every
+/// mode on every architecture, with a cache that evicts every token, one
+/// holding about a third of the bank and one holding all of it.
+#[test]
+fn read_ahead_is_lossless() {
+    let dir = tempdir();
+    let modes = [
+        ReadAhead { layers: 1, router: false },
+        ReadAhead { layers: 3, router: false },
+        ReadAhead { layers: 0, router: true },
+        ReadAhead { layers: 2, router: true },
+    ];
+    for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
+        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
+        let (reference, _) = run(options(&m, None), N);
+        let streamed_layers = {
+            let _serial = llama_lock();
+            bmoe::engine::Session::open(options(&m, stream0(1, true))).unwrap().info().streamed_layers as usize
+        };
+        for read_ahead in modes {
+            for budget in [100 << 10, 600 << 10, 64 << 20] {
+                let what = format!("{arch:?}, {read_ahead:?}, cache {budget} bytes");
+                let stream = cached(budget, 3).map(|s| StreamOptions { read_ahead, ..s });
+                let (streamed, reports) = run(options(&m, stream), N);
+                assert_identical(&reference, &streamed, &what);
+                let decode: Vec<_> = reports.iter().filter(|r| r.phase == Phase::Decode).collect();
+                let prefetched: u64 = decode.iter().map(|r| r.trace.prefetched).sum();
+                let used: u64 = decode.iter().map(|r| r.trace.prefetch_used).sum();
+                assert!(used <= prefetched, "{what}: {used} of {prefetched} read-ahead entries used");
+                if budget == 100 << 10 {
+                    // Two entries fit: whatever is read ahead was evicted since the last token.
+                    assert!(prefetched > 0, "{what}: nothing was read ahead");
+                }
+                let scores: Vec<_> = decode.iter().flat_map(|r| &r.trace.predictions).collect();
+                if read_ahead.router {
+                    // Every streamed layer but the first is predicted from the one before, every step.
+                    assert_eq!(scores.len(), (streamed_layers - 1) * decode.len(), "{what}");
+                    assert!(scores.iter().all(|s| s.layer >= 1 && s.right <= s.routed && s.routed >= 2), "{what}");
+                } else {
+                    assert!(scores.is_empty(), "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// Run on a layer's own input, the predictor must pick what the router
+/// picked: this checks the hidden state it reads, the folded norm weight,
+/// the bias and the top-k.
+#[test]
+fn router_predictor_reproduces_the_routing_of_its_own_layer() {
+    let dir = tempdir();
+    for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
+        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
+        let _serial = llama_lock();
+        let stream =
+            cached(64 << 20, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: true }, ..s });
+        let mut session = bmoe::engine::Session::open(options(&m, stream)).unwrap();
+        session.hook_mut().unwrap().predict_own_layer();
+        let req = bmoe::engine::GenerateRequest {
+            prompt: PROMPT.into(),
+            n_predict: N,
+            sampling: bmoe::llama::Sampling::default(),
+            continue_context: false,
+            keep_logits: false,
+        };
+        let layers = session.info().streamed_layers;
+        let (mut routed, mut right) = (0, 0);
+        session
+            .generate(&req, &mut |e| {
+                if let bmoe::engine::Event::Step(r) = e {
+                    for s in &r.trace.predictions {
+                        routed += s.routed;
+                        right += s.right;
+                    }
+                }
+            })
+            .unwrap();
+        // Every streamed layer of every decode step, two experts or more each.
+        assert!(routed >= layers * 2 * (N - 1), "{arch:?}: {routed} routed experts scored");
+        // The graph rounds differently (f32 here), so a near tie may flip.
+        assert!(right * 100 >= routed * 98, "{arch:?}: predicted {right} of {routed}");
+    }
 }

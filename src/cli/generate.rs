@@ -67,6 +67,14 @@ pub struct RunFlags {
     /// Experts routed per token (fewer than the model's own is lossy).
     #[arg(long)]
     pub n_expert_used: Option<u32>,
+    /// While a layer computes, read ahead the experts the previous token routed in the next N
+    /// layers (lossless; needs the cache) [moe.prefetch, default 0].
+    #[arg(long, value_name = "N")]
+    pub prefetch: Option<u32>,
+    /// While a layer computes, run the next layer's router on its input and read ahead the
+    /// experts it picks (lossless; needs the cache) [moe.predict].
+    #[arg(long)]
+    pub predict: bool,
     /// Compute threads (0 = one per core).
     #[arg(short, long)]
     pub threads: Option<u32>,
@@ -144,7 +152,10 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     let m = &mut c.moe;
     set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, dense_weights => m.dense_weights,
          io_threads => m.io_threads,
-         n_expert_used => m.n_expert_used);
+         n_expert_used => m.n_expert_used, prefetch => m.prefetch);
+    if args.predict {
+        m.predict = true;
+    }
     if args.force_cache {
         m.force_cache = true;
     }

@@ -10,6 +10,7 @@ use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
+use crate::moe::predict::ReadAhead;
 use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, recipe, resolve_banks};
 use crate::policy::{Drafter, Dropper};
 use crate::telemetry::mem::MemSnapshot;
@@ -28,6 +29,8 @@ pub struct StreamOptions {
     pub io_threads: usize,
     /// Try O_DIRECT (verified at open, buffered fallback).
     pub o_direct: bool,
+    /// What to read ahead for the coming layers while one computes.
+    pub read_ahead: ReadAhead,
 }
 
 /// Everything fixed at open.
@@ -747,6 +750,12 @@ impl Session {
     pub fn store(&mut self) -> Option<&mut ExpertStore> {
         self.ctx.hook_mut().and_then(|h| h.store_mut())
     }
+
+    /// The eval hook, when streaming (for tests and diagnostics).
+    #[doc(hidden)]
+    pub fn hook_mut(&mut self) -> Option<&mut MoeHook> {
+        self.ctx.hook_mut()
+    }
 }
 
 /// Captures the expert tensors with a warm-up decode, opens the read lanes,
@@ -775,6 +784,8 @@ fn attach_stream(
     info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
     info.io_threads = lanes.lanes();
     info.o_direct = lanes.o_direct();
+    // Converted before the process is measured, so the budget leaves room.
+    let router_bytes = hook.set_read_ahead(stream.read_ahead).map_err(EngineError::Unsupported)?;
     // Measured before the dense weights move into anonymous memory: they
     // are counted once, as dense weights, not again as the process's own.
     let held = holdings(&banks, files, info, n_ctx);
@@ -794,6 +805,24 @@ fn attach_stream(
     info.bank_bytes = store.bank_bytes();
     info.cache_budget = decision.bytes;
     info.holdings = Some(held);
+    let ra = stream.read_ahead;
+    if ra.any() && !store.can_prefetch() {
+        let why = if store.budget() == 0 { "the expert cache is off" } else { "there is a single read lane" };
+        notices.push(format!("read-ahead is off: it reads into the expert cache on spare lanes, and {why}"));
+        hook.set_read_ahead(ReadAhead::default()).map_err(EngineError::Unsupported)?;
+    } else if ra.any() {
+        let mut what = Vec::new();
+        if ra.layers > 0 {
+            what.push(format!("the previous token's experts of the next {} layer(s)", ra.layers));
+        }
+        if ra.router {
+            what.push(format!(
+                "the next layer's router's choice ({:.1} MiB of routers as f32)",
+                router_bytes as f64 / 1048576.0
+            ));
+        }
+        notices.push(format!("read-ahead: {}", what.join(", and ")));
+    }
     info.notices = notices;
     hook.start_streaming(store);
     Ok(())

@@ -42,6 +42,8 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("moe.io_threads", Apply::Reopen, "parallel read lanes"),
     ("moe.o_direct", Apply::Reopen, "O_DIRECT expert reads"),
     ("moe.n_expert_used", Apply::Reopen, "experts per token (0 = the model's own; fewer is lossy)"),
+    ("moe.prefetch", Apply::Reopen, "read ahead the previous token's experts of the next N layers (0 = off)"),
+    ("moe.predict", Apply::Reopen, "read ahead the experts the next layer's router picks, run early"),
     (
         "plugins.draft_plugin",
         Apply::Live,

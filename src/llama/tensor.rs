@@ -57,6 +57,21 @@ impl<'a> Tensor<'a> {
         self.t().op == sys::GGML_OP_MUL_MAT_ID
     }
 
+    /// True when the node multiplies element-wise (`GGML_OP_MUL`), as a norm's weight does.
+    pub fn is_mul(&self) -> bool {
+        self.t().op == sys::GGML_OP_MUL
+    }
+
+    /// True when the node multiplies by a constant (`GGML_OP_SCALE`).
+    pub fn is_scale(&self) -> bool {
+        self.t().op == sys::GGML_OP_SCALE
+    }
+
+    /// True when the node is an RMS norm (`GGML_OP_RMS_NORM`).
+    pub fn is_rms_norm(&self) -> bool {
+        self.t().op == sys::GGML_OP_RMS_NORM
+    }
+
     /// True when the node is a leaf holding data (no operation).
     pub fn is_leaf(&self) -> bool {
         self.t().op == sys::GGML_OP_NONE
@@ -168,6 +183,12 @@ impl TensorHandle {
         unsafe { sys::ggml_nbytes(self.0) }
     }
 
+    /// Elements per dimension.
+    pub fn ne(&self) -> [i64; 4] {
+        // SAFETY: weight tensors live as long as the model that owns them.
+        unsafe { (*self.0).ne }
+    }
+
     /// The tensor's name.
     pub fn name(&self) -> String {
         // SAFETY: weight tensors live as long as the model; the name is a
@@ -200,6 +221,45 @@ impl TensorHandle {
         }
         std::hint::black_box(sum);
         len
+    }
+
+    /// The tensor's values as f32, row after row (`ne[0]` values per row,
+    /// `ne[1]` rows), converted by ggml's own routine for its type. For
+    /// 1-D and 2-D weights only.
+    pub fn to_f32(&self) -> Result<Vec<f32>, String> {
+        // SAFETY: a live weight tensor (see nbytes).
+        let t = unsafe { &*self.0 };
+        if t.ne[2] != 1 || t.ne[3] != 1 || t.ne[0] <= 0 || t.ne[1] <= 0 {
+            return Err(format!("{}: only 1-D and 2-D weights convert (shape {:?})", self.name(), t.ne));
+        }
+        let (cols, rows) = (t.ne[0] as usize, t.ne[1] as usize);
+        let mut out = vec![0f32; cols * rows];
+        if t.type_ == sys::GGML_TYPE_F32 {
+            for r in 0..rows {
+                // SAFETY: row r of an f32 tensor holds `cols` f32 values at r * nb[1]
+                // inside its data; copied bytewise, so alignment does not matter.
+                unsafe {
+                    let src = (t.data as *const u8).add(r * t.nb[1]);
+                    std::ptr::copy_nonoverlapping(src, out.as_mut_ptr().add(r * cols).cast::<u8>(), cols * 4);
+                }
+            }
+            return Ok(out);
+        }
+        // SAFETY: ggml returns static traits for any valid type id.
+        let traits = unsafe { sys::ggml_get_type_traits(t.type_) };
+        // SAFETY: non-null pointers to static data, checked before use.
+        let Some(to_float) = (!traits.is_null()).then(|| unsafe { (*traits).to_float }).flatten() else {
+            return Err(format!("{}: ggml cannot convert its type to f32", self.name()));
+        };
+        for r in 0..rows {
+            // SAFETY: row r starts r * nb[1] bytes into the tensor's data, which
+            // is valid for nbytes() bytes; `out` has room for `cols` values there.
+            unsafe {
+                let src = (t.data as *const u8).add(r * t.nb[1]);
+                to_float(src.cast(), out.as_mut_ptr().add(r * cols), cols as i64);
+            }
+        }
+        Ok(out)
     }
 
     /// Points the tensor's data at `region` (which must hold at least

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::predict::{PredictionScore, ReadAhead, RouterPredictor, RouterWeights};
 use super::recipe::parse_expert_tensor;
 use super::store::ExpertStore;
 use crate::llama::{EvalHook, Tensor, TensorBinding, TensorHandle};
@@ -37,6 +38,30 @@ pub struct CapturedTensor {
 /// Nodes of the weight chain, in the order `build_moe_ffn` may produce them.
 /// (Names without the `ffn_moe_` prefix and `-<il>` suffix.)
 const WEIGHT_NODES: [&str; 4] = ["weights", "weights_softmax", "weights_norm", "weights_scaled"];
+
+/// ggml's id for f32.
+const GGML_TYPE_F32: u32 = 0;
+
+/// A router input computed as `rms_norm(x) * weight`, optionally with a
+/// constant scale after the norm (gemma4): `(x, weight)`. A positive scale
+/// changes no ranking, so it is not needed to predict.
+fn normed<'a>(input: Tensor<'a>) -> Option<(Tensor<'a>, Tensor<'a>)> {
+    let weight = input.src(1).filter(|w| input.is_mul() && w.is_leaf())?;
+    let mut norm = input.src(0)?;
+    if norm.is_scale() {
+        norm = norm.src(0)?;
+    }
+    norm.is_rms_norm().then_some(())?;
+    Some((norm.src(0)?, weight))
+}
+
+/// The hidden state a layer's router reads, before its norm, seen from its
+/// topk node. The residual stream is still live there (the layer adds it
+/// back after its experts), unlike the normed copy the router consumed.
+fn router_input<'a>(topk: Tensor<'a>, il: usize) -> Option<Tensor<'a>> {
+    let input = topk.find_source(&format!("ffn_moe_logits-{il}"), 8)?.src(1)?;
+    normed(input).map(|(x, _)| x)
+}
 
 /// Splits `ffn_moe_<what>-<il>` into (what, il).
 fn parse_moe_node(name: &str) -> Option<(&str, usize)> {
@@ -92,6 +117,13 @@ pub struct StepTrace {
     pub dropped: u64,
     /// Bytes the skipped experts would have cost to read.
     pub avoided_bytes: u64,
+    /// Entries read ahead for coming layers (their bytes count in
+    /// `bytes_read` when the load that needed them waited for them).
+    pub prefetched: u64,
+    /// Lookups that hit an entry read ahead and not used before.
+    pub prefetch_used: u64,
+    /// Per layer, how well the router prediction named the routed experts.
+    pub predictions: Vec<PredictionScore>,
 }
 
 enum Mode {
@@ -151,6 +183,20 @@ pub struct MoeHook {
     dense: BTreeMap<String, TensorHandle>,
     /// Dense weights rebound to engine memory (`--dense-weights anon`).
     dense_bindings: Vec<TensorBinding>,
+    /// Router weights per layer, found at capture.
+    routers: BTreeMap<usize, RouterWeights>,
+    /// What to read ahead during decode.
+    read_ahead: ReadAhead,
+    predictor: Option<RouterPredictor>,
+    /// Per layer, the experts predicted for the token being decoded.
+    predicted: Vec<Vec<u32>>,
+    /// Per layer, the experts the previous decode step routed.
+    last_routed: Vec<Vec<u32>>,
+    /// Scratch: one token's hidden state.
+    hidden: Vec<f32>,
+    /// Which layer, counted from the current one, the router predicts: 1,
+    /// or 0 to check the predictor against the routing it reproduces.
+    predict_distance: usize,
 }
 
 impl MoeHook {
@@ -179,7 +225,37 @@ impl MoeHook {
             residency: Vec::new(),
             dense: BTreeMap::new(),
             dense_bindings: Vec::new(),
+            routers: BTreeMap::new(),
+            read_ahead: ReadAhead::default(),
+            predictor: None,
+            predicted: Vec::new(),
+            last_routed: Vec::new(),
+            hidden: Vec::new(),
+            predict_distance: 1,
         }
+    }
+
+    /// Makes the router predictor predict each layer from its own input,
+    /// which must reproduce the graph's routing (tests of the predictor).
+    #[doc(hidden)]
+    pub fn predict_own_layer(&mut self) {
+        self.predict_distance = 0;
+    }
+
+    /// Sets what to read ahead while streaming. Router prediction converts
+    /// every router to f32 once (its bytes are returned); it fails when the
+    /// graph showed no routers it can read.
+    pub fn set_read_ahead(&mut self, read_ahead: ReadAhead) -> Result<usize, String> {
+        self.predictor = None;
+        if read_ahead.router {
+            if self.routers.is_empty() {
+                return Err("router prediction: the graph shows no router weights (ffn_moe_logits)".into());
+            }
+            self.predictor =
+                Some(RouterPredictor::build(&self.routers).map_err(|e| format!("router prediction: {e}"))?);
+        }
+        self.read_ahead = read_ahead;
+        Ok(self.predictor.as_ref().map_or(0, RouterPredictor::bytes))
     }
 
     /// Non-expert weight tensors the graph read during capture, by name.
@@ -244,6 +320,7 @@ impl MoeHook {
         self.decode_phase = decode;
         self.pending = None;
         self.deferred = None;
+        self.predicted.iter_mut().for_each(Vec::clear);
     }
 
     /// Takes what the last decode did.
@@ -283,10 +360,25 @@ impl MoeHook {
             }
         }
         // The last weight node of a layer in graph order holds the applied weights.
-        if let Some((what, il)) = parse_moe_node(node.name())
-            && let Some(k) = WEIGHT_NODES.iter().position(|w| *w == what)
-        {
-            self.order_of(il).weights = Some((at, k));
+        if let Some((what, il)) = parse_moe_node(node.name()) {
+            if let Some(k) = WEIGHT_NODES.iter().position(|w| *w == what) {
+                self.order_of(il).weights = Some((at, k));
+            }
+            if what == "logits"
+                && let Some(router) = node.src(0).filter(Tensor::is_leaf)
+            {
+                // Without a norm to fold in, there is no live input to predict from.
+                if let Some((_, norm)) = node.src(1).and_then(normed) {
+                    let w = RouterWeights { router: router.handle(), norm: norm.handle(), bias: None };
+                    self.routers.entry(il).or_insert(w);
+                }
+            }
+            if what == "logits_biased"
+                && let Some(bias) = node.src(1).filter(Tensor::is_leaf)
+                && let Some(r) = self.routers.get_mut(&il)
+            {
+                r.bias = Some(bias.handle());
+            }
         }
         if !node.is_mul_mat_id() {
             return;
@@ -353,13 +445,99 @@ impl MoeHook {
             if (nt as u32) < self.ubatch_tokens { self.batch_tokens - nt as u32 } else { self.token_base };
         self.dropped.clear();
         self.dropped.resize(k * nt, false);
+        if self.decode_phase {
+            if self.predictor.is_some() {
+                self.predict_next(node, il, k, nt);
+            }
+            self.score_prediction(il);
+        }
         if self.dropper.is_some() && self.decode_phase {
             self.deferred = Some(Deferred { layer: il, k, tokens: nt, first_token });
             return;
         }
         let first_row = self.trace.rows.len();
         self.load_and_record(il, k, nt, first_token);
+        self.read_ahead_after(il);
         self.pending = Some((il, first_row, nt, k));
+    }
+
+    /// Compares the experts predicted for layer `il` with what it routed.
+    fn score_prediction(&mut self, il: usize) {
+        let Some(predicted) = self.predicted.get_mut(il).filter(|p| !p.is_empty()) else { return };
+        let mut routed: Vec<u32> = self.ids.iter().map(|&e| e as u32).collect();
+        routed.sort_unstable();
+        routed.dedup();
+        let right = routed.iter().filter(|e| predicted.contains(e)).count() as u32;
+        predicted.clear();
+        self.trace.predictions.push(PredictionScore { layer: il as u32, routed: routed.len() as u32, right });
+    }
+
+    /// Runs layer `il + 1`'s router on layer `il`'s input, for each of the
+    /// batch's tokens, and remembers the union of their top-k.
+    fn predict_next(&mut self, topk: Tensor<'_>, il: usize, k: usize, nt: usize) {
+        const MAX_TOKENS: usize = 4;
+        let next = il + self.predict_distance;
+        let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
+        let Some(width) = predictor.width(next).filter(|_| store.has_layer(next) && nt <= MAX_TOKENS) else {
+            return;
+        };
+        let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };
+        if input.ne()[0] != width as i64 || input.ne()[1] != nt as i64 {
+            return;
+        }
+        if self.predicted.len() <= next {
+            self.predicted.resize_with(next + 1, Vec::new);
+        }
+        let out = &mut self.predicted[next];
+        out.clear();
+        let nb = input.nb();
+        for j in 0..nt {
+            self.hidden.clear();
+            self.hidden.extend((0..width).map(|i| input.read_f32(j * nb[1] + i * nb[0]).unwrap_or(0.0)));
+            let rms = (self.hidden.iter().map(|x| x * x).sum::<f32>() / width as f32).sqrt();
+            predictor.predict(next, &self.hidden, rms.max(f32::MIN_POSITIVE), k, out);
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+
+    /// Starts reading what the coming layers will probably route, while
+    /// layer `il` computes (decode only).
+    fn read_ahead_after(&mut self, il: usize) {
+        if !self.decode_phase || !self.read_ahead.any() || self.error.is_some() {
+            return;
+        }
+        let mut targets: Vec<(usize, Vec<u32>)> = Vec::new();
+        for d in 1..=self.read_ahead.layers as usize {
+            if let Some(prev) = self.last_routed.get(il + d).filter(|p| !p.is_empty()) {
+                targets.push((il + d, prev.clone()));
+            }
+        }
+        if let Some(p) = self.predicted.get(il + 1).filter(|p| !p.is_empty()) {
+            match targets.first_mut().filter(|(t, _)| *t == il + 1) {
+                Some((_, experts)) => experts.extend(p.iter().filter(|e| !experts.contains(e)).collect::<Vec<_>>()),
+                None => targets.insert(0, (il + 1, p.clone())),
+            }
+        }
+        if self.read_ahead.layers > 0 {
+            if self.last_routed.len() <= il {
+                self.last_routed.resize_with(il + 1, Vec::new);
+            }
+            let routed = &mut self.last_routed[il];
+            routed.clear();
+            routed.extend(self.ids.iter().zip(&self.dropped).filter(|(_, d)| !**d).map(|(&e, _)| e as u32));
+            routed.sort_unstable();
+            routed.dedup();
+        }
+        let Some(store) = self.store.as_mut() else { return };
+        match store.prefetch(&targets) {
+            Ok(r) => {
+                self.trace.prefetched += r.entries;
+                self.trace.evictions += r.evictions;
+                self.trace.mgmt_ns += r.mgmt_ns;
+            }
+            Err(e) => self.fail(format!("expert read-ahead failed after layer {il}: {e}")),
+        }
     }
 
     fn on_weights(&mut self, node: Tensor<'_>, il: usize) {
@@ -383,6 +561,7 @@ impl MoeHook {
             for (row, w) in self.trace.rows[first_row..].iter_mut().zip(&self.weights) {
                 row.weight = *w;
             }
+            self.read_ahead_after(il);
             return;
         }
         let Some((layer, first, nt, k)) = self.pending.take() else { return };
@@ -468,6 +647,7 @@ impl MoeHook {
         t.lookups += report.experts.len() as u64;
         t.hits += report.experts.iter().filter(|(_, h)| *h).count() as u64;
         t.evictions += report.evictions;
+        t.prefetch_used += report.prefetch_used;
         let loaded: Vec<u32> = report.experts.iter().map(|(e, _)| *e).collect();
         let mut avoided = Vec::new();
         for j in 0..nt {

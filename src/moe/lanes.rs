@@ -71,7 +71,14 @@ impl Lane {
 
     fn read(&mut self, job: &ReadJob) -> io::Result<ReadStats> {
         let f = &self.files[job.shard];
+        let aligned = job.offset % PAGE as u64 == 0 && job.len % PAGE == 0 && job.region_offset % PAGE == 0;
         let window = match &f.direct {
+            // Page-aligned on both sides: straight into the destination, no copy.
+            Some(direct) if aligned => {
+                job.region
+                    .fill_with(job.region_offset, job.len, |dst| direct_read_exact(direct, dst, job.offset))??;
+                job.len as u64
+            }
             Some(direct) => {
                 let start = job.offset / PAGE as u64 * PAGE as u64;
                 let end = (job.offset + job.len as u64).next_multiple_of(PAGE as u64);
@@ -98,6 +105,19 @@ impl Lane {
         };
         Ok(ReadStats { bytes: job.len as u64, window_bytes: window, slices: 1 })
     }
+}
+
+/// Fills `dst` (page-aligned address and length) from `offset` with O_DIRECT reads.
+fn direct_read_exact(direct: &File, dst: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut got = 0;
+    while got < dst.len() {
+        let n = direct.read_at(&mut dst[got..], offset + got as u64)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
+        }
+        got += n;
+    }
+    Ok(())
 }
 
 fn open_direct(p: &Path) -> io::Result<File> {
@@ -213,21 +233,31 @@ impl ReadLanes {
 
     /// Reads every job, using all lanes, and returns when all are done.
     pub fn read_all(&mut self, jobs: Vec<ReadJob>) -> io::Result<ReadStats> {
-        if jobs.is_empty() {
-            return Ok(ReadStats::default());
-        }
         if self.workers.is_empty() || jobs.len() == 1 {
-            let mut stats = ReadStats::default();
+            // Finish anything in the background first: one batch at a time.
+            let mut stats = self.wait()?;
             for job in &jobs {
                 stats += self.lane0.read(job).map_err(|e| self.explain(e, job))?;
             }
             return Ok(stats);
         }
-        let n = jobs.len();
-        let jobs = Arc::new(jobs);
+        self.submit(jobs)?;
+        self.wait()
+    }
+
+    /// Hands `jobs` to the worker lanes and returns at once; [`Self::wait`]
+    /// collects the outcome. A batch still in flight is waited for first
+    /// (one batch at a time), and its error, if any, is returned instead.
+    /// With a single lane nothing runs until `wait`, which reads the jobs
+    /// itself.
+    pub fn submit(&mut self, jobs: Vec<ReadJob>) -> io::Result<()> {
+        self.wait()?;
+        if jobs.is_empty() {
+            return Ok(());
+        }
         {
             let mut s = self.pool.state.lock().expect("read pool lock");
-            s.jobs = jobs.clone();
+            s.jobs = Arc::new(jobs);
             s.next = 0;
             s.done = 0;
             s.generation += 1;
@@ -235,7 +265,15 @@ impl ReadLanes {
             s.error = None;
         }
         self.pool.work.notify_all();
-        // The eval thread works as lane 0.
+        Ok(())
+    }
+
+    /// Waits for the submitted batch, reading its unstarted jobs on this
+    /// thread (lane 0) meanwhile, and returns what it moved. Returns zero
+    /// stats when nothing was submitted.
+    pub fn wait(&mut self) -> io::Result<ReadStats> {
+        let jobs = self.pool.state.lock().expect("read pool lock").jobs.clone();
+        let n = jobs.len();
         loop {
             let i = {
                 let mut s = self.pool.state.lock().expect("read pool lock");
@@ -252,10 +290,14 @@ impl ReadLanes {
         while s.done < s.next {
             s = self.pool.finished.wait(s).expect("read pool lock");
         }
-        s.next = n; // nothing left for stragglers
+        // The batch is over: nothing left for stragglers, nothing to wait for next time.
+        s.jobs = Arc::new(Vec::new());
+        s.next = 0;
+        s.done = 0;
+        let stats = std::mem::take(&mut s.stats);
         match s.error.take() {
             Some(e) => Err(e),
-            None => Ok(s.stats),
+            None => Ok(stats),
         }
     }
 
@@ -352,6 +394,64 @@ mod tests {
             let st = r.read_all(jobs).unwrap();
             assert_eq!(st.bytes, 300_000);
             region.fill_with(0, 300_000, |s| assert!(s == &data[..], "lanes={lanes} direct={direct}")).unwrap();
+        }
+    }
+
+    #[test]
+    fn page_aligned_slices_read_straight_into_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = sample_file(dir.path(), 64 * PAGE + 100);
+        for lanes in [1, 3] {
+            let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
+            assert!(r.o_direct());
+            let region = Arc::new(Region::reserve(64 * PAGE).unwrap());
+            // Aligned slices, one of them landing at another offset than it was read from.
+            let cuts = [(0, 0, 8 * PAGE), (8 * PAGE, 40 * PAGE, 24 * PAGE), (32 * PAGE, 8 * PAGE, 32 * PAGE)];
+            let jobs = cuts
+                .iter()
+                .map(|&(o, at, l)| ReadJob {
+                    shard: 0,
+                    offset: o as u64,
+                    len: l,
+                    region: region.clone(),
+                    region_offset: at,
+                })
+                .collect();
+            let st = r.read_all(jobs).unwrap();
+            assert_eq!((st.bytes, st.window_bytes), (64 * PAGE as u64, 64 * PAGE as u64));
+            for &(o, at, l) in &cuts {
+                region.fill_with(at, l, |s| assert!(s == &data[o..o + l], "lanes={lanes} slice at {o}")).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn submitted_reads_land_by_wait_and_errors_surface_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = sample_file(dir.path(), 200_000);
+        for lanes in [1, 2, 4] {
+            let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
+            let region = Arc::new(Region::reserve(200_000).unwrap());
+            let jobs: Vec<ReadJob> = (0..10)
+                .map(|i| ReadJob {
+                    shard: 0,
+                    offset: i * 20_000,
+                    len: 20_000,
+                    region: region.clone(),
+                    region_offset: i as usize * 20_000,
+                })
+                .collect();
+            r.submit(jobs).unwrap();
+            assert_eq!(r.wait().unwrap().bytes, 200_000, "lanes={lanes}");
+            region.fill_with(0, 200_000, |s| assert!(s == &data[..], "lanes={lanes}")).unwrap();
+            // Nothing in flight: waiting again moves nothing.
+            assert_eq!(r.wait().unwrap().bytes, 0);
+            // A failing background batch reports at wait, and the lanes go on working.
+            let bad = ReadJob { shard: 0, offset: 199_000, len: 5_000, region: region.clone(), region_offset: 0 };
+            r.submit(vec![bad]).unwrap();
+            assert!(r.wait().unwrap_err().to_string().contains("offset 199000"));
+            let good = ReadJob { shard: 0, offset: 0, len: 1_000, region: region.clone(), region_offset: 0 };
+            assert_eq!(r.read_all(vec![good]).unwrap().bytes, 1_000);
         }
     }
 

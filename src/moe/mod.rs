@@ -5,12 +5,13 @@ pub mod budget;
 pub mod dense;
 mod hook;
 mod lanes;
+pub mod predict;
 pub mod recipe;
 mod store;
 
 pub use hook::{CapturedTensor, MoeHook, RouteRow, StepTrace};
 pub use lanes::{ReadJob, ReadLanes, ReadStats};
-pub use store::{ExpertStore, LoadReport, Projection};
+pub use store::{ExpertStore, LoadReport, PrefetchReport, Projection};
 
 use std::collections::BTreeMap;
 

@@ -37,6 +37,22 @@ pub struct LoadReport {
     pub mgmt_ns: u64,
     /// Entries evicted.
     pub evictions: u64,
+    /// Hits on entries read ahead by [`ExpertStore::prefetch`] and not used
+    /// before this load.
+    pub prefetch_used: u64,
+}
+
+/// What one [`ExpertStore::prefetch`] started.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrefetchReport {
+    /// Entries whose reads were started.
+    pub entries: u64,
+    /// Bytes those reads will move.
+    pub bytes: u64,
+    /// Entries evicted to make room.
+    pub evictions: u64,
+    /// Nanoseconds of bookkeeping (the reads themselves run on other lanes).
+    pub mgmt_ns: u64,
 }
 
 const NIL: u32 = u32::MAX;
@@ -123,6 +139,10 @@ pub struct ExpertStore {
     _bindings: Vec<TensorBinding>,
     generation: u64,
     seen: Vec<u64>,
+    /// Entries whose read-ahead was submitted and not yet waited for.
+    pending: Vec<u32>,
+    /// Per entry: read ahead and not used since.
+    prefetched: Vec<bool>,
 }
 
 impl ExpertStore {
@@ -174,6 +194,7 @@ impl ExpertStore {
                 lanes.drop_cached(p.shard, p.file_offset, (p.slice_bytes * n_expert) as u64)?;
             }
         }
+        let n_layers = layers.len();
         let entry_bytes = layers.iter().map(|l| l.iter().map(|p| p.slice_bytes as u64).sum()).collect();
         Ok(ExpertStore {
             n_expert,
@@ -185,6 +206,8 @@ impl ExpertStore {
             lanes,
             _bindings: bindings,
             generation: 0,
+            pending: Vec::new(),
+            prefetched: vec![false; n_layers * n_expert],
         })
     }
 
@@ -246,6 +269,10 @@ impl ExpertStore {
     pub fn load_layer(&mut self, il: usize, ids: &[i32]) -> io::Result<LoadReport> {
         let t0 = Instant::now();
         let mut report = LoadReport::default();
+        // Read-ahead may have targeted this layer: it must land before the layer computes.
+        let (ahead, ahead_ns) = self.finish_prefetch()?;
+        report.read = ahead;
+        report.read_ns = ahead_ns;
         if !self.has_layer(il) {
             return Err(io::Error::other(format!("layer {il} has no streamed experts")));
         }
@@ -278,6 +305,9 @@ impl ExpertStore {
                 Residency::Slots => false,
                 Residency::Cache(lru) => {
                     let hit = lru.valid[id as usize];
+                    if hit && std::mem::take(&mut self.prefetched[id as usize]) {
+                        report.prefetch_used += 1;
+                    }
                     lru.stamp[id as usize] = generation;
                     if !hit {
                         lru.valid[id as usize] = true;
@@ -290,23 +320,15 @@ impl ExpertStore {
             report.experts.push((e as u32, hit));
             if !hit {
                 missed.push(id);
-                for (p, proj) in self.layers[il].iter().enumerate() {
-                    jobs.push(ReadJob {
-                        shard: proj.shard,
-                        offset: proj.file_offset + (e * proj.slice_bytes) as u64,
-                        len: proj.slice_bytes,
-                        region: self.regions[il][p].clone(),
-                        region_offset: e * proj.slice_bytes,
-                    });
-                }
+                jobs.extend(self.read_jobs(il, e));
             }
         }
         let t_read = Instant::now();
         let read = self.lanes.read_all(jobs);
         let t_after = Instant::now();
-        report.read_ns = (t_after - t_read).as_nanos() as u64;
+        report.read_ns += (t_after - t_read).as_nanos() as u64;
         match read {
-            Ok(stats) => report.read = stats,
+            Ok(stats) => report.read += stats,
             Err(e) => {
                 // Forget entries whose bytes may be incomplete, so a retry re-reads them.
                 for id in missed {
@@ -316,8 +338,98 @@ impl ExpertStore {
             }
         }
         report.evictions = self.evict_to_budget(generation)?;
-        report.mgmt_ns = ((t_read - t0) + t_after.elapsed()).as_nanos() as u64;
+        report.mgmt_ns = (((t_read - t0) + t_after.elapsed()).as_nanos() as u64).saturating_sub(ahead_ns);
         Ok(report)
+    }
+
+    /// Starts reading each target's experts, `(layer, experts)`, into the
+    /// cache on the worker lanes and returns without waiting: the next
+    /// [`Self::load_layer`] waits for them, so no layer computes over a
+    /// slice in flight. Entries already resident are skipped; room is made
+    /// by evicting least recently used entries, never those of the load just
+    /// done nor the ones being read. Does nothing with the cache off (its
+    /// slots are shared by every layer), with a single lane (nothing could
+    /// read in the background) or while an earlier read-ahead is in flight.
+    pub fn prefetch(&mut self, targets: &[(usize, Vec<u32>)]) -> io::Result<PrefetchReport> {
+        let t0 = Instant::now();
+        let mut report = PrefetchReport::default();
+        if !self.can_prefetch() || !self.pending.is_empty() {
+            return Ok(report);
+        }
+        let protect = self.generation;
+        let n_expert = self.n_expert;
+        let mut jobs = Vec::new();
+        for (il, experts) in targets {
+            let il = *il;
+            if !self.has_layer(il) {
+                continue;
+            }
+            for &e in experts {
+                let e = e as usize;
+                let id = il * n_expert + e;
+                let Residency::Cache(lru) = &mut self.residency else { break };
+                if e >= n_expert || lru.valid[id] {
+                    continue;
+                }
+                lru.valid[id] = true;
+                lru.stamp[id] = protect;
+                lru.resident += self.entry_bytes[il];
+                lru.push_front(id as u32);
+                self.prefetched[id] = true;
+                self.pending.push(id as u32);
+                report.entries += 1;
+                report.bytes += self.entry_bytes[il];
+                jobs.extend(self.read_jobs(il, e));
+            }
+        }
+        if let Err(e) = self.lanes.submit(jobs) {
+            for id in std::mem::take(&mut self.pending) {
+                self.forget(id)?;
+            }
+            return Err(e);
+        }
+        report.evictions = self.evict_to_budget(protect)?;
+        report.mgmt_ns = t0.elapsed().as_nanos() as u64;
+        Ok(report)
+    }
+
+    /// True when [`Self::prefetch`] can read ahead: the cache is on and a
+    /// worker lane exists.
+    pub fn can_prefetch(&self) -> bool {
+        matches!(self.residency, Residency::Cache(_)) && self.lanes.lanes() > 1
+    }
+
+    /// Waits for the read-ahead in flight, if any. On a read error its
+    /// entries are forgotten (their bytes may be incomplete) and the error
+    /// is returned. Returns what the reads moved and the time blocked.
+    fn finish_prefetch(&mut self) -> io::Result<(ReadStats, u64)> {
+        if self.pending.is_empty() {
+            return Ok((ReadStats::default(), 0));
+        }
+        let t0 = Instant::now();
+        let result = self.lanes.wait();
+        let waited = t0.elapsed().as_nanos() as u64;
+        let pending = std::mem::take(&mut self.pending);
+        match result {
+            Ok(stats) => Ok((stats, waited)),
+            Err(e) => {
+                for id in pending {
+                    self.forget(id)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The reads that bring expert `e` of layer `il` into its slots.
+    fn read_jobs(&self, il: usize, e: usize) -> impl Iterator<Item = ReadJob> + '_ {
+        self.layers[il].iter().enumerate().map(move |(p, proj)| ReadJob {
+            shard: proj.shard,
+            offset: proj.file_offset + (e * proj.slice_bytes) as u64,
+            len: proj.slice_bytes,
+            region: self.regions[il][p].clone(),
+            region_offset: e * proj.slice_bytes,
+        })
     }
 
     /// Drops one entry from the cache and releases its pages.
@@ -330,6 +442,7 @@ impl ExpertStore {
         let (il, e) = (id as usize / n_expert, id as usize % n_expert);
         lru.unlink(id);
         lru.valid[id as usize] = false;
+        self.prefetched[id as usize] = false;
         lru.resident -= self.entry_bytes[il];
         for (p, proj) in self.layers[il].iter().enumerate() {
             self.regions[il][p].release(e * proj.slice_bytes, proj.slice_bytes)?;
@@ -346,6 +459,7 @@ impl ExpertStore {
             return Err(io::Error::other("the expert cache is off: a budget needs a reopen"));
         };
         lru.budget = budget;
+        self.finish_prefetch()?;
         // Nothing is in flight between generations: protect nothing.
         self.evict_to_budget(u64::MAX)
     }

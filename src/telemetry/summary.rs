@@ -61,6 +61,12 @@ pub struct RunSummary {
     pub dropped: u64,
     /// Reads the skipped slots avoided.
     pub avoided_bytes: u64,
+    /// Entries read ahead during decode.
+    pub prefetched: u64,
+    /// Lookups served by an entry read ahead.
+    pub prefetch_used: u64,
+    /// Per layer: (experts routed where a prediction was made, of those predicted).
+    pub predictions: Vec<(u64, u64)>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -100,6 +106,16 @@ impl RunSummary {
                 self.routings += r.trace.rows.len() as u64;
                 self.dropped += r.trace.dropped;
                 self.avoided_bytes += r.trace.avoided_bytes;
+                self.prefetched += r.trace.prefetched;
+                self.prefetch_used += r.trace.prefetch_used;
+                for p in &r.trace.predictions {
+                    let il = p.layer as usize;
+                    if self.predictions.len() <= il {
+                        self.predictions.resize(il + 1, (0, 0));
+                    }
+                    self.predictions[il].0 += u64::from(p.routed);
+                    self.predictions[il].1 += u64::from(p.right);
+                }
             }
         }
     }
@@ -119,6 +135,17 @@ impl RunSummary {
     /// MiB read per decoded token.
     pub fn mib_per_token(&self) -> Option<f64> {
         (self.decode_tokens > 0).then(|| self.decode_bytes as f64 / MIB / self.decode_tokens as f64)
+    }
+
+    /// Share of routed experts the router prediction named, percent (None without predictions).
+    pub fn prediction_pct(&self) -> Option<f64> {
+        let (routed, right) = self.predictions.iter().fold((0, 0), |(a, b), (r, p)| (a + r, b + p));
+        (routed > 0).then(|| 100.0 * right as f64 / routed as f64)
+    }
+
+    /// Share of entries read ahead that a lookup then used, percent.
+    pub fn prefetch_used_pct(&self) -> Option<f64> {
+        (self.prefetched > 0).then(|| 100.0 * self.prefetch_used as f64 / self.prefetched as f64)
     }
 
     /// Cache hit rate in percent (None with the cache off or no lookups).
@@ -159,6 +186,22 @@ impl fmt::Display for RunSummary {
             )?;
             if self.cached {
                 writeln!(f, "cache:   {} hit rate, {} evictions", opt(self.hit_rate_pct(), 1, "%"), self.evictions)?;
+            }
+            if self.prefetched > 0 {
+                writeln!(
+                    f,
+                    "ahead:   {} entries read ahead, {} of them used ({})",
+                    self.prefetched,
+                    self.prefetch_used,
+                    opt(self.prefetch_used_pct(), 1, "%")
+                )?;
+            }
+            if let Some(pct) = self.prediction_pct() {
+                let layers: Vec<String> = (self.predictions.iter().enumerate())
+                    .filter(|(_, (routed, _))| *routed > 0)
+                    .map(|(il, (routed, right))| format!("{il}:{:.0}", 100.0 * *right as f64 / *routed as f64))
+                    .collect();
+                writeln!(f, "predict: router named {pct:.1}% of routed experts; by layer (%): {}", layers.join(" "))?;
             }
         }
         if self.speculative {

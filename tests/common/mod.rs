@@ -9,6 +9,7 @@ use bmoe::engine::{
     CacheBudget, DenseWeights, Event, GenerateRequest, Generation, Session, SessionOptions, StepReport, StreamOptions,
 };
 use bmoe::llama::Sampling;
+use bmoe::moe::predict::ReadAhead;
 use bmoe::synth::{self, Arch, ModelSpec, Preset};
 
 /// Tests that run llama.cpp take this lock: ggml's threadpools spin while
@@ -60,7 +61,13 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
 
 /// Streaming with the cache off.
 pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
-    Some(StreamOptions { cache: CacheBudget::Off, dense: DenseWeights::Mmap, io_threads: lanes, o_direct })
+    Some(StreamOptions {
+        cache: CacheBudget::Off,
+        dense: DenseWeights::Mmap,
+        io_threads: lanes,
+        o_direct,
+        read_ahead: ReadAhead::default(),
+    })
 }
 
 /// Streaming with an LRU of `bytes`.
@@ -70,6 +77,7 @@ pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
         dense: DenseWeights::Mmap,
         io_threads: lanes,
         o_direct: true,
+        read_ahead: ReadAhead::default(),
     })
 }
 
