@@ -107,7 +107,7 @@ pub struct ModelConfig {
 pub struct GenerateConfig {
     /// Tokens to generate.
     pub n_predict: u32,
-    /// Compute threads; 0 = one per core.
+    /// Compute threads; 0 = tuned while decoding, between 1 and one per core.
     pub threads: u32,
     /// Context length in tokens.
     pub ctx_size: u32,
@@ -219,7 +219,8 @@ pub struct MoeConfig {
     /// Read ahead the previous token's experts of this many next layers
     /// while a layer computes (needs the cache); 0 = off.
     pub prefetch: u32,
-    /// Run the next layer's router early and read ahead its choice (needs the cache).
+    /// Run the next layer's router early and read ahead its choice; applies
+    /// when the cache is on and there are two lanes or more.
     pub predict: bool,
 }
 
@@ -235,7 +236,7 @@ impl Default for MoeConfig {
             o_direct: true,
             n_expert_used: 0,
             prefetch: 0,
-            predict: false,
+            predict: true,
         }
     }
 }
@@ -338,10 +339,8 @@ impl RunConfig {
         if m.prefetch > 8 {
             return Err(bad("moe.prefetch", format!("reads at most 8 layers ahead (got {})", m.prefetch)));
         }
-        for (field, on) in [("moe.prefetch", m.prefetch > 0), ("moe.predict", m.predict)] {
-            if !on {
-                continue;
-            }
+        if m.prefetch > 0 {
+            let field = "moe.prefetch";
             if !m.stream {
                 return Err(bad(field, "read-ahead needs streaming (moe.stream = true / --moe-stream)"));
             }
@@ -403,6 +402,7 @@ impl RunConfig {
         SessionOptions {
             model: model.to_path_buf(),
             threads: self.threads(),
+            tune_threads: self.generate.threads == 0,
             ctx_size: self.generate.ctx_size,
             batch: self.generate.batch,
             ubatch: self.generate.ubatch,

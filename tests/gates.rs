@@ -340,3 +340,23 @@ fn router_predictor_reproduces_the_routing_of_its_own_layer() {
         assert!(right * 100 >= routed * 98, "{arch:?}: predicted {right} of {routed}");
     }
 }
+
+/// The thread tuner changes the compute thread count between decode steps,
+/// which is lossless only because results do not depend on it: checked
+/// resident (one thread against two) and streamed with the tuner on (it
+/// tries one thread after the fourth step).
+#[test]
+fn thread_count_does_not_change_results() {
+    let dir = tempdir();
+    for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
+        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
+        let (one, _) = run(options(&m, None), N);
+        let (two, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, N);
+        assert_identical(&one, &two, &format!("{arch:?}: one thread against two"));
+        let tuned = SessionOptions { threads: 2, tune_threads: true, ..options(&m, cached(600 << 10, 2)) };
+        let (streamed, reports) = run(tuned, N);
+        assert_identical(&one, &streamed, &format!("{arch:?}: streamed, threads tuned"));
+        let used: std::collections::BTreeSet<u32> = reports.iter().map(|r| r.threads).collect();
+        assert_eq!(used.into_iter().collect::<Vec<_>>(), [1, 2], "{arch:?}");
+    }
+}

@@ -71,11 +71,12 @@ pub struct RunFlags {
     /// layers (lossless; needs the cache) [moe.prefetch, default 0].
     #[arg(long, value_name = "N")]
     pub prefetch: Option<u32>,
-    /// While a layer computes, run the next layer's router on its input and read ahead the
-    /// experts it picks (lossless; needs the cache) [moe.predict].
+    /// Do not run the next layer's router early to read ahead the experts it will pick (on by
+    /// default when the expert cache is on; lossless either way) [moe.predict = false].
     #[arg(long)]
-    pub predict: bool,
-    /// Compute threads (0 = one per core).
+    pub no_predict: bool,
+    /// Compute threads; 0 = tuned while decoding between 1 and one per core, so a busy core
+    /// elsewhere does not stall every step [generate.threads, default 0].
     #[arg(short, long)]
     pub threads: Option<u32>,
     /// Context length.
@@ -153,8 +154,8 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, dense_weights => m.dense_weights,
          io_threads => m.io_threads,
          n_expert_used => m.n_expert_used, prefetch => m.prefetch);
-    if args.predict {
-        m.predict = true;
+    if args.no_predict {
+        m.predict = false;
     }
     if args.force_cache {
         m.force_cache = true;

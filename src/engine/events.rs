@@ -54,6 +54,8 @@ pub struct StepReport {
     pub drafted: u32,
     /// Of those, accepted.
     pub accepted: u32,
+    /// Compute threads the decode ran with.
+    pub threads: u32,
 }
 
 impl StepReport {

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::events::{Event, Phase, StepReport};
+use super::threads::ThreadTuner;
 use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
@@ -38,8 +39,11 @@ pub struct StreamOptions {
 pub struct SessionOptions {
     /// Model file (first shard of a split set).
     pub model: PathBuf,
-    /// Compute threads.
+    /// Compute threads (the most, when tuned).
     pub threads: u32,
+    /// Tune the decode thread count between 1 and `threads` while running
+    /// (see [`super::ThreadTuner`]); off keeps `threads` fixed.
+    pub tune_threads: bool,
     /// Context length.
     pub ctx_size: u32,
     /// Most tokens per decode call.
@@ -211,6 +215,10 @@ pub struct Session {
     turn: u32,
     drafter: Option<Drafter>,
     draft_max: u32,
+    /// Chooses the decode thread count when tuning is on.
+    tuner: Option<ThreadTuner>,
+    /// The thread count the context runs with now.
+    ctx_threads: u32,
 }
 
 impl Session {
@@ -273,6 +281,8 @@ impl Session {
         info.open_read_bytes = read_before
             .zip(crate::telemetry::mem::storage_read_bytes())
             .map(|(before, after)| after.saturating_sub(before));
+        let tuner = options.tune_threads.then(|| ThreadTuner::new(options.threads));
+        let ctx_threads = options.threads;
         Ok(Session {
             ctx,
             abort,
@@ -283,7 +293,14 @@ impl Session {
             turn: 0,
             drafter: None,
             draft_max: 3,
+            tuner,
+            ctx_threads,
         })
+    }
+
+    /// The thread tuner, when the count is tuned.
+    pub fn thread_tuner(&self) -> Option<&ThreadTuner> {
+        self.tuner.as_ref()
     }
 
     /// What open found.
@@ -579,6 +596,11 @@ impl Session {
         if let Some(h) = self.ctx.hook_mut() {
             h.begin_batch(tokens.len() as u32, phase == Phase::Decode);
         }
+        let threads = self.tuner.as_ref().map_or(self.options.threads, ThreadTuner::threads);
+        if threads != self.ctx_threads {
+            self.ctx.set_threads(threads);
+            self.ctx_threads = threads;
+        }
         let t0 = Instant::now();
         let result = self.ctx.decode(tokens, first_pos, logits);
         let wall_ns = t0.elapsed().as_nanos() as u64;
@@ -606,6 +628,10 @@ impl Session {
             }
         }
         self.history.extend_from_slice(tokens);
+        // Single-token decode steps are alike enough to compare thread counts by.
+        if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
+            tuner.record(wall_ns.saturating_sub(trace.read_ns + trace.mgmt_ns));
+        }
         Ok(Some(StepReport {
             turn,
             phase,
@@ -620,6 +646,7 @@ impl Session {
             residency,
             drafted: 0,
             accepted: 0,
+            threads,
         }))
     }
 
@@ -784,8 +811,12 @@ fn attach_stream(
     info.streamed_layers = banks.layers.iter().filter(|l| !l.is_empty()).count() as u32;
     info.io_threads = lanes.lanes();
     info.o_direct = lanes.o_direct();
-    // Converted before the process is measured, so the budget leaves room.
-    let router_bytes = hook.set_read_ahead(stream.read_ahead).map_err(EngineError::Unsupported)?;
+    // Router prediction fills the cache from spare lanes: without them it is
+    // not set up at all. Converted before the process is measured, so the
+    // budget leaves room for the routers.
+    let mut read_ahead = stream.read_ahead;
+    read_ahead.router &= stream.cache != CacheBudget::Off && stream.io_threads > 1;
+    let router_bytes = hook.set_read_ahead(read_ahead).map_err(EngineError::Unsupported)?;
     // Measured before the dense weights move into anonymous memory: they
     // are counted once, as dense weights, not again as the process's own.
     let held = holdings(&banks, files, info, n_ctx);
@@ -805,10 +836,14 @@ fn attach_stream(
     info.bank_bytes = store.bank_bytes();
     info.cache_budget = decision.bytes;
     info.holdings = Some(held);
-    let ra = stream.read_ahead;
+    let ra = read_ahead;
     if ra.any() && !store.can_prefetch() {
-        let why = if store.budget() == 0 { "the expert cache is off" } else { "there is a single read lane" };
-        notices.push(format!("read-ahead is off: it reads into the expert cache on spare lanes, and {why}"));
+        // Router prediction is on by default and quietly needs the cache;
+        // asking for temporal read-ahead is explicit and gets told why not.
+        if ra.layers > 0 {
+            let why = if store.budget() == 0 { "the expert cache is off" } else { "there is a single read lane" };
+            notices.push(format!("read-ahead is off: it reads into the expert cache on spare lanes, and {why}"));
+        }
         hook.set_read_ahead(ReadAhead::default()).map_err(EngineError::Unsupported)?;
     } else if ra.any() {
         let mut what = Vec::new();

@@ -26,7 +26,7 @@ impl Apply {
 pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("model.path", Apply::Reopen, "GGUF model file; empty = the demo model"),
     ("generate.n_predict", Apply::Live, "most tokens per turn"),
-    ("generate.threads", Apply::Reopen, "compute threads (0 = one per core)"),
+    ("generate.threads", Apply::Reopen, "compute threads (0 = tuned between 1 and one per core)"),
     ("generate.ctx_size", Apply::Reopen, "context length in tokens, all turns together"),
     ("generate.batch", Apply::Reopen, "most prompt tokens per decode call"),
     ("generate.ubatch", Apply::Reopen, "most tokens per graph computation"),
@@ -43,7 +43,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("moe.o_direct", Apply::Reopen, "O_DIRECT expert reads"),
     ("moe.n_expert_used", Apply::Reopen, "experts per token (0 = the model's own; fewer is lossy)"),
     ("moe.prefetch", Apply::Reopen, "read ahead the previous token's experts of the next N layers (0 = off)"),
-    ("moe.predict", Apply::Reopen, "read ahead the experts the next layer's router picks, run early"),
+    ("moe.predict", Apply::Reopen, "read ahead the experts the next layer's router picks, run early (needs the cache)"),
     (
         "plugins.draft_plugin",
         Apply::Live,

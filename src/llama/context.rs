@@ -161,6 +161,13 @@ impl<H: EvalHook> Context<H> {
         self.n_ctx
     }
 
+    /// Sets the compute threads of the next decodes (at most the count the
+    /// context was created with: its threadpool has no more).
+    pub fn set_threads(&mut self, n: u32) {
+        // SAFETY: live context; &mut self means no decode is running.
+        unsafe { sys::llama_set_n_threads(self.ptr.as_ptr(), n as i32, n as i32) };
+    }
+
     /// The hook, between decodes.
     pub fn hook_mut(&mut self) -> Option<&mut H> {
         // SAFETY: &mut self guarantees no decode (the only other user of the

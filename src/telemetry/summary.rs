@@ -67,6 +67,8 @@ pub struct RunSummary {
     pub prefetch_used: u64,
     /// Per layer: (experts routed where a prediction was made, of those predicted).
     pub predictions: Vec<(u64, u64)>,
+    /// Decode steps run with each compute thread count (index = threads).
+    pub thread_steps: Vec<u64>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -106,6 +108,11 @@ impl RunSummary {
                 self.routings += r.trace.rows.len() as u64;
                 self.dropped += r.trace.dropped;
                 self.avoided_bytes += r.trace.avoided_bytes;
+                let t = r.threads as usize;
+                if self.thread_steps.len() <= t {
+                    self.thread_steps.resize(t + 1, 0);
+                }
+                self.thread_steps[t] += 1;
                 self.prefetched += r.trace.prefetched;
                 self.prefetch_used += r.trace.prefetch_used;
                 for p in &r.trace.predictions {
@@ -141,6 +148,11 @@ impl RunSummary {
     pub fn prediction_pct(&self) -> Option<f64> {
         let (routed, right) = self.predictions.iter().fold((0, 0), |(a, b), (r, p)| (a + r, b + p));
         (routed > 0).then(|| 100.0 * right as f64 / routed as f64)
+    }
+
+    /// The compute thread count most decode steps ran with (0 before any).
+    pub fn main_threads(&self) -> u32 {
+        (self.thread_steps.iter().enumerate()).filter(|(_, n)| **n > 0).max_by_key(|(t, n)| (**n, *t)).map_or(0, |(t, _)| t as u32)
     }
 
     /// Share of entries read ahead that a lookup then used, percent.
@@ -229,6 +241,13 @@ impl fmt::Display for RunSummary {
                 opt(share, 1, "%"),
                 self.avoided_bytes as f64 / MIB
             )?;
+        }
+        let counts: Vec<String> = (self.thread_steps.iter().enumerate().rev())
+            .filter(|(_, n)| **n > 0)
+            .map(|(t, n)| format!("{t} threads for {n} steps"))
+            .collect();
+        if counts.len() > 1 {
+            writeln!(f, "threads: tuned while decoding: {}", counts.join(", "))?;
         }
         if let Some(rss) = self.peak_rss_mib {
             writeln!(f, "memory:  peak RSS {rss:.0} MiB")?;

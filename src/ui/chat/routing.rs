@@ -429,6 +429,7 @@ mod tests {
             residency,
             drafted: 0,
             accepted: 0,
+            threads: 1,
         }
     }
 
