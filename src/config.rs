@@ -602,6 +602,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 1 + 9 + 8 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 10 + 7 + 4 + 3);
     }
 }

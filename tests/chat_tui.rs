@@ -25,8 +25,10 @@ fn config(edit: impl FnOnce(&mut RunConfig)) -> RunConfig {
     c.generate.threads = 1;
     c.generate.n_predict = 10;
     c.moe.stream = true;
-    // Less than the tiny bank, more than one token's working set: hits and reads.
+    // Less than the tiny bank, more than one token's working set: hits and reads
+    // (router read-ahead would turn nearly every read into a hit).
     c.moe.cache_mb = CacheMb::Mib(0.5);
+    c.moe.predict = false;
     edit(&mut c);
     c
 }

@@ -1,6 +1,6 @@
 //! The offline cache replay against the live cache: on a trace bmoe
-//! recorded, replaying LRU with the run's budget gives the live hits row
-//! for row (prefill in several ubatches, several turns, with and without a
+//! recorded without read-ahead, replaying LRU with the run's budget gives
+//! the live hits row for row (prefill in several ubatches, several turns, with and without a
 //! drop policy); and on the shared real-model traces Belady's optimum is
 //! never beaten.
 
@@ -25,6 +25,8 @@ fn live_run(dir: &Path, edit: impl FnOnce(&mut RunConfig)) -> (String, u64, u64)
     c.generate.n_predict = 24;
     c.moe.stream = true;
     c.moe.cache_mb = CacheMb::Mib(0.5);
+    // The replay models the plain LRU; router read-ahead fills the cache too.
+    c.moe.predict = false;
     c.telemetry.route_trace = trace.clone();
     edit(&mut c);
     let mut host = Host::open(c, &model).unwrap();

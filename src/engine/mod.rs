@@ -8,7 +8,7 @@ mod threads;
 pub use crate::moe::budget::CacheBudget;
 pub use crate::moe::dense::DenseWeights;
 pub use events::{Event, Phase, StepReport};
-pub use threads::ThreadTuner;
 pub use session::{
     AbortHandle, EngineError, GenerateRequest, Generation, OpenReport, Prompt, Session, SessionOptions, StreamOptions,
 };
+pub use threads::ThreadTuner;

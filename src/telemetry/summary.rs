@@ -152,7 +152,10 @@ impl RunSummary {
 
     /// The compute thread count most decode steps ran with (0 before any).
     pub fn main_threads(&self) -> u32 {
-        (self.thread_steps.iter().enumerate()).filter(|(_, n)| **n > 0).max_by_key(|(t, n)| (**n, *t)).map_or(0, |(t, _)| t as u32)
+        (self.thread_steps.iter().enumerate())
+            .filter(|(_, n)| **n > 0)
+            .max_by_key(|(t, n)| (**n, *t))
+            .map_or(0, |(t, _)| t as u32)
     }
 
     /// Share of entries read ahead that a lookup then used, percent.
