@@ -194,8 +194,8 @@ fn run_one(plan: &Plan, config: &Config, rep: usize, cgroup: Option<&Cgroup>) ->
         }
         None => Command::new(&plan.bmoe),
     };
-    let output = command.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output();
-    match output {
+    command.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    match run_stoppable(command) {
         Err(e) => result.error = Some(format!("starting {}: {e}", plan.bmoe.display())),
         Ok(out) => {
             result.ok = out.status.success();
@@ -212,6 +212,38 @@ fn run_one(plan: &Plan, config: &Config, rep: usize, cgroup: Option<&Cgroup>) ->
         result.fields = csv_fields(&text);
     }
     result
+}
+
+/// Runs `command` to its end, like `Command::output`, except that a stop
+/// request (Ctrl-C or SIGTERM to the harness) is passed on to the run as
+/// SIGINT, so it writes its metrics and exits and the harness can remove
+/// its cgroup instead of leaving it behind.
+fn run_stoppable(mut command: Command) -> std::io::Result<std::process::Output> {
+    let mut child = command.spawn()?;
+    let mut stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = std::io::Read::read_to_end(e, &mut text);
+        }
+        text
+    });
+    let mut passed_on = false;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if crate::cli::interrupt::requested() && !passed_on {
+            passed_on = true;
+            // Our own child, not yet reaped: the pid is still its.
+            if let Some(pid) = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = reader.join().unwrap_or_default();
+    Ok(std::process::Output { status, stdout: Vec::new(), stderr })
 }
 
 /// The `key=value` fields of a metrics CSV's `# open` and `# summary` lines.

@@ -50,6 +50,9 @@ pub struct BenchArgs {
 /// Runs `bmoe bench`.
 pub fn bench(args: BenchArgs) -> Result<()> {
     super::interrupt::install()?;
+    // A harness stopped by SIGTERM (a timeout, a service manager) must still
+    // stop its run and remove its cgroup: treated like Ctrl-C.
+    super::interrupt::also_on_sigterm()?;
     if !args.model.is_file() {
         bail!("{}: no such model file", args.model.display());
     }

@@ -46,6 +46,14 @@ pub fn install() -> Result<()> {
         .context("installing the Ctrl-C handler")
 }
 
+/// Makes SIGTERM stop the work in progress like a first Ctrl-C (for
+/// commands that hold something to clean up, such as `bench`'s cgroup).
+pub fn also_on_sigterm() -> Result<()> {
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, flag().clone())
+        .context("installing the SIGTERM handler")?;
+    Ok(())
+}
+
 /// Whether Ctrl-C was pressed since the handlers were installed (or since
 /// the last [`clear`]).
 pub fn requested() -> bool {

@@ -478,7 +478,11 @@ impl MoeHook {
         const MAX_TOKENS: usize = 4;
         let next = il + self.predict_distance;
         let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
-        let Some(width) = predictor.width(next).filter(|_| store.has_layer(next) && nt <= MAX_TOKENS) else {
+        // Nothing to read ahead once the cache holds the whole bank.
+        let everything_cached = store.resident_bytes() >= store.bank_bytes();
+        let Some(width) =
+            predictor.width(next).filter(|_| store.has_layer(next) && nt <= MAX_TOKENS && !everything_cached)
+        else {
             return;
         };
         let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };

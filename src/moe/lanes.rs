@@ -71,7 +71,9 @@ impl Lane {
 
     fn read(&mut self, job: &ReadJob) -> io::Result<ReadStats> {
         let f = &self.files[job.shard];
-        let aligned = job.offset % PAGE as u64 == 0 && job.len % PAGE == 0 && job.region_offset % PAGE == 0;
+        let aligned = job.offset.is_multiple_of(PAGE as u64)
+            && job.len.is_multiple_of(PAGE)
+            && job.region_offset.is_multiple_of(PAGE);
         let window = match &f.direct {
             // Page-aligned on both sides: straight into the destination, no copy.
             Some(direct) if aligned => {
