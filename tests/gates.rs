@@ -404,3 +404,35 @@ fn thread_count_does_not_change_results() {
         assert_eq!(used.into_iter().collect::<Vec<_>>(), [1, 2], "{arch:?}");
     }
 }
+
+/// Without a route trace the host stops reading the routing weights, which
+/// removes one graph split per layer: still the resident run's output.
+#[test]
+fn routing_weights_not_recorded() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (reference, _) = run(options(&m, None), N);
+    for stream in [stream0(2, true), cached(600 << 10, 2)] {
+        let _serial = llama_lock();
+        let mut session = bmoe::engine::Session::open(options(&m, stream.clone())).unwrap();
+        session.set_record_weights(false);
+        let req = bmoe::engine::GenerateRequest {
+            prompt: PROMPT.into(),
+            n_predict: N,
+            sampling: bmoe::llama::Sampling::default(),
+            continue_context: false,
+            keep_logits: true,
+        };
+        let mut rows = 0;
+        let streamed = session
+            .generate(&req, &mut |e| {
+                if let bmoe::engine::Event::Step(r) = e {
+                    assert!(r.trace.rows.iter().all(|row| row.weight.is_nan()));
+                    rows += r.trace.rows.len();
+                }
+            })
+            .unwrap();
+        assert!(rows > 0);
+        assert_identical(&reference, &streamed, &format!("weights not recorded, {stream:?}"));
+    }
+}

@@ -298,6 +298,15 @@ impl Session {
         })
     }
 
+    /// Whether decode steps read each layer's applied routing weights into
+    /// their route rows (on by default; only route traces use them, and
+    /// off saves a graph split per layer). No effect when not streaming.
+    pub fn set_record_weights(&mut self, on: bool) {
+        if let Some(h) = self.ctx.hook_mut() {
+            h.set_record_weights(on);
+        }
+    }
+
     /// The thread tuner, when the count is tuned.
     pub fn thread_tuner(&self) -> Option<&ThreadTuner> {
         self.tuner.as_ref()

@@ -110,6 +110,11 @@ pub struct Host {
     keep_logits: bool,
 }
 
+/// Only a route trace file shows the applied routing weights.
+fn wants_route_weights(config: &RunConfig) -> bool {
+    !config.telemetry.route_trace.as_os_str().is_empty()
+}
+
 impl Host {
     /// Opens `model` with `config`: the session, its plugins, its chat
     /// format and its telemetry files.
@@ -127,6 +132,8 @@ impl Host {
         sinks: Sinks,
         notices: Vec<String>,
     ) -> Host {
+        let mut session = session;
+        session.set_record_weights(wants_route_weights(&config));
         let conversation = Conversation { system: system_prompt(&config), messages: Vec::new() };
         Host {
             config,
@@ -406,6 +413,7 @@ impl Host {
                 let mut sinks = Sinks::open(&new, &self.model, self.session.info()).map_err(HostError::Setting)?;
                 std::mem::swap(&mut self.sinks, &mut sinks);
                 sinks.finish(&self.totals).map_err(HostError::Setting)?;
+                self.session.set_record_weights(wants_route_weights(&new));
             }
             "moe" if key == "moe.cache_mb" => {
                 if let budget @ CacheBudget::Fixed { .. } = new.cache_budget() {

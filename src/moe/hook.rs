@@ -194,6 +194,9 @@ pub struct MoeHook {
     last_routed: Vec<Vec<u32>>,
     /// Scratch: one token's hidden state.
     hidden: Vec<f32>,
+    /// Read each layer's applied routing weights (for route traces); the
+    /// weights node is then a second graph split per layer.
+    record_weights: bool,
     /// Which layer, counted from the current one, the router predicts: 1,
     /// or 0 to check the predictor against the routing it reproduces.
     predict_distance: usize,
@@ -232,7 +235,15 @@ impl MoeHook {
             last_routed: Vec::new(),
             hidden: Vec::new(),
             predict_distance: 1,
+            record_weights: true,
         }
+    }
+
+    /// Whether decode reads each layer's applied routing weights into the
+    /// route rows (on by default). Off saves one graph split per layer;
+    /// rows then carry NaN weights. A drop policy reads them regardless.
+    pub fn set_record_weights(&mut self, on: bool) {
+        self.record_weights = on;
     }
 
     /// Makes the router predictor predict each layer from its own input,
@@ -698,7 +709,8 @@ impl EvalHook for MoeHook {
                     return false;
                 }
                 what == "topk"
-                    || self.order.get(il).and_then(|o| o.weights).is_some_and(|(_, k)| WEIGHT_NODES[k] == what)
+                    || (self.record_weights || self.dropper.is_some())
+                        && self.order.get(il).and_then(|o| o.weights).is_some_and(|(_, k)| WEIGHT_NODES[k] == what)
             }
         }
     }
