@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{CacheBudget, DenseWeights, SessionOptions, StreamOptions};
+use crate::engine::{CacheBudget, DenseWeights, LeanOpen, SessionOptions, StreamOptions};
 use crate::llama::Sampling;
 use crate::moe::predict::ReadAhead;
 
@@ -222,6 +222,9 @@ pub struct MoeConfig {
     /// Run the next layer's router early and read ahead its choice; applies
     /// when the cache is on and there are two lanes or more.
     pub predict: bool,
+    /// While streaming, load a lean copy of the model (expert bytes left as
+    /// holes, kept in the cache directory) so opening reads only the dense weights.
+    pub lean_open: bool,
 }
 
 impl Default for MoeConfig {
@@ -237,6 +240,7 @@ impl Default for MoeConfig {
             n_expert_used: 0,
             prefetch: 0,
             predict: true,
+            lean_open: true,
         }
     }
 }
@@ -265,6 +269,14 @@ pub struct ConfigError {
 
 fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError { field, reason: reason.into() }
+}
+
+/// Models with fewer expert bytes load whole: reading them costs little.
+pub const LEAN_MIN_EXPERT_BYTES: u64 = 1 << 30;
+
+/// Where lean copies of models are kept: the user's cache directory.
+pub fn lean_dir() -> PathBuf {
+    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe").join("lean")
 }
 
 impl RunConfig {
@@ -413,6 +425,7 @@ impl RunConfig {
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
                 read_ahead: ReadAhead { layers: m.prefetch, router: m.predict },
+                lean: m.lean_open.then(|| LeanOpen { dir: lean_dir(), min_expert_bytes: LEAN_MIN_EXPERT_BYTES }),
             }),
         }
     }
@@ -602,6 +615,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 1 + 9 + 10 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 11 + 7 + 4 + 3);
     }
 }

@@ -195,6 +195,7 @@ fn fused_gate_up_layout() {
             io_threads: 1,
             o_direct: false,
             read_ahead: ReadAhead::default(),
+            lean: None,
         }),
         "gemma4 buffered",
     );
@@ -435,4 +436,62 @@ fn routing_weights_not_recorded() {
         assert!(rows > 0);
         assert_identical(&reference, &streamed, &format!("weights not recorded, {stream:?}"));
     }
+}
+
+/// A lean open loads a copy of the model whose expert bytes are holes: the
+/// output is the resident run's on every architecture, cache on and off; the
+/// copy is written once, is sparse and is reused; a model that changed gets
+/// a new copy and its old one goes; small models can be left to load whole.
+#[test]
+fn lean_open_is_lossless_and_reused() {
+    use bmoe::engine::{LeanOpen, Session};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempdir();
+    let lean_dir = dir.path().join("lean");
+    let lean = |min_expert_bytes| Some(LeanOpen { dir: lean_dir.clone(), min_expert_bytes });
+    let open_notices = |m: &std::path::Path, lean| {
+        let _serial = llama_lock();
+        let s = Session::open(options(m, stream0(2, true).map(|s| StreamOptions { lean, ..s }))).unwrap();
+        s.info().notices.clone()
+    };
+    for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
+        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
+        assert!(open_notices(&m, lean(0)).iter().any(|n| n.starts_with("wrote a lean copy")));
+        assert!(!open_notices(&m, lean(0)).iter().any(|n| n.contains("lean")), "the copy was not reused");
+        for stream in [stream0(2, true), cached(600 << 10, 2)] {
+            gate(&m, stream.map(|s| StreamOptions { lean: lean(0), ..s }), &format!("{arch:?}, lean open"));
+        }
+    }
+    let copies: Vec<_> = std::fs::read_dir(&lean_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(copies.len(), 3, "{copies:?}");
+    for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
+        let m = dir.path().join(format!("{arch:?}.gguf"));
+        let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+        let experts: u64 = files
+            .tensors()
+            .filter(|t| bmoe::moe::recipe::parse_expert_tensor(&t.info.name).is_some())
+            .map(|t| t.info.size)
+            .sum();
+        let copy = copies.iter().find(|c| c.file_name().unwrap().to_string_lossy().starts_with(&format!("{arch:?}-")));
+        let meta = std::fs::metadata(copy.unwrap().join(format!("{arch:?}.gguf"))).unwrap();
+        // Holes, not blocks: what is allocated is the dense bytes (plus a block at each hole's edges).
+        let allocated = meta.blocks() * 512;
+        assert!(experts > meta.len() / 3, "{arch:?}: {experts} expert bytes");
+        assert!(
+            allocated < meta.len() - experts + 64 * 4096,
+            "{arch:?}: {allocated} of {} bytes allocated",
+            meta.len()
+        );
+    }
+
+    // The model changes (another seed): a new copy replaces the old one, and output follows the new model.
+    let m = write_tiny(dir.path(), "Qwen3Moe.gguf", Arch::Qwen3Moe, |s| s.seed = 7);
+    assert!(open_notices(&m, lean(0)).iter().any(|n| n.starts_with("wrote a lean copy")));
+    assert_eq!(std::fs::read_dir(&lean_dir).unwrap().count(), 3);
+    gate(&m, stream0(2, true).map(|s| StreamOptions { lean: lean(0), ..s }), "lean open after the model changed");
+
+    // Below the size threshold the model loads whole.
+    let small = write_tiny(dir.path(), "small.gguf", Arch::Qwen3Moe, |_| {});
+    assert!(!open_notices(&small, lean(u64::MAX)).iter().any(|n| n.contains("lean")));
+    assert_eq!(std::fs::read_dir(&lean_dir).unwrap().count(), 3);
 }

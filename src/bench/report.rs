@@ -39,6 +39,8 @@ pub struct Summary {
     pub major_faults: Option<f64>,
     /// Bytes read while opening, MiB.
     pub open_read_mib: Option<f64>,
+    /// Peak resident set when the open finished, MiB.
+    pub open_peak_rss_mib: Option<f64>,
     /// Load time, s.
     pub load_s: Option<f64>,
     /// The cache budget in effect, MiB.
@@ -82,6 +84,9 @@ pub fn summarize(results: &[RunResult]) -> Vec<Summary> {
             };
             let read_mib_s = median(
                 done.iter()
+                    // With read-ahead the read time is only the wait for reads
+                    // that ran behind compute: no speed can be taken from it.
+                    .filter(|r| r.get("prefetched").is_none_or(|n| n == 0.0))
                     .filter_map(|r| {
                         let mib = r.get("read_mib_per_token")? * r.get("tokens")?;
                         let s = r.get("read_ms")? / 1000.0;
@@ -106,6 +111,7 @@ pub fn summarize(results: &[RunResult]) -> Vec<Summary> {
                 peak_rss_mib: med("peak_rss_mib"),
                 major_faults: med("major_faults"),
                 open_read_mib: med("open_read_mib"),
+                open_peak_rss_mib: med("open_peak_rss_mib"),
                 load_s: med("load_s"),
                 cache_budget_mib: med("cache_budget_mib"),
                 error: runs.iter().find_map(|r| r.error.clone()),
@@ -137,7 +143,7 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
     let best_probe = probes.iter().map(|p| p.mib_s).fold(0.0, f64::max);
     let _ = writeln!(
         out,
-        "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
+        "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
         "pass",
         "config",
         "runs",
@@ -152,6 +158,8 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
         "peak RSS",
         "majflt",
         "open MiB",
+        "open RSS",
+        "load s",
         "OOM",
     );
     for s in summaries {
@@ -169,7 +177,7 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
+            "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
             s.pass,
             s.config,
             format!("{}/{}", s.ok, s.runs),
@@ -184,6 +192,8 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
             num(s.peak_rss_mib, 0),
             num(s.major_faults, 0),
             num(s.open_read_mib, 0),
+            num(s.open_peak_rss_mib, 0),
+            num(s.load_s, 1),
             s.oom_kills,
         );
         if let Some(e) = s.error.as_ref().filter(|_| s.ok < s.runs) {
@@ -207,6 +217,7 @@ pub fn write_csv(path: &Path, results: &[RunResult]) -> std::io::Result<()> {
         "peak_rss_mib",
         "major_faults",
         "open_read_mib",
+        "open_peak_rss_mib",
         "load_s",
         "cache_budget_mib",
         "evictions",

@@ -23,6 +23,10 @@ pub struct GenerateArgs {
     /// answer goes to stdout, any reasoning to stderr.
     #[arg(long)]
     pub chat: bool,
+    /// First decode the prompt for N tokens without output or telemetry and forget them (the
+    /// expert cache stays filled): for measuring a warm run.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub warmup: u32,
     /// Model, engine and telemetry settings.
     #[command(flatten)]
     pub run: RunFlags,
@@ -75,6 +79,11 @@ pub struct RunFlags {
     /// default when the expert cache is on; lossless either way) [moe.predict = false].
     #[arg(long)]
     pub no_predict: bool,
+    /// While streaming, load the model file itself instead of a lean copy with the expert bytes
+    /// left out (made for models with 1 GiB of experts or more, so opening reads only the dense
+    /// weights; kept in the cache directory) [moe.lean_open = false].
+    #[arg(long)]
+    pub no_lean_open: bool,
     /// Compute threads; 0 = tuned while decoding between 1 and one per core, so a busy core
     /// elsewhere does not stall every step [generate.threads, default 0].
     #[arg(short, long)]
@@ -156,6 +165,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
          n_expert_used => m.n_expert_used, prefetch => m.prefetch);
     if args.no_predict {
         m.predict = false;
+    }
+    if args.no_lean_open {
+        m.lean_open = false;
     }
     if args.force_cache {
         m.force_cache = true;
@@ -259,6 +271,15 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
             HostEvent::Prefill(_) | HostEvent::Step(_) => {}
         }
     };
+    if args.warmup > 0 {
+        eprint!("bmoe: warm-up: {} tokens... ", args.warmup);
+        let warm = host.warm_up(&args.prompt, args.warmup)?;
+        let speed = warm.summary.decode_tps().map_or_else(|| "-".into(), |t| format!("{t:.2} tok/s"));
+        eprintln!("{speed}");
+        if warm.aborted {
+            interrupt::check()?;
+        }
+    }
     let generation = if args.chat {
         host.chat(&args.prompt, &mut on_event)?.generation
     } else {

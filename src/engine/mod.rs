@@ -9,6 +9,7 @@ pub use crate::moe::budget::CacheBudget;
 pub use crate::moe::dense::DenseWeights;
 pub use events::{Event, Phase, StepReport};
 pub use session::{
-    AbortHandle, EngineError, GenerateRequest, Generation, OpenReport, Prompt, Session, SessionOptions, StreamOptions,
+    AbortHandle, EngineError, GenerateRequest, Generation, LeanOpen, OpenReport, Prompt, Session, SessionOptions,
+    StreamOptions,
 };
 pub use threads::ThreadTuner;

@@ -11,6 +11,7 @@ use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
+use crate::moe::lean;
 use crate::moe::predict::ReadAhead;
 use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, recipe, resolve_banks};
 use crate::policy::{Drafter, Dropper};
@@ -32,6 +33,20 @@ pub struct StreamOptions {
     pub o_direct: bool,
     /// What to read ahead for the coming layers while one computes.
     pub read_ahead: ReadAhead,
+    /// Load a lean copy of the model ([`crate::moe::lean`]), whose expert
+    /// bytes are holes, so opening reads only the dense weights; `None`
+    /// loads the model file itself.
+    pub lean: Option<LeanOpen>,
+}
+
+/// Where lean copies live, and for which models.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeanOpen {
+    /// The directory holding the copies.
+    pub dir: PathBuf,
+    /// Only models with at least this many expert bytes get a copy: below
+    /// that, reading the whole file at open costs little.
+    pub min_expert_bytes: u64,
 }
 
 /// Everything fixed at open.
@@ -116,6 +131,8 @@ pub struct OpenReport {
     pub holdings: Option<Holdings>,
     /// Bytes read from storage while opening (`/proc/self/io`), if known.
     pub open_read_bytes: Option<u64>,
+    /// The process's peak resident set when the open finished (`VmHWM`), MiB.
+    pub open_peak_rss_mib: Option<f64>,
     /// Read lanes.
     pub io_threads: usize,
     /// Whether reads use O_DIRECT.
@@ -256,7 +273,32 @@ impl Session {
                 return Err(EngineError::Unsupported(format!("{arch} model has no experts to stream")));
             }
         }
-        let model = Arc::new(Model::load(&options.model, &overrides).map_err(|e| EngineError::Llama(e.to_string()))?);
+        let mut notices = Vec::new();
+        let is_expert = |name: &str| recipe::parse_expert_tensor(name).is_some();
+        let expert_bytes: u64 = files.tensors().filter(|t| is_expert(&t.info.name)).map(|t| t.info.size).sum();
+        let lean_dir = options.stream.as_ref().and_then(|s| s.lean.as_ref());
+        let lean = match lean_dir.filter(|l| expert_bytes >= l.min_expert_bytes).map(|l| l.dir.as_path()) {
+            Some(dir) => match lean::prepare(&files, is_expert, dir) {
+                Ok(copy) => {
+                    if copy.written > 0 {
+                        notices.push(format!(
+                            "wrote a lean copy of the model for fast opens ({:.1} MiB of dense bytes, the experts \
+                             left as holes) to {}",
+                            copy.written as f64 / 1048576.0,
+                            copy.paths[0].parent().unwrap_or(dir).display()
+                        ));
+                    }
+                    Some(copy)
+                }
+                Err(e) => {
+                    notices.push(format!("lean open unavailable ({e}); loading the whole model file"));
+                    None
+                }
+            },
+            None => None,
+        };
+        let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
+        let model = Arc::new(Model::load(load_path, &overrides).map_err(|e| EngineError::Llama(e.to_string()))?);
         let abort = Arc::new(AtomicBool::new(false));
         let hook = options.stream.as_ref().map(|_| Box::new(MoeHook::new(abort.clone())));
         let params = ContextParams {
@@ -276,11 +318,16 @@ impl Session {
         };
         if let Some(stream) = &options.stream {
             attach_stream(&mut ctx, &files, stream, &mut info)?;
+            if let Some(copy) = &lean {
+                finish_lean_open(&mut ctx, copy)?;
+            }
         }
+        info.notices.splice(0..0, notices);
         info.load_s = start.elapsed().as_secs_f64();
         info.open_read_bytes = read_before
             .zip(crate::telemetry::mem::storage_read_bytes())
             .map(|(before, after)| after.saturating_sub(before));
+        info.open_peak_rss_mib = crate::telemetry::mem::peak_rss_mib();
         let tuner = options.tune_threads.then(|| ThreadTuner::new(options.threads));
         let ctx_threads = options.threads;
         Ok(Session {
@@ -869,6 +916,27 @@ fn attach_stream(
     }
     info.notices = notices;
     hook.start_streaming(store);
+    Ok(())
+}
+
+/// Checks that every expert tensor the lean copy left out is streamed (so
+/// none computes over a hole), then drops the holes' pages from the page
+/// cache (llama.cpp's populate filled them with zeros).
+fn finish_lean_open(ctx: &mut Context<MoeHook>, copy: &lean::LeanCopy) -> Result<(), EngineError> {
+    let hook = ctx.hook_mut().ok_or_else(|| EngineError::Llama("the context has no eval hook".into()))?;
+    if let Some(name) = hook.other_expert_uses().first() {
+        return Err(EngineError::Unsupported(format!(
+            "{name} is read by the graph other than as an expert matmul, so it cannot be left out at load: \
+             open with --no-lean-open"
+        )));
+    }
+    for (path, holes) in copy.paths.iter().zip(&copy.holes) {
+        let file = std::fs::File::open(path).map_err(|e| EngineError::Stream(format!("{}: {e}", path.display())))?;
+        for &(offset, len) in holes {
+            crate::llama::memory::drop_file_cache(&file, offset, len)
+                .map_err(|e| EngineError::Stream(format!("{}: {e}", path.display())))?;
+        }
+    }
     Ok(())
 }
 

@@ -304,6 +304,19 @@ impl Host {
         )
     }
 
+    /// Decodes `prompt` for `n` tokens and forgets the text: it fills the
+    /// expert cache (and the page cache) and settles the thread count before
+    /// a measured run. Nothing reaches the telemetry files or the totals;
+    /// the context is cleared afterwards, the expert cache kept.
+    pub fn warm_up(&mut self, prompt: &str, n: u32) -> Result<Generation, HostError> {
+        let mut request = self.request(Prompt::Text(prompt.to_string()), n);
+        request.keep_logits = false;
+        let generation = self.session.generate(&request, &mut |_| {});
+        self.session.reset();
+        self.held_text = None;
+        Ok(generation?)
+    }
+
     /// The tokens of a rendered prompt: what the session holds plus the new
     /// text when the prompt extends the held text, else the whole prompt
     /// tokenized (the session then keeps the longest common prefix).

@@ -45,6 +45,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("moe.prefetch", Apply::Reopen, "read ahead the previous token's experts of the next N layers (0 = off)"),
     ("moe.predict", Apply::Reopen, "read ahead the experts the next layer's router picks, run early (needs the cache)"),
     (
+        "moe.lean_open",
+        Apply::Reopen,
+        "load a lean copy of the model (expert bytes left out) so opening reads only the dense weights",
+    ),
+    (
         "plugins.draft_plugin",
         Apply::Live,
         "speculative decoding plugin (ngram, ngram-multi, suffix, a .wasm; empty = off)",

@@ -194,6 +194,8 @@ pub struct MoeHook {
     last_routed: Vec<Vec<u32>>,
     /// Scratch: one token's hidden state.
     hidden: Vec<f32>,
+    /// Expert tensors the graph reads other than through an expert matmul.
+    other_expert_uses: Vec<String>,
     /// Read each layer's applied routing weights (for route traces); the
     /// weights node is then a second graph split per layer.
     record_weights: bool,
@@ -236,7 +238,15 @@ impl MoeHook {
             hidden: Vec::new(),
             predict_distance: 1,
             record_weights: true,
+            other_expert_uses: Vec::new(),
         }
+    }
+
+    /// Expert tensors the capture graph read other than through an expert
+    /// matmul (none in the supported architectures): they would compute
+    /// with whatever their original bytes are, so a lean open refuses them.
+    pub fn other_expert_uses(&self) -> &[String] {
+        &self.other_expert_uses
     }
 
     /// Whether decode reads each layer's applied routing weights into the
@@ -363,11 +373,12 @@ impl MoeHook {
         let at = self.nodes_seen;
         for src in node.srcs().filter(Tensor::is_leaf) {
             let name = src.name();
-            if (name.ends_with(".weight") || name.ends_with(".bias"))
-                && parse_expert_tensor(name).is_none()
-                && !self.dense.contains_key(name)
-            {
+            let expert = parse_expert_tensor(name).is_some();
+            if (name.ends_with(".weight") || name.ends_with(".bias")) && !expert && !self.dense.contains_key(name) {
                 self.dense.insert(name.to_string(), src.handle());
+            }
+            if expert && !node.is_mul_mat_id() && !self.other_expert_uses.iter().any(|n| n == name) {
+                self.other_expert_uses.push(name.to_string());
             }
         }
         // The last weight node of a layer in graph order holds the applied weights.

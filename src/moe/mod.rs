@@ -5,6 +5,7 @@ pub mod budget;
 pub mod dense;
 mod hook;
 mod lanes;
+pub mod lean;
 pub mod predict;
 pub mod recipe;
 mod store;

@@ -64,7 +64,7 @@ impl CsvSink {
         writeln!(out, "# config {}", cfg.join(" "))?;
         writeln!(
             out,
-            "# open arch={} n_layer={} n_expert={} n_expert_used={} streamed_layers={} bank_mib={} io_threads={} o_direct={} load_s={:.3} cache_budget_mib={} open_read_mib={}",
+            "# open arch={} n_layer={} n_expert={} n_expert_used={} streamed_layers={} bank_mib={} io_threads={} o_direct={} load_s={:.3} cache_budget_mib={} open_read_mib={} open_peak_rss_mib={}",
             open.arch,
             open.n_layer,
             open.n_expert,
@@ -75,7 +75,8 @@ impl CsvSink {
             open.o_direct,
             open.load_s,
             mib(open.cache_budget),
-            open.open_read_bytes.map_or_else(|| "nan".into(), mib)
+            open.open_read_bytes.map_or_else(|| "nan".into(), mib),
+            open.open_peak_rss_mib.map_or_else(|| "nan".into(), |m| format!("{m:.1}"))
         )?;
         writeln!(out, "{}", COLUMNS.join(","))?;
         Ok(CsvSink { out })

@@ -34,6 +34,11 @@ impl MemSnapshot {
     }
 }
 
+/// The largest resident set this process has had so far (`VmHWM`), MiB.
+pub fn peak_rss_mib() -> Option<f64> {
+    kib_field(&std::fs::read_to_string("/proc/self/status").ok()?, "VmHWM:")
+}
+
 /// Major page faults of this process so far (`/proc/self/stat`): pages it
 /// had to wait for storage to bring in.
 pub fn major_faults() -> Option<u64> {

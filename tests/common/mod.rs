@@ -68,6 +68,7 @@ pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
         io_threads: lanes,
         o_direct,
         read_ahead: ReadAhead::default(),
+        lean: None,
     })
 }
 
@@ -79,6 +80,7 @@ pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
         io_threads: lanes,
         o_direct: true,
         read_ahead: ReadAhead::default(),
+        lean: None,
     })
 }
 
