@@ -222,8 +222,9 @@ pub struct MoeConfig {
     /// Run the next layer's router early and read ahead its choice; applies
     /// when the cache is on and there are two lanes or more.
     pub predict: bool,
-    /// While streaming, load a lean copy of the model (expert bytes left as
-    /// holes, kept in the cache directory) so opening reads only the dense weights.
+    /// While streaming a model larger than the memory available, load a
+    /// lean copy of it (expert bytes left as holes, kept in the cache
+    /// directory) so opening reads only the dense weights.
     pub lean_open: bool,
 }
 
@@ -425,7 +426,11 @@ impl RunConfig {
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
                 read_ahead: ReadAhead { layers: m.prefetch, router: m.predict },
-                lean: m.lean_open.then(|| LeanOpen { dir: lean_dir(), min_expert_bytes: LEAN_MIN_EXPERT_BYTES }),
+                lean: m.lean_open.then(|| LeanOpen {
+                    dir: lean_dir(),
+                    min_expert_bytes: LEAN_MIN_EXPERT_BYTES,
+                    only_when_larger_than_memory: true,
+                }),
             }),
         }
     }

@@ -448,7 +448,9 @@ fn lean_open_is_lossless_and_reused() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempdir();
     let lean_dir = dir.path().join("lean");
-    let lean = |min_expert_bytes| Some(LeanOpen { dir: lean_dir.clone(), min_expert_bytes });
+    let lean = |min_expert_bytes| {
+        Some(LeanOpen { dir: lean_dir.clone(), min_expert_bytes, only_when_larger_than_memory: false })
+    };
     let open_notices = |m: &std::path::Path, lean| {
         let _serial = llama_lock();
         let s = Session::open(options(m, stream0(2, true).map(|s| StreamOptions { lean, ..s }))).unwrap();
@@ -490,8 +492,10 @@ fn lean_open_is_lossless_and_reused() {
     assert_eq!(std::fs::read_dir(&lean_dir).unwrap().count(), 3);
     gate(&m, stream0(2, true).map(|s| StreamOptions { lean: lean(0), ..s }), "lean open after the model changed");
 
-    // Below the size threshold the model loads whole.
+    // Below the size threshold, or fitting in memory when that is asked, the model loads whole.
     let small = write_tiny(dir.path(), "small.gguf", Arch::Qwen3Moe, |_| {});
     assert!(!open_notices(&small, lean(u64::MAX)).iter().any(|n| n.contains("lean")));
+    let fits = Some(LeanOpen { dir: lean_dir.clone(), min_expert_bytes: 0, only_when_larger_than_memory: true });
+    assert!(!open_notices(&small, fits).iter().any(|n| n.contains("lean")));
     assert_eq!(std::fs::read_dir(&lean_dir).unwrap().count(), 3);
 }

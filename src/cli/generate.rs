@@ -80,8 +80,9 @@ pub struct RunFlags {
     #[arg(long)]
     pub no_predict: bool,
     /// While streaming, load the model file itself instead of a lean copy with the expert bytes
-    /// left out (made for models with 1 GiB of experts or more, so opening reads only the dense
-    /// weights; kept in the cache directory) [moe.lean_open = false].
+    /// left out (made when the model is larger than the memory available and has 1 GiB of
+    /// experts or more, so opening reads only the dense weights; kept in the cache directory)
+    /// [moe.lean_open = false].
     #[arg(long)]
     pub no_lean_open: bool,
     /// Compute threads; 0 = tuned while decoding between 1 and one per core, so a busy core

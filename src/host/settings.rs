@@ -47,7 +47,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     (
         "moe.lean_open",
         Apply::Reopen,
-        "load a lean copy of the model (expert bytes left out) so opening reads only the dense weights",
+        "a model larger than memory loads from a copy without its expert bytes: opening reads the dense weights only",
     ),
     (
         "plugins.draft_plugin",
