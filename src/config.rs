@@ -415,7 +415,7 @@ impl RunConfig {
         SessionOptions {
             model: model.to_path_buf(),
             threads: self.threads(),
-            tune_threads: self.generate.threads == 0,
+            tune: self.generate.threads == 0,
             ctx_size: self.generate.ctx_size,
             batch: self.generate.batch,
             ubatch: self.generate.ubatch,

@@ -386,10 +386,11 @@ fn router_predictor_reproduces_the_routing_of_its_own_layer() {
     }
 }
 
-/// The thread tuner changes the compute thread count between decode steps,
-/// which is lossless only because results do not depend on it: checked
-/// resident (one thread against two) and streamed with the tuner on (it
-/// tries one thread after the fourth step).
+/// The step tuner changes the compute thread count (and turns read-ahead on
+/// and off) between decode steps, which is lossless only because results
+/// do not depend on either: checked resident (one thread against two) and
+/// streamed with the tuner and read-ahead on (it tries one thread after the
+/// fourth step).
 #[test]
 fn thread_count_does_not_change_results() {
     let dir = tempdir();
@@ -398,7 +399,9 @@ fn thread_count_does_not_change_results() {
         let (one, _) = run(options(&m, None), N);
         let (two, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, N);
         assert_identical(&one, &two, &format!("{arch:?}: one thread against two"));
-        let tuned = SessionOptions { threads: 2, tune_threads: true, ..options(&m, cached(600 << 10, 2)) };
+        let read_ahead = ReadAhead { layers: 1, router: true };
+        let stream = cached(600 << 10, 2).map(|s| StreamOptions { read_ahead, ..s });
+        let tuned = SessionOptions { threads: 2, tune: true, ..options(&m, stream) };
         let (streamed, reports) = run(tuned, N);
         assert_identical(&one, &streamed, &format!("{arch:?}: streamed, threads tuned"));
         let used: std::collections::BTreeSet<u32> = reports.iter().map(|r| r.threads).collect();

@@ -56,6 +56,8 @@ pub struct StepReport {
     pub accepted: u32,
     /// Compute threads the decode ran with.
     pub threads: u32,
+    /// Whether the decode read ahead (configured, and chosen by the tuner).
+    pub read_ahead: bool,
 }
 
 impl StepReport {

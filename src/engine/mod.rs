@@ -12,4 +12,4 @@ pub use session::{
     AbortHandle, EngineError, GenerateRequest, Generation, LeanOpen, OpenReport, Prompt, Session, SessionOptions,
     StreamOptions,
 };
-pub use threads::ThreadTuner;
+pub use threads::{Setting, StepTuner};

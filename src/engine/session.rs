@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::events::{Event, Phase, StepReport};
-use super::threads::ThreadTuner;
+use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
@@ -64,9 +64,10 @@ pub struct SessionOptions {
     pub model: PathBuf,
     /// Compute threads (the most, when tuned).
     pub threads: u32,
-    /// Tune the decode thread count between 1 and `threads` while running
-    /// (see [`super::ThreadTuner`]); off keeps `threads` fixed.
-    pub tune_threads: bool,
+    /// Tune decode steps while running (see [`super::StepTuner`]): the
+    /// thread count between 1 and `threads`, and read-ahead (when set up)
+    /// on or off. Off keeps `threads` and read-ahead as given.
+    pub tune: bool,
     /// Context length.
     pub ctx_size: u32,
     /// Most tokens per decode call.
@@ -240,8 +241,8 @@ pub struct Session {
     turn: u32,
     drafter: Option<Drafter>,
     draft_max: u32,
-    /// Chooses the decode thread count when tuning is on.
-    tuner: Option<ThreadTuner>,
+    /// Chooses the decode thread count and read-ahead, when either is tuned.
+    tuner: Option<StepTuner>,
     /// The thread count the context runs with now.
     ctx_threads: u32,
 }
@@ -342,7 +343,8 @@ impl Session {
             .zip(crate::telemetry::mem::storage_read_bytes())
             .map(|(before, after)| after.saturating_sub(before));
         info.open_peak_rss_mib = crate::telemetry::mem::peak_rss_mib();
-        let tuner = options.tune_threads.then(|| ThreadTuner::new(options.threads));
+        let can_read_ahead = ctx.hook_mut().is_some_and(|h| h.read_ahead_active());
+        let tuner = options.tune.then(|| StepTuner::new(1, options.threads, can_read_ahead));
         let ctx_threads = options.threads;
         Ok(Session {
             ctx,
@@ -368,8 +370,8 @@ impl Session {
         }
     }
 
-    /// The thread tuner, when the count is tuned.
-    pub fn thread_tuner(&self) -> Option<&ThreadTuner> {
+    /// The step tuner, when threads or read-ahead are tuned.
+    pub fn step_tuner(&self) -> Option<&StepTuner> {
         self.tuner.as_ref()
     }
 
@@ -666,10 +668,19 @@ impl Session {
         if let Some(h) = self.ctx.hook_mut() {
             h.begin_batch(tokens.len() as u32, phase == Phase::Decode);
         }
-        let threads = self.tuner.as_ref().map_or(self.options.threads, ThreadTuner::threads);
+        let setting = self.tuner.as_ref().map(StepTuner::setting);
+        let threads = setting.map_or(self.options.threads, |s| s.threads);
         if threads != self.ctx_threads {
             self.ctx.set_threads(threads);
             self.ctx_threads = threads;
+        }
+        // Untuned, read-ahead runs whenever it is set up.
+        let mut read_ahead = setting.is_none_or(|s| s.read_ahead);
+        if let Some(h) = self.ctx.hook_mut() {
+            h.pause_read_ahead(!read_ahead);
+            read_ahead &= h.read_ahead_active();
+        } else {
+            read_ahead = false;
         }
         let t0 = Instant::now();
         let result = self.ctx.decode(tokens, first_pos, logits);
@@ -698,9 +709,9 @@ impl Session {
             }
         }
         self.history.extend_from_slice(tokens);
-        // Single-token decode steps are alike enough to compare thread counts by.
+        // Single-token decode steps are alike enough to compare settings by.
         if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
-            tuner.record(wall_ns.saturating_sub(trace.read_ns + trace.mgmt_ns));
+            tuner.record(wall_ns);
         }
         Ok(Some(StepReport {
             turn,
@@ -717,6 +728,7 @@ impl Session {
             drafted: 0,
             accepted: 0,
             threads,
+            read_ahead,
         }))
     }
 

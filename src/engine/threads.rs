@@ -1,113 +1,153 @@
-//! The decode thread count, chosen at run time. ggml's compute threads
-//! spin at every graph barrier, so when another process takes a core, each
-//! barrier waits for whichever thread the kernel descheduled: one thread
-//! more than the free cores can halve decode speed. The tuner measures the
-//! compute time of decode steps at the current count and, now and then, at
-//! one fewer or one more, and keeps whichever is faster. Thread counts do
-//! not change results (ggml splits work by rows; the gates check it).
+//! Decode settings chosen at run time: the compute thread count and whether
+//! to read ahead. ggml's compute threads spin at every graph barrier, so
+//! when another process takes a core, each barrier waits for whichever
+//! thread the kernel descheduled: one thread more than the free cores can
+//! halve decode speed. Read-ahead overlaps reads with compute when a core is
+//! free for the read lanes, and takes that core from compute when none is
+//! (measured under a CPU hog on one of two cores: 25% slower than without).
+//! The tuner measures the wall time of single-token decode steps with the
+//! current setting and, now and then, with a neighbouring one (one thread
+//! fewer or more, read-ahead toggled), and keeps whichever is faster.
+//! Neither changes results (ggml splits work by rows; read-ahead only
+//! changes when bytes arrive; the gates check both).
 
 use std::collections::VecDeque;
 
-/// Steps remembered per thread count.
+/// Steps remembered per setting.
 const WINDOW: usize = 8;
 /// Steps one probe runs.
-const PROBE_STEPS: usize = 3;
+const PROBE_STEPS: usize = 4;
 /// Steps before the first probe.
 const FIRST_PROBE: u32 = 4;
 /// Steps between probes after one that switched; doubles after each probe
 /// that did not, up to [`MAX_INTERVAL`].
-const MIN_INTERVAL: u32 = 16;
-const MAX_INTERVAL: u32 = 256;
+const MIN_INTERVAL: u32 = 12;
+const MAX_INTERVAL: u32 = 192;
 /// A probe wins when its median is at least this much faster.
 const MARGIN: f64 = 0.93;
 
-/// Picks the compute thread count for each decode step.
+/// One decode setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Compute threads.
+    pub threads: u32,
+    /// Read ahead the coming layers' experts (when the session can).
+    pub read_ahead: bool,
+}
+
+/// Picks the setting of each decode step.
 #[derive(Debug, Clone)]
-pub struct ThreadTuner {
+pub struct StepTuner {
+    min: u32,
     max: u32,
-    current: u32,
+    can_read_ahead: bool,
+    current: Setting,
+    /// Recent step times per setting, indexed by [`Self::slot`].
     recent: Vec<VecDeque<u64>>,
-    /// Thread count being tried and steps it still runs.
-    probe: Option<(u32, usize)>,
+    /// Setting being tried and steps it still runs.
+    probe: Option<(Setting, usize)>,
     until_probe: u32,
     interval: u32,
-    probe_down: bool,
+    /// Which neighbour the next probe tries (round robin).
+    next_neighbour: usize,
     switches: u32,
 }
 
-impl ThreadTuner {
-    /// A tuner choosing between 1 and `max` threads, starting at `max`.
-    pub fn new(max: u32) -> ThreadTuner {
+impl StepTuner {
+    /// A tuner choosing between `min` and `max` threads, and read-ahead on
+    /// or off where `can_read_ahead`; it starts at `max` threads with
+    /// read-ahead on where it can.
+    pub fn new(min: u32, max: u32, can_read_ahead: bool) -> StepTuner {
         let max = max.max(1);
-        ThreadTuner {
+        StepTuner {
+            min: min.clamp(1, max),
             max,
-            current: max,
-            recent: vec![VecDeque::new(); max as usize + 1],
+            can_read_ahead,
+            current: Setting { threads: max, read_ahead: can_read_ahead },
+            recent: vec![VecDeque::new(); (max as usize + 1) * 2],
             probe: None,
             until_probe: FIRST_PROBE,
             interval: MIN_INTERVAL,
-            probe_down: true,
+            next_neighbour: 0,
             switches: 0,
         }
     }
 
-    /// Threads for the next decode step.
-    pub fn threads(&self) -> u32 {
-        self.probe.map_or(self.current, |(t, _)| t)
+    /// The setting for the next decode step.
+    pub fn setting(&self) -> Setting {
+        self.probe.map_or(self.current, |(s, _)| s)
     }
 
-    /// The count the tuner settled on (not a probe).
-    pub fn settled(&self) -> u32 {
+    /// The setting the tuner settled on (not a probe).
+    pub fn settled(&self) -> Setting {
         self.current
     }
 
-    /// How many times the settled count changed.
+    /// How many times the settled setting changed.
     pub fn switches(&self) -> u32 {
         self.switches
     }
 
-    /// Records the compute time of one single-token decode step run at
-    /// [`Self::threads`].
-    pub fn record(&mut self, compute_ns: u64) {
-        let t = self.threads() as usize;
-        let window = &mut self.recent[t];
+    fn slot(s: Setting) -> usize {
+        s.threads as usize * 2 + usize::from(s.read_ahead)
+    }
+
+    /// Records the wall time of one single-token decode step run with
+    /// [`Self::setting`].
+    pub fn record(&mut self, step_ns: u64) {
+        let slot = Self::slot(self.setting());
+        let window = &mut self.recent[slot];
         if window.len() == WINDOW {
             window.pop_front();
         }
-        window.push_back(compute_ns);
+        window.push_back(step_ns);
         match self.probe {
             Some((probe, left)) if left > 1 => self.probe = Some((probe, left - 1)),
             Some((probe, _)) => {
                 self.probe = None;
-                let tried = median(self.recent[probe as usize].iter().rev().take(PROBE_STEPS));
-                let now = median(self.recent[self.current as usize].iter());
+                let tried = median(self.recent[Self::slot(probe)].iter().rev().take(PROBE_STEPS));
+                let now = median(self.recent[Self::slot(self.current)].iter());
                 if tried < now * MARGIN {
                     self.current = probe;
                     self.switches += 1;
                     self.interval = MIN_INTERVAL;
-                    // What was measured at the old count is history now.
-                    let window = &mut self.recent[probe as usize];
+                    // What was measured with this setting before is history now.
+                    let window = &mut self.recent[Self::slot(probe)];
                     window.drain(..window.len() - PROBE_STEPS);
                 } else {
                     self.interval = (self.interval * 2).min(MAX_INTERVAL);
                 }
                 self.until_probe = self.interval;
             }
-            None if self.max > 1 => {
+            None => {
+                let neighbours = self.neighbours();
+                if neighbours.is_empty() {
+                    return;
+                }
                 self.until_probe = self.until_probe.saturating_sub(1);
                 if self.until_probe == 0 {
-                    self.probe = Some((self.neighbour(), PROBE_STEPS));
+                    let next = neighbours[self.next_neighbour % neighbours.len()];
+                    self.next_neighbour += 1;
+                    self.probe = Some((next, PROBE_STEPS));
                 }
             }
-            None => {}
         }
     }
 
-    /// One fewer or one more thread, alternating where both exist.
-    fn neighbour(&mut self) -> u32 {
-        let down = self.current > 1 && (self.probe_down || self.current == self.max);
-        self.probe_down = !self.probe_down;
-        if down { self.current - 1 } else { self.current + 1 }
+    /// One thread fewer, one more, read-ahead toggled: those that exist.
+    fn neighbours(&self) -> Vec<Setting> {
+        let c = self.current;
+        let mut out = Vec::with_capacity(3);
+        if c.threads > self.min {
+            out.push(Setting { threads: c.threads - 1, ..c });
+        }
+        if self.can_read_ahead {
+            out.push(Setting { read_ahead: !c.read_ahead, ..c });
+        }
+        if c.threads < self.max {
+            out.push(Setting { threads: c.threads + 1, ..c });
+        }
+        out
     }
 }
 
@@ -124,53 +164,81 @@ fn median<'a>(values: impl Iterator<Item = &'a u64>) -> f64 {
 mod tests {
     use super::*;
 
-    /// Runs `steps` steps where a step at `t` threads costs `cost(t)`.
-    fn run(tuner: &mut ThreadTuner, steps: usize, cost: impl Fn(u32) -> u64) -> Vec<u32> {
+    /// Runs `steps` steps where a step with setting `s` costs `cost(s)`.
+    fn run(tuner: &mut StepTuner, steps: usize, cost: impl Fn(Setting) -> u64) -> Vec<Setting> {
         (0..steps)
             .map(|_| {
-                let t = tuner.threads();
-                tuner.record(cost(t));
-                t
+                let s = tuner.setting();
+                tuner.record(cost(s));
+                s
             })
             .collect()
     }
 
+    fn threads(cost: impl Fn(u32) -> u64) -> impl Fn(Setting) -> u64 {
+        move |s| cost(s.threads)
+    }
+
     #[test]
-    fn stays_at_the_faster_count_and_probes_less_and_less() {
-        let mut t = ThreadTuner::new(2);
-        let used = run(&mut t, 200, |t| if t == 2 { 50 } else { 80 });
-        assert_eq!(t.settled(), 2);
+    fn stays_at_the_faster_setting_and_probes_less_and_less() {
+        let mut t = StepTuner::new(1, 2, false);
+        let used = run(&mut t, 200, threads(|n| if n == 2 { 50 } else { 80 }));
+        assert_eq!(t.settled().threads, 2);
         assert_eq!(t.switches(), 0);
-        // Probes back off: after 4 steps, then 32 and 64 more (each failure doubles
-        // the wait from 16): three probes of three steps in 200 steps.
-        assert_eq!(used.iter().filter(|&&x| x == 1).count(), 3 * PROBE_STEPS);
+        // Probes back off: after 4 steps, then 24 and 48 more (each failure doubles
+        // the wait from 12), then 96: four probes of four steps in 200 steps.
+        assert_eq!(used.iter().filter(|s| s.threads == 1).count(), 4 * PROBE_STEPS);
     }
 
     #[test]
     fn moves_down_when_a_core_gets_busy_and_back_up_when_it_frees() {
-        let mut t = ThreadTuner::new(2);
-        run(&mut t, 10, |t| if t == 2 { 50 } else { 80 });
-        assert_eq!(t.settled(), 2);
+        let mut t = StepTuner::new(1, 2, false);
+        run(&mut t, 10, threads(|n| if n == 2 { 50 } else { 80 }));
+        assert_eq!(t.settled().threads, 2);
         // A hog takes a core: two spinning threads now lose to one.
-        run(&mut t, 100, |t| if t == 2 { 150 } else { 85 });
-        assert_eq!(t.settled(), 1);
+        run(&mut t, 100, threads(|n| if n == 2 { 150 } else { 85 }));
+        assert_eq!(t.settled().threads, 1);
         // The hog ends.
-        run(&mut t, 300, |t| if t == 2 { 50 } else { 80 });
-        assert_eq!(t.settled(), 2);
+        run(&mut t, 300, threads(|n| if n == 2 { 50 } else { 80 }));
+        assert_eq!(t.settled().threads, 2);
         assert_eq!(t.switches(), 2);
     }
 
     #[test]
     fn climbs_one_step_at_a_time_on_many_cores() {
-        let mut t = ThreadTuner::new(8);
+        let mut t = StepTuner::new(1, 8, false);
         // Best at 5 threads (three cores busy).
-        run(&mut t, 2000, |t| 100 + 30 * u64::from(t.abs_diff(5)));
-        assert_eq!(t.settled(), 5);
+        run(&mut t, 2000, threads(|n| 100 + 30 * u64::from(n.abs_diff(5))));
+        assert_eq!(t.settled().threads, 5);
     }
 
     #[test]
-    fn one_core_never_probes() {
-        let mut t = ThreadTuner::new(1);
-        assert!(run(&mut t, 50, |_| 10).iter().all(|&x| x == 1));
+    fn read_ahead_goes_off_when_it_costs_and_comes_back_when_it_pays() {
+        let mut t = StepTuner::new(1, 2, true);
+        assert!(t.setting().read_ahead);
+        // Quiet: read-ahead hides reads (100 against 130).
+        let quiet = |s: Setting| if s.read_ahead { 100 } else { 130 } + if s.threads == 2 { 0 } else { 20 };
+        run(&mut t, 100, quiet);
+        assert_eq!(t.settled(), Setting { threads: 2, read_ahead: true });
+        // Busy: the lanes' work now slows compute more than overlap gains.
+        let busy = |s: Setting| if s.read_ahead { 260 } else { 190 } + if s.threads == 2 { 60 } else { 0 };
+        run(&mut t, 600, busy);
+        assert_eq!(t.settled(), Setting { threads: 1, read_ahead: false });
+        run(&mut t, 1200, quiet);
+        assert_eq!(t.settled(), Setting { threads: 2, read_ahead: true });
+    }
+
+    #[test]
+    fn fixed_threads_tune_read_ahead_only() {
+        let mut t = StepTuner::new(2, 2, true);
+        let used = run(&mut t, 300, |s| if s.read_ahead { 100 } else { 50 });
+        assert!(used.iter().all(|s| s.threads == 2));
+        assert!(!t.settled().read_ahead);
+    }
+
+    #[test]
+    fn one_core_without_read_ahead_never_probes() {
+        let mut t = StepTuner::new(1, 1, false);
+        assert!(run(&mut t, 50, |_| 10).iter().all(|s| s.threads == 1 && !s.read_ahead));
     }
 }

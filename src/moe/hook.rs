@@ -199,6 +199,8 @@ pub struct MoeHook {
     /// Read each layer's applied routing weights (for route traces); the
     /// weights node is then a second graph split per layer.
     record_weights: bool,
+    /// Read-ahead is set up but skipped for now (the step tuner's choice).
+    read_ahead_paused: bool,
     /// Which layer, counted from the current one, the router predicts: 1,
     /// or 0 to check the predictor against the routing it reproduces.
     predict_distance: usize,
@@ -239,7 +241,18 @@ impl MoeHook {
             predict_distance: 1,
             record_weights: true,
             other_expert_uses: Vec::new(),
+            read_ahead_paused: false,
         }
+    }
+
+    /// True when read-ahead is set up and the store can do it.
+    pub fn read_ahead_active(&self) -> bool {
+        self.read_ahead.any() && self.store.as_ref().is_some_and(ExpertStore::can_prefetch)
+    }
+
+    /// Skips read-ahead (and the router prediction) while `paused`.
+    pub fn pause_read_ahead(&mut self, paused: bool) {
+        self.read_ahead_paused = paused;
     }
 
     /// Expert tensors the capture graph read other than through an expert
@@ -468,7 +481,7 @@ impl MoeHook {
         self.dropped.clear();
         self.dropped.resize(k * nt, false);
         if self.decode_phase {
-            if self.predictor.is_some() {
+            if self.predictor.is_some() && !self.read_ahead_paused {
                 self.predict_next(node, il, k, nt);
             }
             self.score_prediction(il);
@@ -531,6 +544,11 @@ impl MoeHook {
     /// layer `il` computes (decode only).
     fn read_ahead_after(&mut self, il: usize) {
         if !self.decode_phase || !self.read_ahead.any() || self.error.is_some() {
+            return;
+        }
+        if self.read_ahead_paused {
+            // Temporal read-ahead resumes from the next step's routing.
+            self.last_routed.iter_mut().for_each(Vec::clear);
             return;
         }
         let mut targets: Vec<(usize, Vec<u32>)> = Vec::new();

@@ -69,6 +69,8 @@ pub struct RunSummary {
     pub predictions: Vec<(u64, u64)>,
     /// Decode steps run with each compute thread count (index = threads).
     pub thread_steps: Vec<u64>,
+    /// Decode steps that read ahead.
+    pub read_ahead_steps: u64,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -113,6 +115,7 @@ impl RunSummary {
                     self.thread_steps.resize(t + 1, 0);
                 }
                 self.thread_steps[t] += 1;
+                self.read_ahead_steps += u64::from(r.read_ahead);
                 self.prefetched += r.trace.prefetched;
                 self.prefetch_used += r.trace.prefetch_used;
                 for p in &r.trace.predictions {
@@ -251,6 +254,13 @@ impl fmt::Display for RunSummary {
             .collect();
         if counts.len() > 1 {
             writeln!(f, "threads: tuned while decoding: {}", counts.join(", "))?;
+        }
+        if self.read_ahead_steps > 0 && self.read_ahead_steps < self.decode_steps {
+            writeln!(
+                f,
+                "ahead:   tuned while decoding: read ahead on {} of {} steps",
+                self.read_ahead_steps, self.decode_steps
+            )?;
         }
         if let Some(rss) = self.peak_rss_mib {
             writeln!(f, "memory:  peak RSS {rss:.0} MiB")?;

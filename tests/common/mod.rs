@@ -51,7 +51,7 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
     SessionOptions {
         model: model.to_path_buf(),
         threads: 1,
-        tune_threads: false,
+        tune: false,
         ctx_size: 512,
         batch: 64,
         ubatch: 64,

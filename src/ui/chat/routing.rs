@@ -430,6 +430,7 @@ mod tests {
             drafted: 0,
             accepted: 0,
             threads: 1,
+            read_ahead: false,
         }
     }
 
