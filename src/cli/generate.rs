@@ -85,8 +85,9 @@ pub struct RunFlags {
     /// [moe.lean_open = false].
     #[arg(long)]
     pub no_lean_open: bool,
-    /// Compute threads; 0 = tuned while decoding between 1 and one per core, so a busy core
-    /// elsewhere does not stall every step [generate.threads, default 0].
+    /// Compute threads; 0 = tuned while decoding between 1 and one per core, together with
+    /// read-ahead on or off, so a busy core elsewhere does not stall every step; a number fixes
+    /// both [generate.threads, default 0].
     #[arg(short, long)]
     pub threads: Option<u32>,
     /// Context length.
