@@ -325,21 +325,7 @@ fn router_prediction_rests_when_everything_is_cached() {
         }
     }
     assert_eq!(store.resident_bytes(), store.bank_bytes());
-    let req = bmoe::engine::GenerateRequest {
-        prompt: PROMPT.into(),
-        n_predict: N,
-        sampling: bmoe::llama::Sampling::default(),
-        continue_context: false,
-        keep_logits: true,
-    };
-    let mut reports = Vec::new();
-    let streamed = session
-        .generate(&req, &mut |e| {
-            if let bmoe::engine::Event::Step(r) = e {
-                reports.push(r.clone());
-            }
-        })
-        .unwrap();
+    let (streamed, reports) = generate_steps(&mut session, N);
     assert_identical(&reference, &streamed, "everything cached, router read-ahead on");
     assert!(
         reports.iter().all(|r| r.trace.predictions.is_empty() && r.trace.prefetched == 0 && r.trace.bytes_read == 0)
@@ -360,25 +346,10 @@ fn router_predictor_reproduces_the_routing_of_its_own_layer() {
             cached(600 << 10, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: true }, ..s });
         let mut session = bmoe::engine::Session::open(options(&m, stream)).unwrap();
         session.hook_mut().unwrap().predict_own_layer();
-        let req = bmoe::engine::GenerateRequest {
-            prompt: PROMPT.into(),
-            n_predict: N,
-            sampling: bmoe::llama::Sampling::default(),
-            continue_context: false,
-            keep_logits: false,
-        };
         let layers = session.info().streamed_layers;
-        let (mut routed, mut right) = (0, 0);
-        session
-            .generate(&req, &mut |e| {
-                if let bmoe::engine::Event::Step(r) = e {
-                    for s in &r.trace.predictions {
-                        routed += s.routed;
-                        right += s.right;
-                    }
-                }
-            })
-            .unwrap();
+        let (_, reports) = generate_steps(&mut session, N);
+        let scores = reports.iter().flat_map(|r| &r.trace.predictions);
+        let (routed, right) = scores.fold((0, 0), |(a, b), s| (a + s.routed, b + s.right));
         // Every streamed layer of every decode step, two experts or more each.
         assert!(routed >= layers * 2 * (N - 1), "{arch:?}: {routed} routed experts scored");
         // The graph rounds differently (f32 here), so a near tie may flip.
@@ -420,22 +391,9 @@ fn routing_weights_not_recorded() {
         let _serial = llama_lock();
         let mut session = bmoe::engine::Session::open(options(&m, stream.clone())).unwrap();
         session.set_record_weights(false);
-        let req = bmoe::engine::GenerateRequest {
-            prompt: PROMPT.into(),
-            n_predict: N,
-            sampling: bmoe::llama::Sampling::default(),
-            continue_context: false,
-            keep_logits: true,
-        };
-        let mut rows = 0;
-        let streamed = session
-            .generate(&req, &mut |e| {
-                if let bmoe::engine::Event::Step(r) = e {
-                    assert!(r.trace.rows.iter().all(|row| row.weight.is_nan()));
-                    rows += r.trace.rows.len();
-                }
-            })
-            .unwrap();
+        let (streamed, reports) = generate_steps(&mut session, N);
+        assert!(reports.iter().flat_map(|r| &r.trace.rows).all(|row| row.weight.is_nan()));
+        let rows: usize = reports.iter().map(|r| r.trace.rows.len()).sum();
         assert!(rows > 0);
         assert_identical(&reference, &streamed, &format!("weights not recorded, {stream:?}"));
     }

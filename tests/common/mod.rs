@@ -116,6 +116,27 @@ pub fn run_turns(opts: SessionOptions, prompts: &[&str], n_predict: u32) -> (Vec
     (gens, reports)
 }
 
+/// One generation of `n_predict` tokens from [`PROMPT`] on an open session
+/// (logits kept); returns it and its decode-step reports.
+pub fn generate_steps(session: &mut Session, n_predict: u32) -> (Generation, Vec<StepReport>) {
+    let req = GenerateRequest {
+        prompt: PROMPT.into(),
+        n_predict,
+        sampling: Sampling::default(),
+        continue_context: false,
+        keep_logits: true,
+    };
+    let mut reports = Vec::new();
+    let generation = session
+        .generate(&req, &mut |e| {
+            if let Event::Step(r) = e {
+                reports.push(r.clone());
+            }
+        })
+        .unwrap_or_else(|e| panic!("generate: {e}"));
+    (generation, reports)
+}
+
 /// One turn.
 pub fn run(opts: SessionOptions, n_predict: u32) -> (Generation, Vec<StepReport>) {
     let (mut g, r) = run_turns(opts, &[PROMPT], n_predict);
