@@ -12,7 +12,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::{Hash, Hasher};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -152,7 +152,9 @@ fn write_copy(source: &Path, target: &Path, holes: &[(u64, u64)]) -> io::Result<
         if next < size {
             copy(next, size)?;
         }
-        (&dst).flush()?;
+        // On disk before the rename makes it current: after a crash a copy
+        // must be whole or absent, never a header over zeros.
+        dst.sync_all().map_err(|e| at(&partial, e))?;
         Ok(written)
     })();
     match result {
