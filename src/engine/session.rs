@@ -283,35 +283,8 @@ impl Session {
             }
         }
         let mut notices = Vec::new();
-        let is_expert = |name: &str| recipe::parse_expert_tensor(name).is_some();
-        let expert_bytes: u64 = files.tensors().filter(|t| is_expert(&t.info.name)).map(|t| t.info.size).sum();
-        let lean_dir = options.stream.as_ref().and_then(|s| s.lean.as_ref());
-        let tight = || {
-            let limits = MemoryLimits::read();
-            let memory = limits.available.into_iter().chain(limits.cgroup_limit).min();
-            memory.is_some_and(|m| files.total_bytes() > m)
-        };
-        let wanted = |l: &&LeanOpen| expert_bytes >= l.min_expert_bytes && (!l.only_when_larger_than_memory || tight());
-        let lean = match lean_dir.filter(wanted).map(|l| l.dir.as_path()) {
-            Some(dir) => match lean::prepare(&files, is_expert, dir) {
-                Ok(copy) => {
-                    if copy.written > 0 {
-                        notices.push(format!(
-                            "wrote a lean copy of the model for fast opens ({:.1} MiB of dense bytes, the experts \
-                             left as holes) to {}",
-                            copy.written as f64 / 1048576.0,
-                            copy.paths[0].parent().unwrap_or(dir).display()
-                        ));
-                    }
-                    Some(copy)
-                }
-                Err(e) => {
-                    notices.push(format!("lean open unavailable ({e}); loading the whole model file"));
-                    None
-                }
-            },
-            None => None,
-        };
+        let lean =
+            options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
         let model = Arc::new(Model::load(load_path, &overrides).map_err(|e| EngineError::Llama(e.to_string()))?);
         let abort = Arc::new(AtomicBool::new(false));
@@ -368,11 +341,6 @@ impl Session {
         if let Some(h) = self.ctx.hook_mut() {
             h.set_record_weights(on);
         }
-    }
-
-    /// The step tuner, when threads or read-ahead are tuned.
-    pub fn step_tuner(&self) -> Option<&StepTuner> {
-        self.tuner.as_ref()
     }
 
     /// What open found.
@@ -943,6 +911,38 @@ fn attach_stream(
     info.notices = notices;
     hook.start_streaming(store);
     Ok(())
+}
+
+/// The lean copy to load instead of the model, when `lean` asks for one for
+/// this model and it can be found or written (else a notice says why not).
+fn lean_copy(files: &ModelFiles, lean: &LeanOpen, notices: &mut Vec<String>) -> Option<lean::LeanCopy> {
+    let is_expert = |name: &str| recipe::parse_expert_tensor(name).is_some();
+    let expert_bytes: u64 = files.tensors().filter(|t| is_expert(&t.info.name)).map(|t| t.info.size).sum();
+    let tight = || {
+        let limits = MemoryLimits::read();
+        let memory = limits.available.into_iter().chain(limits.cgroup_limit).min();
+        memory.is_some_and(|m| files.total_bytes() > m)
+    };
+    if expert_bytes < lean.min_expert_bytes || (lean.only_when_larger_than_memory && !tight()) {
+        return None;
+    }
+    match lean::prepare(files, is_expert, &lean.dir) {
+        Ok(copy) => {
+            if copy.written > 0 {
+                notices.push(format!(
+                    "wrote a lean copy of the model for fast opens ({:.1} MiB of dense bytes, the experts \
+                     left as holes) to {}",
+                    copy.written as f64 / 1048576.0,
+                    copy.paths[0].parent().unwrap_or(&lean.dir).display()
+                ));
+            }
+            Some(copy)
+        }
+        Err(e) => {
+            notices.push(format!("lean open unavailable ({e}); loading the whole model file"));
+            None
+        }
+    }
 }
 
 /// Checks that every expert tensor the lean copy left out is streamed (so

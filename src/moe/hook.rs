@@ -573,7 +573,7 @@ impl MoeHook {
             routed.sort_unstable();
             routed.dedup();
         }
-        let Some(store) = self.store.as_mut() else { return };
+        let Some(store) = self.store.as_mut().filter(|_| !targets.is_empty()) else { return };
         match store.prefetch(&targets) {
             Ok(r) => {
                 self.trace.prefetched += r.entries;

@@ -353,7 +353,7 @@ impl ExpertStore {
     pub fn prefetch(&mut self, targets: &[(usize, Vec<u32>)]) -> io::Result<PrefetchReport> {
         let t0 = Instant::now();
         let mut report = PrefetchReport::default();
-        if !self.can_prefetch() || !self.pending.is_empty() {
+        if targets.is_empty() || !self.can_prefetch() || !self.pending.is_empty() {
             return Ok(report);
         }
         let protect = self.generation;
