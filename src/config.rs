@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{CacheBudget, DenseWeights, LeanOpen, SessionOptions, StreamOptions};
 use crate::llama::Sampling;
+use crate::moe::evict::CachePolicy;
 use crate::moe::predict::ReadAhead;
 
 /// The whole configuration.
@@ -206,6 +207,9 @@ pub struct MoeConfig {
     pub cache_mb: CacheMb,
     /// Upper bound of an `auto` budget in MiB; 0 = none.
     pub cache_ceil_mb: f64,
+    /// Which cached expert goes first when the budget is full: `decay`
+    /// (fewest recent uses, halving every 12 tokens) or `lru`.
+    pub cache_policy: String,
     /// Accept a fixed budget below one token's working set.
     pub force_cache: bool,
     /// How dense weights are held while streaming: mmap, warm or anon.
@@ -234,6 +238,7 @@ impl Default for MoeConfig {
             stream: false,
             cache_mb: CacheMb::Auto,
             cache_ceil_mb: 0.0,
+            cache_policy: CachePolicy::default().name().into(),
             force_cache: false,
             dense_weights: "mmap".into(),
             io_threads: 4,
@@ -340,6 +345,9 @@ impl RunConfig {
                 return Err(bad("moe.cache_mb", format!("{mb} MiB is not a plausible budget")));
             }
         }
+        if let Err(e) = m.cache_policy.parse::<CachePolicy>() {
+            return Err(bad("moe.cache_policy", e));
+        }
         match DenseWeights::from_name(&m.dense_weights) {
             None => {
                 return Err(bad("moe.dense_weights", format!("`{}` is not mmap, warm or anon", m.dense_weights)));
@@ -422,6 +430,7 @@ impl RunConfig {
             n_expert_used: (m.n_expert_used > 0).then_some(m.n_expert_used),
             stream: m.stream.then_some(StreamOptions {
                 cache: self.cache_budget(),
+                cache_policy: m.cache_policy.parse().unwrap_or_default(),
                 dense: DenseWeights::from_name(&m.dense_weights).unwrap_or_default(),
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
@@ -620,6 +629,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 1 + 9 + 11 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 12 + 7 + 4 + 3);
     }
 }

@@ -6,6 +6,7 @@ mod common;
 
 use bmoe::engine::{CacheBudget, DenseWeights, Phase, SessionOptions, StreamOptions};
 use bmoe::gguf::GgmlType;
+use bmoe::moe::evict::CachePolicy;
 use bmoe::moe::predict::ReadAhead;
 use bmoe::synth::Arch;
 use common::*;
@@ -87,6 +88,18 @@ fn cache_evicting_every_token() {
         for r in reports.iter().filter(|r| r.phase == Phase::Decode) {
             assert!(r.trace.evictions > 0, "step {} evicted nothing", r.step);
         }
+    }
+}
+
+#[test]
+fn both_cache_policies_are_lossless() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    // Between one token's working set and the bank: the policies evict differently.
+    for policy in CachePolicy::ALL {
+        let stream = cached(600 << 10, 2).map(|s| StreamOptions { cache_policy: policy, ..s });
+        let reports = gate(&m, stream, &format!("cache 600 KiB, {}", policy.name()));
+        assert!(reports.iter().any(|r| r.trace.evictions > 0) && reports.iter().any(|r| r.trace.hits > 0));
     }
 }
 
@@ -191,6 +204,7 @@ fn fused_gate_up_layout() {
         &m,
         Some(StreamOptions {
             cache: CacheBudget::Off,
+            cache_policy: Default::default(),
             dense: DenseWeights::Mmap,
             io_threads: 1,
             o_direct: false,
@@ -360,20 +374,21 @@ fn router_predictor_reproduces_the_routing_of_its_own_layer() {
 /// The step tuner changes the compute thread count (and turns read-ahead on
 /// and off) between decode steps, which is lossless only because results
 /// do not depend on either: checked resident (one thread against two) and
-/// streamed with the tuner and read-ahead on (it tries one thread after the
-/// fourth step).
+/// streamed with the tuner and read-ahead on (it starts at one thread and
+/// tries two by the 36th step, whichever neighbour it probes first).
 #[test]
 fn thread_count_does_not_change_results() {
+    const STEPS: u32 = 48;
     let dir = tempdir();
     for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
         let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
-        let (one, _) = run(options(&m, None), N);
-        let (two, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, N);
+        let (one, _) = run(options(&m, None), STEPS);
+        let (two, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, STEPS);
         assert_identical(&one, &two, &format!("{arch:?}: one thread against two"));
         let read_ahead = ReadAhead { layers: 1, router: true };
         let stream = cached(600 << 10, 2).map(|s| StreamOptions { read_ahead, ..s });
         let tuned = SessionOptions { threads: 2, tune: true, ..options(&m, stream) };
-        let (streamed, reports) = run(tuned, N);
+        let (streamed, reports) = run(tuned, STEPS);
         assert_identical(&one, &streamed, &format!("{arch:?}: streamed, threads tuned"));
         let used: std::collections::BTreeSet<u32> = reports.iter().map(|r| r.threads).collect();
         assert_eq!(used.into_iter().collect::<Vec<_>>(), [1, 2], "{arch:?}");

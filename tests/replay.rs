@@ -1,8 +1,8 @@
 //! The offline cache replay against the live cache: on a trace bmoe
-//! recorded without read-ahead, replaying LRU with the run's budget gives
-//! the live hits row for row (prefill in several ubatches, several turns, with and without a
-//! drop policy); and on the shared real-model traces Belady's optimum is
-//! never beaten.
+//! recorded without read-ahead, replaying the live policy (LRU or decay)
+//! with the run's budget gives the live hits row for row (prefill in
+//! several ubatches, several turns, with and without a drop policy); and on
+//! the shared real-model traces Belady's optimum is never beaten.
 
 mod common;
 
@@ -25,8 +25,9 @@ fn live_run(dir: &Path, edit: impl FnOnce(&mut RunConfig)) -> (String, u64, u64)
     c.generate.n_predict = 24;
     c.moe.stream = true;
     c.moe.cache_mb = CacheMb::Mib(0.5);
-    // The replay models the plain LRU; router read-ahead fills the cache too.
+    // The replay models the cache alone; router read-ahead fills it too.
     c.moe.predict = false;
+    c.moe.cache_policy = "lru".into();
     c.telemetry.route_trace = trace.clone();
     edit(&mut c);
     let mut host = Host::open(c, &model).unwrap();
@@ -38,9 +39,9 @@ fn live_run(dir: &Path, edit: impl FnOnce(&mut RunConfig)) -> (String, u64, u64)
     (std::fs::read_to_string(trace).unwrap(), lookups, hits)
 }
 
-fn assert_lru_matches(text: &str, lookups: u64, hits: u64) {
+fn assert_replay_matches(policy: Policy, text: &str, lookups: u64, hits: u64) {
     let trace = Trace::parse(text).unwrap();
-    let r = replay(&trace, (0.5 * 1048576.0) as u64, Policy::Lru);
+    let r = replay(&trace, (0.5 * 1048576.0) as u64, policy);
     let recorded: Vec<bool> = trace.loads.iter().flat_map(|l| l.recorded_hits.iter().copied()).collect();
     assert_eq!(r.row_hits.len(), recorded.len());
     if let Some(i) = r.row_hits.iter().zip(&recorded).position(|(a, b)| a != b) {
@@ -56,19 +57,35 @@ fn lru_replay_equals_the_live_cache_row_for_row() {
     let _serial = llama_lock();
     // Prefill in ubatches of 5 tokens: several loads per layer per call.
     let (text, lookups, hits) = live_run(dir.path(), |c| c.generate.ubatch = 5);
-    assert_lru_matches(&text, lookups, hits);
+    assert_replay_matches(Policy::Lru, &text, lookups, hits);
 }
 
 #[test]
-fn lru_replay_equals_the_live_cache_with_a_drop_policy() {
+fn decay_replay_equals_the_live_cache_row_for_row() {
     let dir = tempdir();
     let _serial = llama_lock();
     let (text, lookups, hits) = live_run(dir.path(), |c| {
+        c.generate.ubatch = 5;
+        c.moe.cache_policy = "decay".into();
+    });
+    assert_replay_matches(Policy::Decay, &text, lookups, hits);
+    // The two policies differ on this run: the check above is not LRU's again.
+    let lru = replay(&Trace::parse(&text).unwrap(), (0.5 * 1048576.0) as u64, Policy::Lru);
+    let recorded: Vec<bool> = Trace::parse(&text).unwrap().loads.iter().flat_map(|l| l.recorded_hits.clone()).collect();
+    assert_ne!(lru.row_hits, recorded, "LRU gives the same hits: the run does not tell the policies apart");
+}
+
+#[test]
+fn decay_replay_equals_the_live_cache_with_a_drop_policy() {
+    let dir = tempdir();
+    let _serial = llama_lock();
+    let (text, lookups, hits) = live_run(dir.path(), |c| {
+        c.moe.cache_policy = "decay".into();
         c.plugins.drop_plugin = "drop-cold".into();
         c.plugins.drop_params = vec!["F=1".into()];
     });
     assert!(text.lines().any(|l| l.ends_with(",1") && !l.starts_with('#')), "nothing was dropped");
-    assert_lru_matches(&text, lookups, hits);
+    assert_replay_matches(Policy::Decay, &text, lookups, hits);
 }
 
 #[test]
@@ -85,7 +102,7 @@ fn belady_bounds_the_other_policies_on_the_shared_traces() {
         for frac in [0.1, 0.25, 0.5] {
             let budget = (frac * bank as f64) as u64;
             let best = replay(&trace, budget, Policy::Belady).decode_hit_rate();
-            for p in [Policy::Lru, Policy::Lfu, Policy::Lru2] {
+            for p in Policy::ALL.into_iter().filter(|&p| p != Policy::Belady) {
                 let rate = replay(&trace, budget, p).decode_hit_rate();
                 assert!(
                     rate <= best + 1e-12,

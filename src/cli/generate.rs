@@ -58,6 +58,10 @@ pub struct RunFlags {
     /// Accept a fixed cache budget below one token's working set [moe.force_cache].
     #[arg(long)]
     pub force_cache: bool,
+    /// Which cached expert is evicted first: decay (fewest recent uses, halving every 12 tokens)
+    /// or lru (least recently used) [moe.cache_policy, default decay].
+    #[arg(long, value_name = "decay|lru")]
+    pub cache_policy: Option<String>,
     /// How dense weights are held while streaming: mmap (llama.cpp's mapping), warm (touched
     /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction) [moe.dense_weights].
     #[arg(long, value_name = "mmap|warm|anon")]
@@ -162,7 +166,7 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     set!(n_predict => g.n_predict, threads => g.threads, ctx_size => g.ctx_size, batch => g.batch,
          ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed);
     let m = &mut c.moe;
-    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, dense_weights => m.dense_weights,
+    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
          io_threads => m.io_threads,
          n_expert_used => m.n_expert_used, prefetch => m.prefetch);
     if args.no_predict {

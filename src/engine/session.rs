@@ -11,6 +11,7 @@ use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
+use crate::moe::evict::CachePolicy;
 use crate::moe::lean;
 use crate::moe::predict::ReadAhead;
 use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, recipe, resolve_banks};
@@ -25,6 +26,8 @@ pub struct StreamOptions {
     /// The expert cache: off (shared slots re-read every token), a fixed
     /// LRU budget, or auto (sized at open from the memory available).
     pub cache: CacheBudget,
+    /// Which cached expert is evicted first.
+    pub cache_policy: CachePolicy,
     /// How the dense (non-expert) weights are held.
     pub dense: DenseWeights,
     /// Read lanes (the eval thread is one of them).
@@ -636,6 +639,11 @@ impl Session {
         if let Some(h) = self.ctx.hook_mut() {
             h.begin_batch(tokens.len() as u32, phase == Phase::Decode);
         }
+        let can_read_ahead = self.ctx.hook_mut().is_some_and(|h| h.read_ahead_active());
+        // Once the cache holds the whole bank the lanes idle: tune without them.
+        if let Some(tuner) = self.tuner.as_mut() {
+            tuner.set_can_read_ahead(can_read_ahead);
+        }
         let setting = self.tuner.as_ref().map(StepTuner::setting);
         let threads = setting.map_or(self.options.threads, |s| s.threads);
         if threads != self.ctx_threads {
@@ -643,12 +651,9 @@ impl Session {
             self.ctx_threads = threads;
         }
         // Untuned, read-ahead runs whenever it is set up.
-        let mut read_ahead = setting.is_none_or(|s| s.read_ahead);
+        let read_ahead = can_read_ahead && setting.is_none_or(|s| s.read_ahead);
         if let Some(h) = self.ctx.hook_mut() {
             h.pause_read_ahead(!read_ahead);
-            read_ahead &= h.read_ahead_active();
-        } else {
-            read_ahead = false;
         }
         let t0 = Instant::now();
         let result = self.ctx.decode(tokens, first_pos, logits);
@@ -679,7 +684,7 @@ impl Session {
         self.history.extend_from_slice(tokens);
         // Single-token decode steps are alike enough to compare settings by.
         if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
-            tuner.record(wall_ns);
+            tuner.record(wall_ns, trace.read_ns);
         }
         Ok(Some(StepReport {
             turn,
@@ -881,8 +886,11 @@ fn attach_stream(
     }
     let decision = budget::decide(stream.cache, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
     notices.extend(decision.note);
-    let store = ExpertStore::new(banks.layers, banks.n_expert, decision.bytes, lanes)
+    let store = ExpertStore::new(banks.layers, banks.n_expert, decision.bytes, stream.cache_policy, lanes)
         .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?;
+    if decision.bytes > 0 && stream.cache_policy != CachePolicy::default() {
+        notices.push(format!("expert cache policy: {}", stream.cache_policy.name()));
+    }
     info.bank_bytes = store.bank_bytes();
     info.cache_budget = decision.bytes;
     info.holdings = Some(held);

@@ -2,9 +2,12 @@
 //! to read ahead. ggml's compute threads spin at every graph barrier, so
 //! when another process takes a core, each barrier waits for whichever
 //! thread the kernel descheduled: one thread more than the free cores can
-//! halve decode speed. Read-ahead overlaps reads with compute when a core is
-//! free for the read lanes, and takes that core from compute when none is
-//! (measured under a CPU hog on one of two cores: 25% slower than without).
+//! halve decode speed. Read-ahead overlaps reads with compute on the read
+//! lanes, which need a core of their own (O_DIRECT bounce copies, syscalls):
+//! so with read-ahead the tuner starts one compute thread short of the
+//! cores. Measured on two cores, bench preset under a cap of a third of it
+//! (`docs/benchmarks.md`): one thread with read-ahead 8.04 tok/s against
+//! 7.28 for two, and under a busy core 6.21 against 4.14.
 //! The tuner measures the wall time of single-token decode steps with the
 //! current setting and, now and then, with a neighbouring one (one thread
 //! fewer or more, read-ahead toggled), and keeps whichever is faster.
@@ -25,6 +28,9 @@ const MIN_INTERVAL: u32 = 12;
 const MAX_INTERVAL: u32 = 192;
 /// A probe wins when its median is at least this much faster.
 const MARGIN: f64 = 0.93;
+/// A step is compute-bound when it waited for reads less than this
+/// fraction (1/N) of its time.
+const COMPUTE_BOUND_WAIT: u64 = 8;
 
 /// One decode setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,26 +56,43 @@ pub struct StepTuner {
     interval: u32,
     /// Which neighbour the next probe tries (round robin).
     next_neighbour: usize,
+    last_probe: Option<Setting>,
+    /// The last step waited for reads less than 1/[`COMPUTE_BOUND_WAIT`] of it.
+    compute_bound: bool,
     switches: u32,
 }
 
 impl StepTuner {
     /// A tuner choosing between `min` and `max` threads, and read-ahead on
-    /// or off where `can_read_ahead`; it starts at `max` threads with
-    /// read-ahead on where it can.
+    /// or off where `can_read_ahead`; it starts with read-ahead on where it
+    /// can, with one core left to the read lanes (`max - 1` threads), else
+    /// at `max` threads.
     pub fn new(min: u32, max: u32, can_read_ahead: bool) -> StepTuner {
         let max = max.max(1);
+        let min = min.clamp(1, max);
+        let start = if can_read_ahead { (max - 1).max(min) } else { max };
         StepTuner {
-            min: min.clamp(1, max),
+            min,
             max,
             can_read_ahead,
-            current: Setting { threads: max, read_ahead: can_read_ahead },
+            current: Setting { threads: start, read_ahead: can_read_ahead },
             recent: vec![VecDeque::new(); (max as usize + 1) * 2],
             probe: None,
             until_probe: FIRST_PROBE,
             interval: MIN_INTERVAL,
             next_neighbour: 0,
+            last_probe: None,
+            compute_bound: false,
             switches: 0,
+        }
+    }
+
+    /// Says whether read-ahead can run now (the cache may come to hold
+    /// the whole bank, leaving nothing to read). A change starts over from
+    /// that case's starting setting.
+    pub fn set_can_read_ahead(&mut self, can: bool) {
+        if can != self.can_read_ahead {
+            *self = StepTuner { switches: self.switches, ..StepTuner::new(self.min, self.max, can) };
         }
     }
 
@@ -93,8 +116,9 @@ impl StepTuner {
     }
 
     /// Records the wall time of one single-token decode step run with
-    /// [`Self::setting`].
-    pub fn record(&mut self, step_ns: u64) {
+    /// [`Self::setting`], and how long of it decode waited for reads.
+    pub fn record(&mut self, step_ns: u64, read_wait_ns: u64) {
+        self.compute_bound = read_wait_ns < step_ns / COMPUTE_BOUND_WAIT;
         let slot = Self::slot(self.setting());
         let window = &mut self.recent[slot];
         if window.len() == WINDOW {
@@ -126,8 +150,16 @@ impl StepTuner {
                 }
                 self.until_probe = self.until_probe.saturating_sub(1);
                 if self.until_probe == 0 {
-                    let next = neighbours[self.next_neighbour % neighbours.len()];
-                    self.next_neighbour += 1;
+                    // Compute-bound steps try one more thread first (a cache that
+                    // came to hold what decode routes, read-ahead then idle).
+                    let up = Setting { threads: self.current.threads + 1, ..self.current };
+                    let next = if self.compute_bound && neighbours.contains(&up) && self.last_probe != Some(up) {
+                        up
+                    } else {
+                        self.next_neighbour += 1;
+                        neighbours[(self.next_neighbour - 1) % neighbours.len()]
+                    };
+                    self.last_probe = Some(next);
                     self.probe = Some((next, PROBE_STEPS));
                 }
             }
@@ -164,12 +196,19 @@ fn median<'a>(values: impl Iterator<Item = &'a u64>) -> f64 {
 mod tests {
     use super::*;
 
-    /// Runs `steps` steps where a step with setting `s` costs `cost(s)`.
+    /// Runs `steps` steps where a step with setting `s` costs `cost(s)`,
+    /// half of it waiting for reads.
     fn run(tuner: &mut StepTuner, steps: usize, cost: impl Fn(Setting) -> u64) -> Vec<Setting> {
+        run_waiting(tuner, steps, cost, 2)
+    }
+
+    /// The same, waiting for reads 1/`wait_part` of each step (0: never).
+    fn run_waiting(tuner: &mut StepTuner, steps: usize, cost: impl Fn(Setting) -> u64, wait_part: u64) -> Vec<Setting> {
         (0..steps)
             .map(|_| {
                 let s = tuner.setting();
-                tuner.record(cost(s));
+                let c = cost(s);
+                tuner.record(c, c.checked_div(wait_part).unwrap_or(0));
                 s
             })
             .collect()
@@ -226,6 +265,37 @@ mod tests {
         assert_eq!(t.settled(), Setting { threads: 1, read_ahead: false });
         run(&mut t, 1200, quiet);
         assert_eq!(t.settled(), Setting { threads: 2, read_ahead: true });
+    }
+
+    #[test]
+    fn read_ahead_leaves_a_core_to_the_lanes_until_there_is_nothing_to_read() {
+        let mut t = StepTuner::new(1, 2, true);
+        assert_eq!(t.setting(), Setting { threads: 1, read_ahead: true });
+        // Read-bound: one thread with read-ahead stays.
+        let read_bound = |s: Setting| if s.read_ahead { 100 } else { 140 } + if s.threads == 2 { 30 } else { 0 };
+        run(&mut t, 100, read_bound);
+        assert_eq!(t.settled(), Setting { threads: 1, read_ahead: true });
+        // The cache comes to hold everything: all cores compute, no probes of read-ahead.
+        t.set_can_read_ahead(false);
+        let used = run(&mut t, 100, threads(|n| if n == 2 { 50 } else { 90 }));
+        assert!(used.iter().all(|s| !s.read_ahead));
+        assert_eq!(t.settled(), Setting { threads: 2, read_ahead: false });
+        assert_eq!(used.iter().filter(|s| s.threads == 2).count(), 100 - 3 * PROBE_STEPS);
+    }
+
+    #[test]
+    fn compute_bound_steps_try_one_more_thread_first() {
+        // A cache holding what decode routes: read-ahead finds nothing to read.
+        let cost = threads(|n| if n == 2 { 50 } else { 90 });
+        let mut t = StepTuner::new(1, 2, true);
+        let used = run_waiting(&mut t, 12, &cost, 0);
+        assert_eq!(t.settled(), Setting { threads: 2, read_ahead: true });
+        assert_eq!(used.iter().filter(|s| s.threads == 1).count(), FIRST_PROBE as usize);
+        // Read-bound steps try the neighbours in turn: read-ahead off first.
+        let mut t = StepTuner::new(1, 2, true);
+        let used = run(&mut t, 12, &cost);
+        assert_eq!(used[FIRST_PROBE as usize], Setting { threads: 1, read_ahead: false });
+        assert_eq!(t.settled().threads, 1);
     }
 
     #[test]

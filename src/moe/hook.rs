@@ -245,9 +245,11 @@ impl MoeHook {
         }
     }
 
-    /// True when read-ahead is set up and the store can do it.
+    /// True when read-ahead is set up, the store can do it and has
+    /// something to read (the cache does not hold the whole bank).
     pub fn read_ahead_active(&self) -> bool {
-        self.read_ahead.any() && self.store.as_ref().is_some_and(ExpertStore::can_prefetch)
+        self.read_ahead.any()
+            && self.store.as_ref().is_some_and(|s| s.can_prefetch() && s.resident_bytes() < s.bank_bytes())
     }
 
     /// Skips read-ahead (and the router prediction) while `paused`.

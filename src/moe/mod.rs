@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod dense;
+pub mod evict;
 mod hook;
 mod lanes;
 pub mod lean;

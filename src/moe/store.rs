@@ -1,13 +1,14 @@
 //! Where routed experts live: shared full-bank slots re-read every token
-//! (cache off), or a byte-budgeted global LRU over (layer, expert) with
+//! (cache off), or a byte-budgeted global cache over (layer, expert) with
 //! per-(layer, projection) reserved ranges whose pages are released on
-//! eviction (cache on). Either way expert `e` of a projection sits at
+//! eviction (cache on; which entry goes first is [`super::evict`]'s). Either way expert `e` of a projection sits at
 //! `e * slice_bytes`, exactly where the rebound tensor expects it.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
 use super::lanes::{ReadJob, ReadLanes, ReadStats};
 use crate::llama::memory::Region;
 use crate::llama::{TensorBinding, TensorHandle};
@@ -55,75 +56,61 @@ pub struct PrefetchReport {
     pub mgmt_ns: u64,
 }
 
-const NIL: u32 = u32::MAX;
-
-/// Global LRU over (layer, expert) entries.
-struct Lru {
+/// The byte-budgeted cache over (layer, expert) entries.
+struct Cache {
     budget: u64,
     resident: u64,
+    policy: CachePolicy,
     valid: Vec<bool>,
+    /// The load that protects each entry from eviction.
     stamp: Vec<u64>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    head: u32,
-    tail: u32,
+    order: EvictionOrder,
+    /// Per entry: decayed uses ([`CachePolicy::Decay`]).
+    decayed: Vec<DecayedCount>,
+    /// Ticks once per routed row: recency.
+    clock: u64,
+    /// Loads so far; divided by the streamed layers it is the time in
+    /// decode steps the decayed counts use.
+    loads: u64,
+    layers: f64,
 }
 
-impl Lru {
-    fn new(entries: usize, budget: u64) -> Lru {
-        Lru {
+impl Cache {
+    fn new(entries: usize, budget: u64, policy: CachePolicy, layers: usize) -> Cache {
+        Cache {
             budget,
             resident: 0,
+            policy,
             valid: vec![false; entries],
             stamp: vec![0; entries],
-            prev: vec![NIL; entries],
-            next: vec![NIL; entries],
-            head: NIL,
-            tail: NIL,
+            order: EvictionOrder::new(entries),
+            decayed: vec![DecayedCount::default(); entries],
+            clock: 0,
+            loads: 0,
+            layers: layers.max(1) as f64,
         }
     }
 
-    fn unlink(&mut self, id: u32) {
-        let (p, n) = (self.prev[id as usize], self.next[id as usize]);
-        if p != NIL {
-            self.next[p as usize] = n
-        } else {
-            self.head = n
+    /// Records a use of `id` now: recency always; a decayed use when
+    /// `counted` (once per entry per load).
+    fn touch(&mut self, id: u32, counted: bool) {
+        self.clock += 1;
+        if counted {
+            self.decayed[id as usize].add_use(self.loads as f64 / self.layers);
         }
-        if n != NIL {
-            self.prev[n as usize] = p
-        } else {
-            self.tail = p
-        }
-        self.prev[id as usize] = NIL;
-        self.next[id as usize] = NIL;
-    }
-
-    fn push_front(&mut self, id: u32) {
-        self.next[id as usize] = self.head;
-        self.prev[id as usize] = NIL;
-        if self.head != NIL {
-            self.prev[self.head as usize] = id;
-        }
-        self.head = id;
-        if self.tail == NIL {
-            self.tail = id;
-        }
-    }
-
-    fn promote(&mut self, id: u32) {
-        if self.head != id {
-            self.unlink(id);
-            self.push_front(id);
-        }
+        let key = match self.policy {
+            CachePolicy::Lru => (self.clock, 0),
+            CachePolicy::Decay => (self.decayed[id as usize].rank(), self.clock),
+        };
+        self.order.set(id, key);
     }
 }
 
 enum Residency {
     /// One region per projection kind, shared by every layer.
     Slots,
-    /// LRU with one region per (layer, projection).
-    Cache(Lru),
+    /// A cache with one region per (layer, projection).
+    Cache(Cache),
 }
 
 /// The expert store of a session.
@@ -147,11 +134,13 @@ pub struct ExpertStore {
 
 impl ExpertStore {
     /// Builds the store and rebinds every expert tensor to engine memory.
-    /// `cache_bytes == 0` selects shared slots.
+    /// `cache_bytes == 0` selects shared slots; `policy` picks the cache's
+    /// evictions.
     pub fn new(
         layers: Vec<Vec<Projection>>,
         n_expert: usize,
         cache_bytes: u64,
+        policy: CachePolicy,
         lanes: ReadLanes,
     ) -> io::Result<ExpertStore> {
         let n_proj = layers.iter().map(Vec::len).max().unwrap_or(0);
@@ -175,7 +164,8 @@ impl ExpertStore {
                 }
                 regions.push(per);
             }
-            Residency::Cache(Lru::new(layers.len() * n_expert, cache_bytes))
+            let streamed = layers.iter().filter(|l| !l.is_empty()).count();
+            Residency::Cache(Cache::new(layers.len() * n_expert, cache_bytes, policy, streamed))
         };
         let mut bindings = Vec::new();
         for (l, projs) in layers.iter().enumerate() {
@@ -291,37 +281,37 @@ impl ExpertStore {
             let e = raw as usize;
             let id = (il * n_expert + e) as u32;
             let first = self.seen[e] != generation;
-            if let Residency::Cache(lru) = &mut self.residency {
-                // Promote on every use, so the LRU order reflects the last token.
-                if lru.valid[id as usize] {
-                    lru.promote(id);
-                }
-            }
-            if !first {
-                continue;
-            }
             self.seen[e] = generation;
             let hit = match &mut self.residency {
                 Residency::Slots => false,
-                Residency::Cache(lru) => {
-                    let hit = lru.valid[id as usize];
-                    if hit && std::mem::take(&mut self.prefetched[id as usize]) {
-                        report.prefetch_used += 1;
-                    }
-                    lru.stamp[id as usize] = generation;
-                    if !hit {
-                        lru.valid[id as usize] = true;
-                        lru.resident += self.entry_bytes[il];
-                        lru.push_front(id);
+                Residency::Cache(cache) => {
+                    let hit = cache.valid[id as usize];
+                    // A read-ahead entry's use was counted when it was read ahead.
+                    let ahead = first && hit && std::mem::take(&mut self.prefetched[id as usize]);
+                    report.prefetch_used += u64::from(ahead);
+                    // Every row refreshes recency, so the order reflects the last token.
+                    cache.touch(id, first && !ahead);
+                    if first {
+                        cache.stamp[id as usize] = generation;
+                        if !hit {
+                            cache.valid[id as usize] = true;
+                            cache.resident += self.entry_bytes[il];
+                        }
                     }
                     hit
                 }
             };
+            if !first {
+                continue;
+            }
             report.experts.push((e as u32, hit));
             if !hit {
                 missed.push(id);
                 jobs.extend(self.read_jobs(il, e));
             }
+        }
+        if let Residency::Cache(cache) = &mut self.residency {
+            cache.loads += 1;
         }
         let t_read = Instant::now();
         let read = self.lanes.read_all(jobs);
@@ -346,7 +336,7 @@ impl ExpertStore {
     /// cache on the worker lanes and returns without waiting: the next
     /// [`Self::load_layer`] waits for them, so no layer computes over a
     /// slice in flight. Entries already resident are skipped; room is made
-    /// by evicting least recently used entries, never those of the load just
+    /// by evicting in the policy's order, never the entries of the load just
     /// done nor the ones being read. Does nothing with the cache off (its
     /// slots are shared by every layer), with a single lane (nothing could
     /// read in the background) or while an earlier read-ahead is in flight.
@@ -367,14 +357,15 @@ impl ExpertStore {
             for &e in experts {
                 let e = e as usize;
                 let id = il * n_expert + e;
-                let Residency::Cache(lru) = &mut self.residency else { break };
-                if e >= n_expert || lru.valid[id] {
+                let Residency::Cache(cache) = &mut self.residency else { break };
+                if e >= n_expert || cache.valid[id] {
                     continue;
                 }
-                lru.valid[id] = true;
-                lru.stamp[id] = protect;
-                lru.resident += self.entry_bytes[il];
-                lru.push_front(id as u32);
+                cache.valid[id] = true;
+                cache.stamp[id] = protect;
+                cache.resident += self.entry_bytes[il];
+                // Counted as the coming load's use (the clock is already there).
+                cache.touch(id as u32, true);
                 self.prefetched[id] = true;
                 self.pending.push(id as u32);
                 report.entries += 1;
@@ -435,83 +426,49 @@ impl ExpertStore {
     /// Drops one entry from the cache and releases its pages.
     fn forget(&mut self, id: u32) -> io::Result<()> {
         let n_expert = self.n_expert;
-        let Residency::Cache(lru) = &mut self.residency else { return Ok(()) };
-        if !lru.valid[id as usize] {
+        let Residency::Cache(cache) = &mut self.residency else { return Ok(()) };
+        if !cache.valid[id as usize] {
             return Ok(());
         }
         let (il, e) = (id as usize / n_expert, id as usize % n_expert);
-        lru.unlink(id);
-        lru.valid[id as usize] = false;
+        cache.order.remove(id);
+        cache.valid[id as usize] = false;
         self.prefetched[id as usize] = false;
-        lru.resident -= self.entry_bytes[il];
+        cache.resident -= self.entry_bytes[il];
         for (p, proj) in self.layers[il].iter().enumerate() {
             self.regions[il][p].release(e * proj.slice_bytes, proj.slice_bytes)?;
         }
         Ok(())
     }
 
-    /// Changes the cache budget between generations, evicting least recently
-    /// used entries (and releasing their pages) down to a smaller one.
+    /// Changes the cache budget between generations, evicting in the
+    /// policy's order (and releasing their pages) down to a smaller one.
     /// Returns the evictions; an error when the cache is off (the store
     /// then holds full-bank slots, which only a reopen can change).
     pub fn set_budget(&mut self, budget: u64) -> io::Result<u64> {
-        let Residency::Cache(lru) = &mut self.residency else {
+        let Residency::Cache(cache) = &mut self.residency else {
             return Err(io::Error::other("the expert cache is off: a budget needs a reopen"));
         };
-        lru.budget = budget;
+        cache.budget = budget;
         self.finish_prefetch()?;
         // Nothing is in flight between generations: protect nothing.
         self.evict_to_budget(u64::MAX)
     }
 
-    /// Evicts least recently used entries until the budget holds, never
+    /// Evicts entries in the policy's order until the budget holds, never
     /// touching entries used by the load in flight (`protect`).
     fn evict_to_budget(&mut self, protect: u64) -> io::Result<u64> {
         let mut evicted = 0;
         loop {
-            let Residency::Cache(lru) = &self.residency else { return Ok(0) };
-            if lru.resident <= lru.budget || lru.tail == NIL || lru.stamp[lru.tail as usize] == protect {
+            let Residency::Cache(cache) = &self.residency else { return Ok(0) };
+            if cache.resident <= cache.budget {
                 return Ok(evicted);
             }
-            let tail = lru.tail;
-            self.forget(tail)?;
+            let Some(victim) = cache.order.victim(|id| cache.stamp[id as usize] == protect) else {
+                return Ok(evicted);
+            };
+            self.forget(victim)?;
             evicted += 1;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn order(l: &Lru) -> Vec<u32> {
-        let mut v = Vec::new();
-        let mut at = l.head;
-        while at != NIL {
-            v.push(at);
-            at = l.next[at as usize];
-        }
-        v
-    }
-
-    #[test]
-    fn lru_promotes_and_keeps_links_consistent() {
-        let mut l = Lru::new(5, 0);
-        for id in [0, 1, 2, 3] {
-            l.push_front(id);
-        }
-        assert_eq!(order(&l), [3, 2, 1, 0]);
-        l.promote(1);
-        assert_eq!(order(&l), [1, 3, 2, 0]);
-        l.promote(0);
-        assert_eq!(order(&l), [0, 1, 3, 2]);
-        assert_eq!(l.tail, 2);
-        l.unlink(2);
-        assert_eq!(l.tail, 3);
-        l.unlink(0);
-        assert_eq!(order(&l), [1, 3]);
-        assert_eq!(l.prev[3], 1);
-        l.promote(1);
-        assert_eq!(order(&l), [1, 3]);
     }
 }

@@ -9,20 +9,26 @@
 //! eviction down to the budget sparing the experts of the load in flight.
 //! On a trace bmoe recorded, its hits equal the trace's `residency` column
 //! row for row (`tests/replay.rs`). The other policies share everything but
-//! the choice of victim: `lfu` (fewest uses, then least recent), `lru2`
-//! (LRU-K with K = 2: oldest second-to-last use), and `belady` (next use
-//! farthest in the future; the offline optimum for equal-sized entries,
-//! the bound the others are measured against).
+//! the choice of victim: `decay` (the live default, `moe::evict`: fewest
+//! decayed uses, time counted in loads per routed layer like the live
+//! store, so it too equals the live cache row for row), `lfu` (fewest
+//! uses, then least recent), `lru2` (LRU-K with K = 2: oldest
+//! second-to-last use), and `belady` (next use farthest in the future; the
+//! offline optimum for equal-sized entries, the bound the others are
+//! measured against).
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::moe::evict::{DecayedCount, EvictionKey, EvictionOrder};
 use crate::telemetry::trace::TraceRow;
 
 /// A cache policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
-    /// Least recently used (the live cache's policy).
+    /// Least recently used (a live policy).
     Lru,
+    /// Fewest decayed uses (the live default).
+    Decay,
     /// Least frequently used, ties by least recent.
     Lfu,
     /// LRU-2: the entry whose second-to-last use is oldest.
@@ -33,12 +39,13 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 4] = [Policy::Lru, Policy::Lfu, Policy::Lru2, Policy::Belady];
+    pub const ALL: [Policy; 5] = [Policy::Lru, Policy::Decay, Policy::Lfu, Policy::Lru2, Policy::Belady];
 
     /// Its name.
     pub fn name(self) -> &'static str {
         match self {
             Policy::Lru => "lru",
+            Policy::Decay => "decay",
             Policy::Lfu => "lfu",
             Policy::Lru2 => "lru2",
             Policy::Belady => "belady",
@@ -53,7 +60,7 @@ impl std::str::FromStr for Policy {
         Policy::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown cache policy `{s}`: lru, lfu, lru2 or belady"))
+            .ok_or_else(|| format!("unknown cache policy `{s}`: lru, decay, lfu, lru2 or belady"))
     }
 }
 
@@ -176,8 +183,8 @@ struct Entry {
     uses: u64,
     /// The load that last used it (protects it from eviction in that load).
     load: u64,
-    /// Its current eviction key.
-    key: (u64, u64),
+    /// Decayed uses, one per load.
+    decayed: DecayedCount,
 }
 
 /// Replays `trace` through a cache of `budget` bytes under `policy`.
@@ -188,13 +195,16 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
     let mut entries = vec![Entry::default(); (max_layer + 1) * n];
     // Belady: the access index of each access's next use of the same entry.
     let next_use = if policy == Policy::Belady { next_uses(trace, &id_of) } else { Vec::new() };
-    let mut order: BTreeSet<((u64, u64), usize)> = BTreeSet::new();
+    let mut order = EvictionOrder::new(entries.len());
+    // The live store's clock: loads so far per routed layer, in decode steps.
+    let n_layers = trace.loads.iter().map(|l| l.layer).collect::<BTreeSet<_>>().len().max(1) as f64;
     let mut resident_bytes = 0u64;
     let mut clock = 0u64;
     let mut per_layer: HashMap<u32, (u64, u64)> = HashMap::new();
     let mut out = ReplayResult::default();
     for (load_no, load) in trace.loads.iter().enumerate() {
         let load_id = load_no as u64 + 1;
+        let now = load_no as f64 / n_layers;
         let bytes = trace.entry_bytes(load.layer);
         let mut first_flags: HashMap<u32, bool> = HashMap::new();
         for &e in &load.experts {
@@ -216,6 +226,7 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
                     l.0 += 1;
                     l.1 += u64::from(hit);
                 }
+                entry.decayed.add_use(now);
                 if !hit {
                     entry.resident = true;
                     resident_bytes += bytes;
@@ -234,29 +245,24 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
             }
             entry.last = clock;
             entry.uses += 1;
-            let key = match policy {
+            let key: EvictionKey = match policy {
                 Policy::Lru => (entry.last, 0),
+                Policy::Decay => (entry.decayed.rank(), entry.last),
                 Policy::Lfu => (entry.uses, entry.last),
                 Policy::Lru2 => (entry.second_last, entry.last),
                 Policy::Belady => (u64::MAX - next_use[clock as usize - 1], 0),
             };
-            order.remove(&(entry.key, id));
-            entry.key = key;
-            order.insert((key, id));
+            order.set(id as u32, key);
         }
         // Evict down to the budget, sparing this load's experts.
         while resident_bytes > budget {
-            let Some(&(key, id)) = order.iter().find(|(_, id)| entries[*id].load != load_id) else { break };
-            order.remove(&(key, id));
-            let entry = &mut entries[id];
-            entry.resident = false;
-            entry.key = (0, 0);
-            resident_bytes -= trace.entry_bytes((id / n) as u32);
+            let Some(id) = order.victim(|id| entries[id as usize].load == load_id) else { break };
+            order.remove(id);
+            entries[id as usize].resident = false;
+            resident_bytes -= trace.entry_bytes(id / n as u32);
             out.evictions += 1;
         }
     }
-    // Entries no longer resident stay out of the order set: they are
-    // removed at eviction, and a later miss inserts them again.
     let mut layers: Vec<(u32, u64, u64)> = per_layer.into_iter().map(|(l, (a, h))| (l, a, h)).collect();
     layers.sort_unstable();
     out.per_layer = layers;

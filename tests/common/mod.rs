@@ -64,6 +64,7 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
 pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
     Some(StreamOptions {
         cache: CacheBudget::Off,
+        cache_policy: Default::default(),
         dense: DenseWeights::Mmap,
         io_threads: lanes,
         o_direct,
@@ -76,6 +77,7 @@ pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
 pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
     Some(StreamOptions {
         cache: CacheBudget::Fixed { bytes, force: true },
+        cache_policy: Default::default(),
         dense: DenseWeights::Mmap,
         io_threads: lanes,
         o_direct: true,

@@ -222,7 +222,7 @@ mod tests {
         let (start, keys) = completions(":set moe.cache_m", 16, &plugins);
         assert_eq!((start, keys), (5, vec!["moe.cache_mb".to_string()]));
         let (_, bare) = completions(":set cache", 10, &plugins);
-        assert_eq!(bare, ["cache_ceil_mb", "cache_mb"]);
+        assert_eq!(bare, ["cache_ceil_mb", "cache_mb", "cache_policy"]);
         let (start, names) = completions(":set draft_plugin ng", 20, &plugins);
         assert_eq!((start, names), (18, vec!["ngram".to_string(), "ngram-multi".to_string()]));
         assert_eq!(completions(":show r", 7, &plugins).1, ["routing"]);
