@@ -131,9 +131,19 @@ fn o_direct_is_really_used() {
         let info = s.info();
         assert!(info.o_direct, "O_DIRECT was not available under {}: {:?}", env!("CARGO_TARGET_TMPDIR"), info.notices);
     }
-    let reports = gate(&m, stream0(2, true), "O_DIRECT on");
-    // Unaligned slices read whole 4 KiB windows.
-    assert!(reports.iter().any(|r| r.trace.window_bytes > r.trace.bytes_read));
+    // Unaligned slices read whole 4 KiB windows, straight into place (no
+    // bounce copy): slots, cache, and the cache with read-ahead.
+    let ahead = cached(100 * 1024, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 1, router: true }, ..s });
+    for (stream, what) in [
+        (stream0(2, true), "O_DIRECT on"),
+        (cached(100 * 1024, 2), "O_DIRECT on, cache"),
+        (ahead, "O_DIRECT on, read-ahead"),
+    ] {
+        let reports = gate(&m, stream, what);
+        assert!(reports.iter().any(|r| r.trace.window_bytes > r.trace.bytes_read), "{what}");
+        let bounced: u64 = reports.iter().map(|r| r.trace.bounced_slices).sum();
+        assert_eq!(bounced, 0, "{what}: slices went through a bounce buffer");
+    }
 }
 
 #[test]

@@ -858,8 +858,8 @@ fn attach_stream(
         .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
     if banks.unaligned && lanes.o_direct() {
         notices.push(
-            "expert slices are not 4096-byte aligned in this file: O_DIRECT reads whole aligned windows \
-             and copies the slice out (the extra bytes are counted as window bytes)"
+            "expert slices are not 4096-byte aligned in this file: O_DIRECT reads each slice's enclosing \
+             page window straight into place (the extra bytes are counted as window bytes)"
                 .into(),
         );
     }

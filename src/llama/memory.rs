@@ -112,6 +112,45 @@ impl Region {
         Ok(fill(slice))
     }
 
+    /// Reads `file` from `file_offset` into the `len` bytes at `offset`
+    /// with positioned reads until at least `need` bytes came (the file may
+    /// end inside the range). For O_DIRECT page windows: the range may
+    /// overlap one a concurrent call is filling, as long as both write the
+    /// same file bytes there (the page windows of neighbouring slices in a
+    /// region that maps the file linearly, `moe::lanes`), so the range is
+    /// handed to the kernel only, never made a Rust reference.
+    pub fn read_file_at(
+        &self,
+        file: &File,
+        file_offset: u64,
+        offset: usize,
+        len: usize,
+        need: usize,
+    ) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        self.check(offset, len)?;
+        let need = need.min(len);
+        let mut got = 0;
+        while got < need {
+            let at = libc::off_t::try_from(file_offset + got as u64).map_err(io::Error::other)?;
+            // SAFETY: `offset + got .. offset + len` lies inside the mapping
+            // (checked above) and the descriptor is open for reading.
+            let n =
+                unsafe { libc::pread(file.as_raw_fd(), self.base.as_ptr().add(offset + got).cast(), len - got, at) };
+            match n {
+                n if n < 0 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice")),
+                n => got += n as usize,
+            }
+        }
+        Ok(())
+    }
+
     /// Returns the whole pages inside `offset..offset+len` to the kernel
     /// (rounded inward, so pages shared with neighbouring data survive).
     /// Returns the number of bytes released.

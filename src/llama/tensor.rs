@@ -262,20 +262,23 @@ impl TensorHandle {
         Ok(out)
     }
 
-    /// Points the tensor's data at `region` (which must hold at least
-    /// `nbytes()`), keeping the region alive; the returned binding restores
-    /// the original pointer when dropped.
-    pub fn bind(self, region: Arc<Region>) -> Result<TensorBinding, String> {
+    /// Points the tensor's data at `offset` bytes into `region` (which must
+    /// hold `nbytes()` from there), keeping the region alive; the returned
+    /// binding restores the original pointer when dropped.
+    pub fn bind(self, region: Arc<Region>, offset: usize) -> Result<TensorBinding, String> {
         let need = self.nbytes();
-        if region.len() < need {
-            return Err(format!("region of {} bytes is smaller than the tensor ({need})", region.len()));
+        if offset.checked_add(need).is_none_or(|end| end > region.len()) {
+            return Err(format!(
+                "region of {} bytes cannot hold the tensor ({need} bytes) at offset {offset}",
+                region.len()
+            ));
         }
         // SAFETY: the tensor is a live model weight; no graph is computing
         // while bindings change (called between decodes), and the region
         // stays alive for as long as the binding exists.
         let original = unsafe {
             let t = &mut *self.0;
-            std::mem::replace(&mut t.data, region.base_ptr().cast())
+            std::mem::replace(&mut t.data, region.base_ptr().add(offset).cast())
         };
         Ok(TensorBinding { tensor: self, original, _region: region })
     }

@@ -103,6 +103,8 @@ pub struct StepTrace {
     pub bytes_read: u64,
     /// Bytes transferred (O_DIRECT windows included).
     pub window_bytes: u64,
+    /// Slices copied out of a lane's bounce buffer instead of read in place.
+    pub bounced_slices: u64,
     /// Time blocked on reads.
     pub read_ns: u64,
     /// Cache management time.
@@ -688,6 +690,7 @@ impl MoeHook {
         let t = &mut self.trace;
         t.bytes_read += report.read.bytes;
         t.window_bytes += report.read.window_bytes;
+        t.bounced_slices += report.read.bounced;
         t.read_ns += report.read_ns;
         t.mgmt_ns += report.mgmt_ns;
         t.lookups += report.experts.len() as u64;

@@ -2,6 +2,15 @@
 //! file descriptors and page-aligned bounce buffer, reading expert slices
 //! with positioned reads. O_DIRECT is used when the storage serves it
 //! correctly, verified at open against a buffered read of the same bytes.
+//!
+//! O_DIRECT reads whole pages. A slice whose file offset and destination
+//! are congruent modulo the page size, in a region that maps the file
+//! linearly around it ([`ReadJob::linear`]), is read as its enclosing
+//! page window straight into place: the window's extra bytes are the
+//! file's neighbouring bytes landing where they belong (the neighbours'
+//! own slots, or slack), so nothing is copied. Two such windows may share
+//! an edge page and write the same bytes into it. Any other slice goes
+//! through the lane's bounce buffer and is copied out.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -26,6 +35,10 @@ pub struct ReadJob {
     pub region: Arc<Region>,
     /// Destination offset.
     pub region_offset: usize,
+    /// The region holds the file's bytes at linear places around this
+    /// slice (up to the enclosing pages): a read may write the neighbouring
+    /// file bytes there too.
+    pub linear: bool,
 }
 
 /// What a batch of reads moved.
@@ -37,6 +50,8 @@ pub struct ReadStats {
     pub window_bytes: u64,
     /// Slices read.
     pub slices: u64,
+    /// Of those, slices copied out of a bounce buffer (not read in place).
+    pub bounced: u64,
 }
 
 impl std::ops::AddAssign for ReadStats {
@@ -44,6 +59,7 @@ impl std::ops::AddAssign for ReadStats {
         self.bytes += o.bytes;
         self.window_bytes += o.window_bytes;
         self.slices += o.slices;
+        self.bounced += o.bounced;
     }
 }
 
@@ -71,55 +87,38 @@ impl Lane {
 
     fn read(&mut self, job: &ReadJob) -> io::Result<ReadStats> {
         let f = &self.files[job.shard];
-        let aligned = job.offset.is_multiple_of(PAGE as u64)
-            && job.len.is_multiple_of(PAGE)
-            && job.region_offset.is_multiple_of(PAGE);
-        let window = match &f.direct {
-            // Page-aligned on both sides: straight into the destination, no copy.
-            Some(direct) if aligned => {
-                job.region
-                    .fill_with(job.region_offset, job.len, |dst| direct_read_exact(direct, dst, job.offset))??;
-                job.len as u64
-            }
-            Some(direct) => {
-                let start = job.offset / PAGE as u64 * PAGE as u64;
-                let end = (job.offset + job.len as u64).next_multiple_of(PAGE as u64);
-                let wlen = (end - start) as usize;
-                self.bounce.ensure(wlen);
-                let need = (job.offset + job.len as u64 - start) as usize;
-                let buf = &mut self.bounce.as_mut_slice()[..wlen];
-                let mut got = 0;
-                while got < need {
-                    let n = direct.read_at(&mut buf[got..], start + got as u64)?;
-                    if n == 0 {
-                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
-                    }
-                    got += n;
-                }
-                let from = (job.offset - start) as usize;
-                job.region.write(job.region_offset, &buf[from..from + job.len])?;
-                wlen as u64
-            }
-            None => {
-                job.region.fill_with(job.region_offset, job.len, |dst| f.buffered.read_exact_at(dst, job.offset))??;
-                job.len as u64
-            }
+        let mut stats = ReadStats { bytes: job.len as u64, window_bytes: job.len as u64, slices: 1, bounced: 0 };
+        let Some(direct) = &f.direct else {
+            job.region.fill_with(job.region_offset, job.len, |dst| f.buffered.read_exact_at(dst, job.offset))??;
+            return Ok(stats);
         };
-        Ok(ReadStats { bytes: job.len as u64, window_bytes: window, slices: 1 })
-    }
-}
-
-/// Fills `dst` (page-aligned address and length) from `offset` with O_DIRECT reads.
-fn direct_read_exact(direct: &File, dst: &mut [u8], offset: u64) -> io::Result<()> {
-    let mut got = 0;
-    while got < dst.len() {
-        let n = direct.read_at(&mut dst[got..], offset + got as u64)?;
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
+        // The enclosing page window: `lead` bytes before the slice, `need` to its end.
+        let lead = (job.offset % PAGE as u64) as usize;
+        let need = lead + job.len;
+        let wlen = need.next_multiple_of(PAGE);
+        let start = job.offset - lead as u64;
+        stats.window_bytes = wlen as u64;
+        let in_place = (job.linear || (lead == 0 && job.len == wlen))
+            && job.region_offset % PAGE == lead
+            && job.region_offset - lead + wlen <= job.region.len();
+        if in_place {
+            job.region.read_file_at(direct, start, job.region_offset - lead, wlen, need)?;
+        } else {
+            self.bounce.ensure(wlen);
+            let buf = &mut self.bounce.as_mut_slice()[..wlen];
+            let mut got = 0;
+            while got < need {
+                let n = direct.read_at(&mut buf[got..], start + got as u64)?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
+                }
+                got += n;
+            }
+            job.region.write(job.region_offset, &buf[lead..need])?;
+            stats.bounced = 1;
         }
-        got += n;
+        Ok(stats)
     }
-    Ok(())
 }
 
 fn open_direct(p: &Path) -> io::Result<File> {
@@ -391,12 +390,51 @@ mod tests {
             let cuts = [(0usize, 1000usize), (1000, 5000), (6000, 70_001), (76_001, 223_999)];
             let jobs = cuts
                 .iter()
-                .map(|&(o, l)| ReadJob { shard: 0, offset: o as u64, len: l, region: region.clone(), region_offset: o })
+                .map(|&(o, l)| ReadJob {
+                    shard: 0,
+                    offset: o as u64,
+                    len: l,
+                    region: region.clone(),
+                    region_offset: o,
+                    linear: true,
+                })
                 .collect();
             let st = r.read_all(jobs).unwrap();
             assert_eq!(st.bytes, 300_000);
+            // The region maps the file linearly: O_DIRECT windows land in place.
+            assert_eq!(st.bounced, 0, "lanes={lanes} direct={direct}");
             region.fill_with(0, 300_000, |s| assert!(s == &data[..], "lanes={lanes} direct={direct}")).unwrap();
         }
+    }
+
+    #[test]
+    fn unaligned_slices_elsewhere_go_through_the_bounce_buffer_and_spill_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = sample_file(dir.path(), 40_000);
+        let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), 2, true).unwrap();
+        assert!(r.o_direct());
+        let region = Arc::new(Region::reserve(8 * PAGE).unwrap());
+        region.write(0, &[0xAB; 8 * PAGE]).unwrap();
+        // Congruent but not declared linear; declared linear but not congruent.
+        let cuts = [(5000usize, 5000 % PAGE + PAGE, 3000usize, false), (9000, 4 * PAGE + 7, 2000, true)];
+        let jobs = cuts
+            .iter()
+            .map(|&(o, at, l, linear)| ReadJob {
+                shard: 0,
+                offset: o as u64,
+                len: l,
+                region: region.clone(),
+                region_offset: at,
+                linear,
+            })
+            .collect();
+        let st = r.read_all(jobs).unwrap();
+        assert_eq!((st.slices, st.bounced), (2, 2));
+        let mut expect = vec![0xABu8; 8 * PAGE];
+        for &(o, at, l, _) in &cuts {
+            expect[at..at + l].copy_from_slice(&data[o..o + l]);
+        }
+        region.fill_with(0, 8 * PAGE, |s| assert!(s == &expect[..], "bytes outside the slices changed")).unwrap();
     }
 
     #[test]
@@ -417,10 +455,11 @@ mod tests {
                     len: l,
                     region: region.clone(),
                     region_offset: at,
+                    linear: false,
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
-            assert_eq!((st.bytes, st.window_bytes), (64 * PAGE as u64, 64 * PAGE as u64));
+            assert_eq!((st.bytes, st.window_bytes, st.bounced), (64 * PAGE as u64, 64 * PAGE as u64, 0));
             for &(o, at, l) in &cuts {
                 region.fill_with(at, l, |s| assert!(s == &data[o..o + l], "lanes={lanes} slice at {o}")).unwrap();
             }
@@ -441,6 +480,7 @@ mod tests {
                     len: 20_000,
                     region: region.clone(),
                     region_offset: i as usize * 20_000,
+                    linear: false,
                 })
                 .collect();
             r.submit(jobs).unwrap();
@@ -449,10 +489,18 @@ mod tests {
             // Nothing in flight: waiting again moves nothing.
             assert_eq!(r.wait().unwrap().bytes, 0);
             // A failing background batch reports at wait, and the lanes go on working.
-            let bad = ReadJob { shard: 0, offset: 199_000, len: 5_000, region: region.clone(), region_offset: 0 };
+            let bad = ReadJob {
+                shard: 0,
+                offset: 199_000,
+                len: 5_000,
+                region: region.clone(),
+                region_offset: 0,
+                linear: false,
+            };
             r.submit(vec![bad]).unwrap();
             assert!(r.wait().unwrap_err().to_string().contains("offset 199000"));
-            let good = ReadJob { shard: 0, offset: 0, len: 1_000, region: region.clone(), region_offset: 0 };
+            let good =
+                ReadJob { shard: 0, offset: 0, len: 1_000, region: region.clone(), region_offset: 0, linear: false };
             assert_eq!(r.read_all(vec![good]).unwrap().bytes, 1_000);
         }
     }
@@ -471,7 +519,7 @@ mod tests {
         );
         let len = expected.len().min(200);
         let region = Arc::new(Region::reserve(len).unwrap());
-        let job = ReadJob { shard: 0, offset: 0, len, region: region.clone(), region_offset: 0 };
+        let job = ReadJob { shard: 0, offset: 0, len, region: region.clone(), region_offset: 0, linear: false };
         r.read_all(vec![job]).unwrap();
         region.fill_with(0, len, |s| assert!(s == &expected[..len])).unwrap();
     }
@@ -490,6 +538,7 @@ mod tests {
                     len: 2_000,
                     region: region.clone(),
                     region_offset: i * 2_000,
+                    linear: false,
                 })
                 .collect();
             let err = r.read_all(jobs).unwrap_err();

@@ -1,8 +1,13 @@
 //! Where routed experts live: shared full-bank slots re-read every token
 //! (cache off), or a byte-budgeted global cache over (layer, expert) with
 //! per-(layer, projection) reserved ranges whose pages are released on
-//! eviction (cache on; which entry goes first is [`super::evict`]'s). Either way expert `e` of a projection sits at
-//! `e * slice_bytes`, exactly where the rebound tensor expects it.
+//! eviction (cache on; which entry goes first is [`super::evict`]'s).
+//!
+//! Either way a projection's bank sits in its region at `lead + e *
+//! slice_bytes`, where the rebound tensor expects it, with `lead` the bank's
+//! file offset modulo the page size and a page of slack after it: the
+//! region then maps the file linearly, so O_DIRECT reads whole page
+//! windows straight into place with no bounce copy (`super::lanes`).
 
 use std::io;
 use std::sync::Arc;
@@ -10,7 +15,7 @@ use std::time::Instant;
 
 use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
 use super::lanes::{ReadJob, ReadLanes, ReadStats};
-use crate::llama::memory::Region;
+use crate::llama::memory::{PAGE, Region};
 use crate::llama::{TensorBinding, TensorHandle};
 
 /// One projection of one layer's expert bank.
@@ -23,6 +28,20 @@ pub struct Projection {
     pub shard: usize,
     /// Absolute file offset of expert 0.
     pub file_offset: u64,
+}
+
+impl Projection {
+    /// Where the bank starts in its region: its file offset modulo the page
+    /// size, so region and file agree modulo the page size.
+    fn lead(&self) -> usize {
+        (self.file_offset % PAGE as u64) as usize
+    }
+
+    /// Region bytes the bank needs: the lead, the bank, and a page of slack
+    /// for the last slice's page window.
+    fn region_bytes(&self, n_expert: usize) -> usize {
+        self.lead() + self.slice_bytes * n_expert + PAGE
+    }
 }
 
 /// Per-load outcome, one entry per distinct expert in load order.
@@ -149,7 +168,7 @@ impl ExpertStore {
             // One shared region per projection index, sized for the widest layer.
             let mut shared = Vec::with_capacity(n_proj);
             for p in 0..n_proj {
-                let size = layers.iter().filter_map(|l| l.get(p)).map(|x| x.slice_bytes * n_expert).max().unwrap_or(0);
+                let size = layers.iter().filter_map(|l| l.get(p)).map(|x| x.region_bytes(n_expert)).max().unwrap_or(0);
                 shared.push(Arc::new(Region::reserve(size)?));
             }
             for l in &layers {
@@ -160,7 +179,7 @@ impl ExpertStore {
             for l in &layers {
                 let mut per = Vec::with_capacity(l.len());
                 for p in l {
-                    per.push(Arc::new(Region::reserve(p.slice_bytes * n_expert)?));
+                    per.push(Arc::new(Region::reserve(p.region_bytes(n_expert))?));
                 }
                 regions.push(per);
             }
@@ -170,7 +189,7 @@ impl ExpertStore {
         let mut bindings = Vec::new();
         for (l, projs) in layers.iter().enumerate() {
             for (p, proj) in projs.iter().enumerate() {
-                bindings.push(proj.tensor.bind(regions[l][p].clone()).map_err(io::Error::other)?);
+                bindings.push(proj.tensor.bind(regions[l][p].clone(), proj.lead()).map_err(io::Error::other)?);
             }
         }
         // The experts now live in engine memory: give back llama.cpp's mapped
@@ -419,7 +438,8 @@ impl ExpertStore {
             offset: proj.file_offset + (e * proj.slice_bytes) as u64,
             len: proj.slice_bytes,
             region: self.regions[il][p].clone(),
-            region_offset: e * proj.slice_bytes,
+            region_offset: proj.lead() + e * proj.slice_bytes,
+            linear: true,
         })
     }
 
@@ -436,7 +456,7 @@ impl ExpertStore {
         self.prefetched[id as usize] = false;
         cache.resident -= self.entry_bytes[il];
         for (p, proj) in self.layers[il].iter().enumerate() {
-            self.regions[il][p].release(e * proj.slice_bytes, proj.slice_bytes)?;
+            self.regions[il][p].release(proj.lead() + e * proj.slice_bytes, proj.slice_bytes)?;
         }
         Ok(())
     }

@@ -248,7 +248,7 @@ fn replay_map(path: &str, options: &Map) -> Fallible<Map> {
     };
     let policy: Policy = options
         .get("policy")
-        .map_or(Ok(Policy::Lru), |p| p.to_string().parse())
+        .map_or(Ok(Policy::Decay), |p| p.to_string().parse())
         .map_err(|e: String| fail("replay", e))?;
     let r = replay(&trace, budget, policy);
     let tokens = trace.decode_tokens().max(1) as f64;
