@@ -22,15 +22,15 @@ const WINDOW: usize = 8;
 const PROBE_STEPS: usize = 4;
 /// Steps before the first probe.
 const FIRST_PROBE: u32 = 4;
-/// Steps between probes after one that switched; doubles after each probe
-/// that did not, up to [`MAX_INTERVAL`].
+/// Steps between probes after one that switched; doubles once every
+/// neighbour has been tried and lost since, up to [`MAX_INTERVAL`].
 const MIN_INTERVAL: u32 = 12;
 const MAX_INTERVAL: u32 = 192;
 /// A probe wins when its median is at least this much faster.
 const MARGIN: f64 = 0.93;
 /// A step is compute-bound when it waited for reads less than this
 /// fraction (1/N) of its time.
-const COMPUTE_BOUND_WAIT: u64 = 8;
+const COMPUTE_BOUND_WAIT: u64 = 4;
 
 /// One decode setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,8 @@ pub struct StepTuner {
     /// Which neighbour the next probe tries (round robin).
     next_neighbour: usize,
     last_probe: Option<Setting>,
+    /// Probes lost since the last switch (or the start).
+    lost: usize,
     /// The last step waited for reads less than 1/[`COMPUTE_BOUND_WAIT`] of it.
     compute_bound: bool,
     switches: u32,
@@ -82,6 +84,7 @@ impl StepTuner {
             interval: MIN_INTERVAL,
             next_neighbour: 0,
             last_probe: None,
+            lost: 0,
             compute_bound: false,
             switches: 0,
         }
@@ -135,11 +138,15 @@ impl StepTuner {
                     self.current = probe;
                     self.switches += 1;
                     self.interval = MIN_INTERVAL;
+                    self.lost = 0;
                     // What was measured with this setting before is history now.
                     let window = &mut self.recent[Self::slot(probe)];
                     window.drain(..window.len() - PROBE_STEPS);
                 } else {
-                    self.interval = (self.interval * 2).min(MAX_INTERVAL);
+                    self.lost += 1;
+                    if self.lost >= self.neighbours().len() {
+                        self.interval = (self.interval * 2).min(MAX_INTERVAL);
+                    }
                 }
                 self.until_probe = self.interval;
             }
@@ -296,6 +303,25 @@ mod tests {
         let used = run(&mut t, 12, &cost);
         assert_eq!(used[FIRST_PROBE as usize], Setting { threads: 1, read_ahead: false });
         assert_eq!(t.settled().threads, 1);
+    }
+
+    #[test]
+    fn every_neighbour_is_tried_before_the_wait_grows() {
+        // Read-bound at the start: read-ahead off is tried first and loses;
+        // one thread more is tried 12 steps later, not 24, and wins.
+        let mut t = StepTuner::new(1, 2, true);
+        let cost = |s: Setting| {
+            if !s.read_ahead {
+                130
+            } else if s.threads == 2 {
+                80
+            } else {
+                100
+            }
+        };
+        let used = run(&mut t, 24, cost);
+        assert_eq!(used[FIRST_PROBE as usize], Setting { threads: 1, read_ahead: false });
+        assert_eq!(t.settled(), Setting { threads: 2, read_ahead: true });
     }
 
     #[test]
