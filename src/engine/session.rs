@@ -24,7 +24,7 @@ use crate::telemetry::trace::{LayerBytes, layer_bytes};
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamOptions {
     /// The expert cache: off (shared slots re-read every token), a fixed
-    /// LRU budget, or auto (sized at open from the memory available).
+    /// budget, or auto (sized at open from the memory available).
     pub cache: CacheBudget,
     /// Which cached expert is evicted first.
     pub cache_policy: CachePolicy,

@@ -32,6 +32,15 @@ impl CachePolicy {
     /// Every live policy.
     pub const ALL: [CachePolicy; 2] = [CachePolicy::Lru, CachePolicy::Decay];
 
+    /// The eviction key of an entry last used at `last` (a clock ticking
+    /// per use) with `decayed` uses.
+    pub fn key(self, decayed: &DecayedCount, last: u64) -> EvictionKey {
+        match self {
+            CachePolicy::Lru => (last, 0),
+            CachePolicy::Decay => (decayed.rank(), last),
+        }
+    }
+
     /// Its name in configuration and reports.
     pub fn name(self) -> &'static str {
         match self {

@@ -117,10 +117,7 @@ impl Cache {
         if counted {
             self.decayed[id as usize].add_use(self.loads as f64 / self.layers);
         }
-        let key = match self.policy {
-            CachePolicy::Lru => (self.clock, 0),
-            CachePolicy::Decay => (self.decayed[id as usize].rank(), self.clock),
-        };
+        let key = self.policy.key(&self.decayed[id as usize], self.clock);
         self.order.set(id, key);
     }
 }

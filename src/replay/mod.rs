@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::moe::evict::{DecayedCount, EvictionKey, EvictionOrder};
+use crate::moe::evict::{CachePolicy, DecayedCount, EvictionKey, EvictionOrder};
 use crate::telemetry::trace::TraceRow;
 
 /// A cache policy.
@@ -246,8 +246,8 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
             entry.last = clock;
             entry.uses += 1;
             let key: EvictionKey = match policy {
-                Policy::Lru => (entry.last, 0),
-                Policy::Decay => (entry.decayed.rank(), entry.last),
+                Policy::Lru => CachePolicy::Lru.key(&entry.decayed, entry.last),
+                Policy::Decay => CachePolicy::Decay.key(&entry.decayed, entry.last),
                 Policy::Lfu => (entry.uses, entry.last),
                 Policy::Lru2 => (entry.second_last, entry.last),
                 Policy::Belady => (u64::MAX - next_use[clock as usize - 1], 0),
