@@ -9,8 +9,8 @@
 //!   past fades instead of pinning the cache like plain LFU.
 //!
 //! Measured with `bmoe replay` on the shared real-model traces and the bench
-//! model's own, at 5-50% of the bank: `decay` moves 2-35% fewer bytes than
-//! LRU in 17 of 20 cases and at most 1.1% more in the other three
+//! model's own, at 5-50% of the bank: `decay` moves 2-36% fewer bytes than
+//! LRU in 14 of 20 cases, the same in 2 and at most 1.1% more in 4
 //! (docs/benchmarks.md). It is the default.
 
 use std::collections::BTreeSet;
