@@ -14,11 +14,7 @@ cd "$(dirname "$0")/.."
 work=${1:-bench-work}
 tokens=${2:-128}
 reps=${3:-3}
-mkdir -p "$work"
-cargo build --release --quiet
-bmoe=target/release/bmoe
-model=$work/bench.gguf
-[ -f "$model" ] || $bmoe make-model --preset bench -o "$model"
+source scripts/bench-model.sh
 $bmoe bench -m "$model" --reps "$reps" -n "$tokens" --hog \
   --csv "$work/contention.csv" --work "$work/contention-runs" \
   --config "cache0=--moe-stream --cache-mb 0" \

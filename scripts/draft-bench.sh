@@ -19,11 +19,7 @@ cd "$(dirname "$0")/.."
 work=${1:-bench-work}
 tokens=${2:-128}
 cache=${3:-2000}
-mkdir -p "$work"
-cargo build --release --quiet
-bmoe=target/release/bmoe
-model=$work/bench.gguf
-[ -f "$model" ] || $bmoe make-model --preset bench -o "$model"
+source scripts/bench-model.sh
 
 code=$(printf 'for (int i = 0; i < n; i++) {\n    sum += a[i] * b[i];\n}\n%.0s' 1 2 3 4; printf 'int dot(const int *a, const int *b, int n) {\n    int sum = 0;\n'; printf 'for (int i = 0; i < n; i++) {\n    sum += a[i] * b[i];\n}\n%.0s' 1 2 3)
 echo_text=$($bmoe generate -m "$model" -p "Hello" -n 200 2> /dev/null)

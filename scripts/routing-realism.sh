@@ -12,11 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-bench-work}
 real=${2:-../shared/data/route-traces}
-mkdir -p "$work"
-cargo build --release --quiet
-bmoe=target/release/bmoe
-model=$work/bench.gguf
-[ -f "$model" ] || $bmoe make-model --preset bench -o "$model"
+source scripts/bench-model.sh
 prompt="The history of the city begins in the early medieval period, when a small settlement grew around the river crossing and its market."
 for k in 6 8; do
   # A cache larger than the bank: every expert is read once, the trace is pure routing.

@@ -8,11 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-bench-work}
 tokens=${2:-64}
-mkdir -p "$work"
-cargo build --release --quiet
-bmoe=target/release/bmoe
-model=$work/bench.gguf
-[ -f "$model" ] || $bmoe make-model --preset bench -o "$model"
+source scripts/bench-model.sh
 printf "%10s %12s %10s %10s %10s %8s %8s\n" budget_mib cache_mib rss_mib anon_mib file_mib hit_pct tok_s
 for mb in 0 250 500 1000 2000 4000; do
   csv=$work/rss-$mb.csv

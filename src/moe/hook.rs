@@ -250,8 +250,7 @@ impl MoeHook {
     /// True when read-ahead is set up, the store can do it and has
     /// something to read (the cache does not hold the whole bank).
     pub fn read_ahead_active(&self) -> bool {
-        self.read_ahead.any()
-            && self.store.as_ref().is_some_and(|s| s.can_prefetch() && s.resident_bytes() < s.bank_bytes())
+        self.read_ahead.any() && self.store.as_ref().is_some_and(|s| s.can_prefetch() && !s.holds_whole_bank())
     }
 
     /// Skips read-ahead (and the router prediction) while `paused`.
@@ -518,9 +517,8 @@ impl MoeHook {
         let next = il + self.predict_distance;
         let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
         // Nothing to read ahead once the cache holds the whole bank.
-        let everything_cached = store.resident_bytes() >= store.bank_bytes();
         let Some(width) =
-            predictor.width(next).filter(|_| store.has_layer(next) && nt <= MAX_TOKENS && !everything_cached)
+            predictor.width(next).filter(|_| store.has_layer(next) && nt <= MAX_TOKENS && !store.holds_whole_bank())
         else {
             return;
         };

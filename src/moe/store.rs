@@ -253,6 +253,12 @@ impl ExpertStore {
         }
     }
 
+    /// True when the cache holds every expert of the bank (nothing is left
+    /// to read; never with the cache off).
+    pub fn holds_whole_bank(&self) -> bool {
+        matches!(self.residency, Residency::Cache(_)) && self.resident_bytes() >= self.bank_bytes()
+    }
+
     /// Which experts the cache holds right now, `layer * n_expert + expert`
     /// (empty with the cache off).
     pub fn resident_map(&self) -> Vec<bool> {
