@@ -104,6 +104,34 @@ fn both_cache_policies_are_lossless() {
 }
 
 #[test]
+fn recycled_pages_are_lossless() {
+    // An evicted entry's whole pages move under the next entries read
+    // (mremap), on loads and on read-ahead. Q8_0 slices of 4.25 pages give
+    // windows of 3 and 4 whole pages at different leads, so moves need runs
+    // of matching size; F32 slices are exactly 4 pages.
+    let dir = tempdir();
+    let q8 = write_tiny(dir.path(), "q8.gguf", Arch::Qwen3Moe, |s| {
+        s.expert_type = GgmlType::Q8_0;
+        s.expert_ff = 256;
+    });
+    let f32 = write_tiny(dir.path(), "f32.gguf", Arch::Qwen3Moe, |_| {});
+    let ahead = ReadAhead { layers: 1, router: true };
+    for (m, budget) in [(&q8, 400 << 10), (&f32, 300 << 10)] {
+        for read_ahead in [ReadAhead::default(), ahead] {
+            let what = format!("{}, cache {budget} bytes, {read_ahead:?}", m.display());
+            let stream = cached(budget, 3).map(|s| StreamOptions { read_ahead, ..s });
+            let reports = gate(m, stream, &what);
+            let recycled: u64 = reports.iter().map(|r| r.trace.recycled_bytes).sum();
+            let evictions: u64 = reports.iter().map(|r| r.trace.evictions).sum();
+            assert!(evictions > 0 && recycled > 0, "{what}: {evictions} evictions, {recycled} bytes recycled");
+            if read_ahead.router {
+                assert!(reports.iter().any(|r| r.trace.prefetched > 0), "{what}: nothing was read ahead");
+            }
+        }
+    }
+}
+
+#[test]
 fn cache_holding_everything_hits() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});

@@ -33,6 +33,22 @@ pub fn drop_file_cache(file: &File, offset: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Mappings left free for everything else (allocator, libraries, threads)
+/// when the engine asks [`mappings_fit`].
+const MAPPINGS_KEPT_FREE: usize = 16384;
+
+/// Whether the process can hold `more` memory mappings beyond those it has
+/// now and still keep [`MAPPINGS_KEPT_FREE`] under the kernel's per-process
+/// limit (`vm.max_map_count`). False where either count cannot be read.
+pub fn mappings_fit(more: usize) -> bool {
+    let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok().and_then(|s| s.trim().parse::<usize>().ok());
+    let held = std::fs::read_to_string("/proc/self/maps").ok().map(|m| m.lines().count());
+    match (limit, held) {
+        (Some(limit), Some(held)) => held + more + MAPPINGS_KEPT_FREE <= limit,
+        _ => false,
+    }
+}
+
 /// A reserved, initially uncommitted range of anonymous memory
 /// (`MAP_NORESERVE`): pages cost RAM only once written, and
 /// [`Region::release`] gives them back.
@@ -156,23 +172,76 @@ impl Region {
     /// Returns the number of bytes released.
     pub fn release(&self, offset: usize, len: usize) -> io::Result<usize> {
         self.check(offset, len)?;
-        let start = offset.next_multiple_of(PAGE);
-        let end = (offset + len) / PAGE * PAGE;
-        if end <= start {
-            return Ok(0);
-        }
-        // SAFETY: [start, end) is page-aligned and inside our own mapping;
-        // MADV_DONTNEED on private anonymous memory only zeroes those pages.
-        let rc = unsafe { libc::madvise(self.base.as_ptr().add(start).cast(), end - start, libc::MADV_DONTNEED) };
+        let Some((start, len)) = Region::whole_pages(offset, len) else { return Ok(0) };
+        // SAFETY: [start, start+len) is page-aligned and inside our own
+        // mapping; MADV_DONTNEED on private anonymous memory only zeroes
+        // those pages.
+        let rc = unsafe { libc::madvise(self.base.as_ptr().add(start).cast(), len, libc::MADV_DONTNEED) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(end - start)
+        Ok(len)
     }
 
     /// Releases every page of the region.
     pub fn release_all(&self) -> io::Result<usize> {
         self.release(0, self.len)
+    }
+
+    /// The whole pages inside `offset..offset+len` (rounded inward, as
+    /// [`Region::release`] rounds), as a page-aligned `(offset, len)`;
+    /// `None` when the range holds no whole page.
+    pub fn whole_pages(offset: usize, len: usize) -> Option<(usize, usize)> {
+        let start = offset.next_multiple_of(PAGE);
+        let end = (offset + len) / PAGE * PAGE;
+        (end > start).then(|| (start, end - start))
+    }
+
+    /// Moves the physical pages behind `len` bytes at `offset` to `to_offset`
+    /// of `to` (`mremap` with `MREMAP_DONTUNMAP`): the destination then holds
+    /// what the source held, committed, and the source reads as zeroes with
+    /// no memory behind it. Offsets and `len` must be page-aligned. This
+    /// recycles an evicted entry's pages for the next one without freeing,
+    /// faulting and zeroing them again. Fails where the kernel cannot move
+    /// the range in one piece (before Linux 5.7, or when the source spans
+    /// several mappings after earlier moves); the caller then releases it.
+    #[cfg(target_os = "linux")]
+    pub fn move_pages(&self, offset: usize, to: &Region, to_offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len)?;
+        to.check(to_offset, len)?;
+        if (offset | to_offset | len) % PAGE != 0 || len == 0 {
+            return Err(io::Error::other(format!(
+                "page move {offset}->{to_offset} of {len} bytes is not page-aligned"
+            )));
+        }
+        let same = std::ptr::eq(self, to);
+        if same && offset < to_offset + len && to_offset < offset + len {
+            return Err(io::Error::other("page move between overlapping ranges"));
+        }
+        // SAFETY: both ranges are page-aligned, inside mappings this process
+        // owns (checked above) and disjoint. No Rust reference into either
+        // exists while the engine moves pages (the graph is paused in the
+        // hook and no read targets them); the source keeps its mapping and
+        // reads as zero-fill afterwards, as after `release`.
+        let ptr = unsafe {
+            libc::mremap(
+                self.base.as_ptr().add(offset).cast(),
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
+                to.base.as_ptr().add(to_offset).cast::<libc::c_void>(),
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Page moves need Linux's `mremap`; elsewhere the caller releases.
+    #[cfg(not(target_os = "linux"))]
+    pub fn move_pages(&self, _offset: usize, _to: &Region, _to_offset: usize, _len: usize) -> io::Result<()> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 }
 
@@ -259,6 +328,34 @@ mod tests {
         })
         .unwrap();
         assert!(r.write(3 * PAGE - 1, &[1, 2]).is_err());
+    }
+
+    #[test]
+    fn moved_pages_carry_their_bytes_and_leave_zeroes() {
+        let a = Region::reserve(4 * PAGE).unwrap();
+        let b = Region::reserve(4 * PAGE).unwrap();
+        a.write(0, &vec![5u8; 4 * PAGE]).unwrap();
+        a.move_pages(PAGE, &b, 2 * PAGE, 2 * PAGE).unwrap();
+        b.fill_with(0, 4 * PAGE, |s| {
+            assert!(s[..2 * PAGE].iter().all(|&x| x == 0), "untouched destination pages stay empty");
+            assert!(s[2 * PAGE..].iter().all(|&x| x == 5), "moved pages hold the source's bytes");
+        })
+        .unwrap();
+        a.fill_with(0, 4 * PAGE, |s| {
+            assert!(s[PAGE..3 * PAGE].iter().all(|&x| x == 0), "moved-out pages read as zeroes");
+            assert!(s[..PAGE].iter().chain(&s[3 * PAGE..]).all(|&x| x == 5), "the rest stays");
+        })
+        .unwrap();
+        // The source range stays mapped and usable.
+        a.write(PAGE, &[9u8; 16]).unwrap();
+        // Within one region, to a disjoint range.
+        a.move_pages(0, &a, 2 * PAGE, PAGE).unwrap();
+        a.fill_with(2 * PAGE, PAGE, |s| assert!(s.iter().all(|&x| x == 5))).unwrap();
+        assert!(a.move_pages(0, &a, PAGE / 2, PAGE).is_err(), "unaligned");
+        assert!(a.move_pages(0, &a, 0, PAGE).is_err(), "overlapping");
+        assert!(a.move_pages(0, &b, 4 * PAGE, PAGE).is_err(), "outside the destination");
+        assert_eq!(Region::whole_pages(100, 2 * PAGE), Some((PAGE, PAGE)));
+        assert_eq!(Region::whole_pages(100, PAGE), None);
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub struct StepTrace {
     pub hits: u64,
     /// Cache entries evicted.
     pub evictions: u64,
+    /// Bytes of evicted entries' pages moved under new entries instead of
+    /// being released and faulted in again.
+    pub recycled_bytes: u64,
     /// Routed slots a drop policy skipped.
     pub dropped: u64,
     /// Bytes the skipped experts would have cost to read.
@@ -580,6 +583,7 @@ impl MoeHook {
             Ok(r) => {
                 self.trace.prefetched += r.entries;
                 self.trace.evictions += r.evictions;
+                self.trace.recycled_bytes += r.recycled_bytes;
                 self.trace.mgmt_ns += r.mgmt_ns;
             }
             Err(e) => self.fail(format!("expert read-ahead failed after layer {il}: {e}")),
@@ -694,6 +698,7 @@ impl MoeHook {
         t.lookups += report.experts.len() as u64;
         t.hits += report.experts.iter().filter(|(_, h)| *h).count() as u64;
         t.evictions += report.evictions;
+        t.recycled_bytes += report.recycled_bytes;
         t.prefetch_used += report.prefetch_used;
         let loaded: Vec<u32> = report.experts.iter().map(|(e, _)| *e).collect();
         let mut avoided = Vec::new();

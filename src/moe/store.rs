@@ -1,7 +1,9 @@
 //! Where routed experts live: shared full-bank slots re-read every token
 //! (cache off), or a byte-budgeted global cache over (layer, expert) with
-//! per-(layer, projection) reserved ranges whose pages are released on
-//! eviction (cache on; which entry goes first is [`super::evict`]'s).
+//! per-(layer, projection) reserved ranges (cache on; which entry goes first
+//! is [`super::evict`]'s). An evicted entry's pages move under the entries
+//! about to be read (`mremap`) rather than being freed and then faulted
+//! in and zeroed again for the next read; pages nobody needs are released.
 //!
 //! Either way a projection's bank sits in its region at `lead + e *
 //! slice_bytes`, where the rebound tensor expects it, with `lead` the bank's
@@ -15,7 +17,7 @@ use std::time::Instant;
 
 use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
 use super::lanes::{ReadJob, ReadLanes, ReadStats};
-use crate::llama::memory::{PAGE, Region};
+use crate::llama::memory::{self, PAGE, Region};
 use crate::llama::{TensorBinding, TensorHandle};
 
 /// One projection of one layer's expert bank.
@@ -57,6 +59,8 @@ pub struct LoadReport {
     pub mgmt_ns: u64,
     /// Entries evicted.
     pub evictions: u64,
+    /// Bytes of evicted pages moved under the entries read.
+    pub recycled_bytes: u64,
     /// Hits on entries read ahead by [`ExpertStore::prefetch`] and not used
     /// before this load.
     pub prefetch_used: u64,
@@ -71,6 +75,8 @@ pub struct PrefetchReport {
     pub bytes: u64,
     /// Entries evicted to make room.
     pub evictions: u64,
+    /// Bytes of evicted pages moved under the entries read ahead.
+    pub recycled_bytes: u64,
     /// Nanoseconds of bookkeeping (the reads themselves run on other lanes).
     pub mgmt_ns: u64,
 }
@@ -122,6 +128,24 @@ impl Cache {
     }
 }
 
+/// Whole pages of an evicted entry's slice, waiting to be moved under an
+/// entry about to be read.
+struct SpareRun {
+    il: usize,
+    p: usize,
+    offset: usize,
+    len: usize,
+}
+
+/// What happens to an entry's pages when it leaves the cache.
+#[derive(Clone, Copy, PartialEq)]
+enum Pages {
+    /// Back to the kernel now.
+    Release,
+    /// Kept as spare runs for the entries read next ([`ExpertStore::make_room`]).
+    Keep,
+}
+
 enum Residency {
     /// One region per projection kind, shared by every layer.
     Slots,
@@ -146,6 +170,15 @@ pub struct ExpertStore {
     pending: Vec<u32>,
     /// Per entry: read ahead and not used since.
     prefetched: Vec<bool>,
+    /// Evicted pages not yet moved under a new entry.
+    spare: Vec<SpareRun>,
+    /// False once the kernel refused a page move as unsupported: evictions
+    /// then release their pages.
+    recycle: bool,
+    /// Bytes of pages moved from evicted entries to new ones, and bytes of
+    /// page moves that failed and were released instead.
+    recycled_bytes: u64,
+    recycle_failed_bytes: u64,
 }
 
 impl ExpertStore {
@@ -200,6 +233,12 @@ impl ExpertStore {
                 lanes.drop_cached(p.shard, p.file_offset, (p.slice_bytes * n_expert) as u64)?;
             }
         }
+        // Page moves split a region's mapping at slice windows: allow them
+        // only while the worst case fits under the kernel's mapping limit.
+        let windows: usize = layers.iter().map(|l| l.len() * n_expert).sum();
+        let recycle = cfg!(target_os = "linux")
+            && matches!(residency, Residency::Cache(_))
+            && memory::mappings_fit(2 * windows + regions.iter().map(Vec::len).sum::<usize>());
         let n_layers = layers.len();
         let entry_bytes = layers.iter().map(|l| l.iter().map(|p| p.slice_bytes as u64).sum()).collect();
         Ok(ExpertStore {
@@ -214,6 +253,10 @@ impl ExpertStore {
             generation: 0,
             pending: Vec::new(),
             prefetched: vec![false; n_layers * n_expert],
+            spare: Vec::new(),
+            recycle,
+            recycled_bytes: 0,
+            recycle_failed_bytes: 0,
         })
     }
 
@@ -335,6 +378,9 @@ impl ExpertStore {
         if let Residency::Cache(cache) = &mut self.residency {
             cache.loads += 1;
         }
+        let recycled = self.recycled_bytes;
+        report.evictions = self.make_room(generation, &missed)?;
+        report.recycled_bytes = self.recycled_bytes - recycled;
         let t_read = Instant::now();
         let read = self.lanes.read_all(jobs);
         let t_after = Instant::now();
@@ -344,12 +390,11 @@ impl ExpertStore {
             Err(e) => {
                 // Forget entries whose bytes may be incomplete, so a retry re-reads them.
                 for id in missed {
-                    self.forget(id)?;
+                    self.forget(id, Pages::Release)?;
                 }
                 return Err(e);
             }
         }
-        report.evictions = self.evict_to_budget(generation)?;
         report.mgmt_ns = (((t_read - t0) + t_after.elapsed()).as_nanos() as u64).saturating_sub(ahead_ns);
         Ok(report)
     }
@@ -395,13 +440,16 @@ impl ExpertStore {
                 jobs.extend(self.read_jobs(il, e));
             }
         }
+        let pending = self.pending.clone();
+        let recycled = self.recycled_bytes;
+        report.evictions = self.make_room(protect, &pending).inspect_err(|_| self.pending.clear())?;
         if let Err(e) = self.lanes.submit(jobs) {
             for id in std::mem::take(&mut self.pending) {
-                self.forget(id)?;
+                self.forget(id, Pages::Release)?;
             }
             return Err(e);
         }
-        report.evictions = self.evict_to_budget(protect)?;
+        report.recycled_bytes = self.recycled_bytes - recycled;
         report.mgmt_ns = t0.elapsed().as_nanos() as u64;
         Ok(report)
     }
@@ -427,7 +475,7 @@ impl ExpertStore {
             Ok(stats) => Ok((stats, waited)),
             Err(e) => {
                 for id in pending {
-                    self.forget(id)?;
+                    self.forget(id, Pages::Release)?;
                 }
                 Err(e)
             }
@@ -446,8 +494,9 @@ impl ExpertStore {
         })
     }
 
-    /// Drops one entry from the cache and releases its pages.
-    fn forget(&mut self, id: u32) -> io::Result<()> {
+    /// Drops one entry from the cache; its pages are released or kept as
+    /// spare runs.
+    fn forget(&mut self, id: u32, pages: Pages) -> io::Result<()> {
         let n_expert = self.n_expert;
         let Residency::Cache(cache) = &mut self.residency else { return Ok(()) };
         if !cache.valid[id as usize] {
@@ -459,9 +508,90 @@ impl ExpertStore {
         self.prefetched[id as usize] = false;
         cache.resident -= self.entry_bytes[il];
         for (p, proj) in self.layers[il].iter().enumerate() {
-            self.regions[il][p].release(proj.lead() + e * proj.slice_bytes, proj.slice_bytes)?;
+            let at = proj.lead() + e * proj.slice_bytes;
+            match Region::whole_pages(at, proj.slice_bytes) {
+                Some((offset, len)) if pages == Pages::Keep && self.recycle => {
+                    self.spare.push(SpareRun { il, p, offset, len })
+                }
+                _ => {
+                    self.regions[il][p].release(at, proj.slice_bytes)?;
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Evicts down to the budget (sparing the entries stamped `protect`)
+    /// and moves the victims' pages under `incoming`, the entries about to
+    /// be read; spare pages left over are released. On an error the
+    /// incoming entries are forgotten, since they will not be read.
+    fn make_room(&mut self, protect: u64, incoming: &[u32]) -> io::Result<u64> {
+        let made = self.evict_to_budget(protect, Pages::Keep).and_then(|evicted| {
+            for &id in incoming {
+                self.recycle_into(id)?;
+            }
+            self.release_spare()?;
+            Ok(evicted)
+        });
+        if made.is_err() {
+            self.release_spare()?;
+            for &id in incoming {
+                self.forget(id, Pages::Release)?;
+            }
+        }
+        made
+    }
+
+    /// Moves a spare run of exactly the right size under each slice of
+    /// entry `id` (a slice with none left faults its pages in at the read).
+    /// Whole runs only: every mapping boundary a move creates then falls on
+    /// a slice's page window, so a region splits into at most two mappings
+    /// per slice plus one, which the store checks fits at open.
+    fn recycle_into(&mut self, id: u32) -> io::Result<()> {
+        let (il, e) = (id as usize / self.n_expert, id as usize % self.n_expert);
+        for (p, proj) in self.layers[il].iter().enumerate() {
+            let Some((to, need)) = Region::whole_pages(proj.lead() + e * proj.slice_bytes, proj.slice_bytes) else {
+                continue;
+            };
+            let Some(pick) = self.spare.iter().rposition(|r| r.len == need) else { continue };
+            let run = self.spare.swap_remove(pick);
+            let source = &self.regions[run.il][run.p];
+            match source.move_pages(run.offset, &self.regions[il][p], to, need) {
+                Ok(()) => self.recycled_bytes += need as u64,
+                Err(err) => {
+                    // The chunk is released instead; a kernel without
+                    // mremap's DONTUNMAP turns recycling off for good.
+                    self.recycle_failed_bytes += need as u64;
+                    if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
+                        || err.kind() == io::ErrorKind::Unsupported
+                    {
+                        self.recycle = false;
+                    }
+                    source.release(run.offset, run.len)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the spare runs no incoming entry took.
+    fn release_spare(&mut self) -> io::Result<()> {
+        for run in std::mem::take(&mut self.spare) {
+            self.regions[run.il][run.p].release(run.offset, run.len)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of evicted pages moved under new entries instead of being
+    /// released, and bytes whose move failed and were released instead.
+    pub fn recycled_bytes(&self) -> (u64, u64) {
+        (self.recycled_bytes, self.recycle_failed_bytes)
+    }
+
+    /// True while evictions hand their pages to the next entries read
+    /// (cache on, Linux, and the mapping limit leaves room).
+    pub fn recycles_pages(&self) -> bool {
+        self.recycle
     }
 
     /// Changes the cache budget between generations, evicting in the
@@ -475,12 +605,12 @@ impl ExpertStore {
         cache.budget = budget;
         self.finish_prefetch()?;
         // Nothing is in flight between generations: protect nothing.
-        self.evict_to_budget(u64::MAX)
+        self.evict_to_budget(u64::MAX, Pages::Release)
     }
 
     /// Evicts entries in the policy's order until the budget holds, never
     /// touching entries used by the load in flight (`protect`).
-    fn evict_to_budget(&mut self, protect: u64) -> io::Result<u64> {
+    fn evict_to_budget(&mut self, protect: u64, pages: Pages) -> io::Result<u64> {
         let mut evicted = 0;
         loop {
             let Residency::Cache(cache) = &self.residency else { return Ok(0) };
@@ -490,7 +620,7 @@ impl ExpertStore {
             let Some(victim) = cache.order.victim(|id| cache.stamp[id as usize] == protect) else {
                 return Ok(evicted);
             };
-            self.forget(victim)?;
+            self.forget(victim, pages)?;
             evicted += 1;
         }
     }

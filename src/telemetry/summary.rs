@@ -35,6 +35,8 @@ pub struct RunSummary {
     pub hits: u64,
     /// Evictions during decode steps.
     pub evictions: u64,
+    /// Bytes of evicted pages moved under new entries during decode steps.
+    pub recycled_bytes: u64,
     /// Bytes read during prefill.
     pub prefill_bytes: u64,
     /// Whether experts were streamed.
@@ -98,6 +100,7 @@ impl RunSummary {
                 self.lookups += r.trace.lookups;
                 self.hits += r.trace.hits;
                 self.evictions += r.trace.evictions;
+                self.recycled_bytes += r.trace.recycled_bytes;
                 self.drafted += u64::from(r.drafted);
                 self.accepted += u64::from(r.accepted);
                 if r.drafted > 0 {
@@ -203,7 +206,13 @@ impl fmt::Display for RunSummary {
                 per(compute)
             )?;
             if self.cached {
-                writeln!(f, "cache:   {} hit rate, {} evictions", opt(self.hit_rate_pct(), 1, "%"), self.evictions)?;
+                writeln!(
+                    f,
+                    "cache:   {} hit rate, {} evictions, {:.0} MiB of evicted pages moved to new entries",
+                    opt(self.hit_rate_pct(), 1, "%"),
+                    self.evictions,
+                    self.recycled_bytes as f64 / MIB
+                )?;
             }
             if self.prefetched > 0 {
                 writeln!(
