@@ -209,7 +209,7 @@ impl Region {
     pub fn move_pages(&self, offset: usize, to: &Region, to_offset: usize, len: usize) -> io::Result<()> {
         self.check(offset, len)?;
         to.check(to_offset, len)?;
-        if (offset | to_offset | len) % PAGE != 0 || len == 0 {
+        if !(offset | to_offset | len).is_multiple_of(PAGE) || len == 0 {
             return Err(io::Error::other(format!(
                 "page move {offset}->{to_offset} of {len} bytes is not page-aligned"
             )));
