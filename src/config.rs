@@ -230,6 +230,9 @@ pub struct MoeConfig {
     /// lean copy of it (expert bytes left as holes, kept in the cache
     /// directory) so opening reads only the dense weights.
     pub lean_open: bool,
+    /// Move an evicted expert's pages under the next one read instead of
+    /// releasing them and faulting zeroed pages in again (Linux).
+    pub recycle_pages: bool,
 }
 
 impl Default for MoeConfig {
@@ -247,6 +250,7 @@ impl Default for MoeConfig {
             prefetch: 0,
             predict: true,
             lean_open: true,
+            recycle_pages: true,
         }
     }
 }
@@ -440,6 +444,7 @@ impl RunConfig {
                     min_expert_bytes: LEAN_MIN_EXPERT_BYTES,
                     only_when_larger_than_memory: true,
                 }),
+                recycle_pages: m.recycle_pages,
             }),
         }
     }

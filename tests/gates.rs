@@ -129,6 +129,11 @@ fn recycled_pages_are_lossless() {
             }
         }
     }
+    // Turned off, evictions release their pages and nothing moves.
+    let stream = cached(400 << 10, 3).map(|s| StreamOptions { recycle_pages: false, ..s });
+    let reports = gate(&q8, stream, "pages not recycled");
+    assert!(reports.iter().all(|r| r.trace.recycled_bytes == 0));
+    assert!(reports.iter().any(|r| r.trace.evictions > 0));
 }
 
 #[test]
@@ -248,6 +253,7 @@ fn fused_gate_up_layout() {
             o_direct: false,
             read_ahead: ReadAhead::default(),
             lean: None,
+            recycle_pages: true,
         }),
         "gemma4 buffered",
     );

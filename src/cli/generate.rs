@@ -89,6 +89,11 @@ pub struct RunFlags {
     /// [moe.lean_open = false].
     #[arg(long)]
     pub no_lean_open: bool,
+    /// Release an evicted expert's memory and let the next read fault in fresh zeroed pages,
+    /// instead of moving its pages under the next expert read (the default on Linux: it saves
+    /// the kernel's page allocation and zeroing on every cache miss) [moe.recycle_pages = false].
+    #[arg(long)]
+    pub no_page_recycle: bool,
     /// Compute threads; 0 = tuned while decoding between 1 and one per core, together with
     /// read-ahead on or off, so a busy core elsewhere does not stall every step; a number fixes
     /// both [generate.threads, default 0].
@@ -174,6 +179,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     }
     if args.no_lean_open {
         m.lean_open = false;
+    }
+    if args.no_page_recycle {
+        m.recycle_pages = false;
     }
     if args.force_cache {
         m.force_cache = true;

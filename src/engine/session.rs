@@ -40,6 +40,10 @@ pub struct StreamOptions {
     /// bytes are holes, so opening reads only the dense weights; `None`
     /// loads the model file itself.
     pub lean: Option<LeanOpen>,
+    /// Move an evicted cache entry's pages under the next entry read
+    /// (`mremap`) instead of releasing them and faulting fresh zeroed pages
+    /// in at the read; Linux only, off by itself where unsupported.
+    pub recycle_pages: bool,
 }
 
 /// Where lean copies live, and for which models.
@@ -887,7 +891,14 @@ fn attach_stream(
     let decision = budget::decide(stream.cache, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
     notices.extend(decision.note);
     let store = ExpertStore::new(banks.layers, banks.n_expert, decision.bytes, stream.cache_policy, lanes)
-        .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?;
+        .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?
+        .recycling_pages(stream.recycle_pages);
+    if decision.bytes > 0 && stream.recycle_pages && !store.recycles_pages() {
+        notices.push(
+            "evicted expert pages are released, not recycled: page moves need Linux and room under vm.max_map_count"
+                .into(),
+        );
+    }
     if decision.bytes > 0 && stream.cache_policy != CachePolicy::default() {
         notices.push(format!("expert cache policy: {}", stream.cache_policy.name()));
     }

@@ -589,9 +589,15 @@ impl ExpertStore {
     }
 
     /// True while evictions hand their pages to the next entries read
-    /// (cache on, Linux, and the mapping limit leaves room).
+    /// (cache on, Linux, the mapping limit leaves room, and not turned off).
     pub fn recycles_pages(&self) -> bool {
         self.recycle
+    }
+
+    /// Turns page recycling off (`false`) or leaves it as open found it.
+    pub fn recycling_pages(mut self, wanted: bool) -> ExpertStore {
+        self.recycle &= wanted;
+        self
     }
 
     /// Changes the cache budget between generations, evicting in the

@@ -70,6 +70,7 @@ pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
         o_direct,
         read_ahead: ReadAhead::default(),
         lean: None,
+        recycle_pages: true,
     })
 }
 
@@ -83,6 +84,7 @@ pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
         o_direct: true,
         read_ahead: ReadAhead::default(),
         lean: None,
+        recycle_pages: true,
     })
 }
 
