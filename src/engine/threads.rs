@@ -3,11 +3,12 @@
 //! when another process takes a core, each barrier waits for whichever
 //! thread the kernel descheduled: one thread more than the free cores can
 //! halve decode speed. Read-ahead overlaps reads with compute on the read
-//! lanes, which need a core of their own (O_DIRECT bounce copies, syscalls):
-//! so with read-ahead the tuner starts one compute thread short of the
-//! cores. Measured on two cores, bench preset under a cap of a third of it
-//! (`docs/benchmarks.md`): one thread with read-ahead 8.04 tok/s against
-//! 7.28 for two, and under a busy core 6.21 against 4.14.
+//! lanes, which need little CPU now that evicted pages are recycled rather
+//! than faulted in afresh (`moe::store`), so the tuner starts with a thread
+//! per core. Measured on two cores, bench preset under a cap of a third of
+//! it (`docs/benchmarks.md`): with read-ahead and recycled pages two threads
+//! give 12.79 tok/s against 11.32 for one; before recycling, when each miss
+//! cost the lanes ~0.4 ms of page faults, one thread won (8.04 against 7.28).
 //! The tuner measures the wall time of single-token decode steps with the
 //! current setting and, now and then, with a neighbouring one (one thread
 //! fewer or more, read-ahead toggled), and keeps whichever is faster.
@@ -66,18 +67,16 @@ pub struct StepTuner {
 
 impl StepTuner {
     /// A tuner choosing between `min` and `max` threads, and read-ahead on
-    /// or off where `can_read_ahead`; it starts with read-ahead on where it
-    /// can, with one core left to the read lanes (`max - 1` threads), else
-    /// at `max` threads.
+    /// or off where `can_read_ahead`; it starts at `max` threads with
+    /// read-ahead on where it can.
     pub fn new(min: u32, max: u32, can_read_ahead: bool) -> StepTuner {
         let max = max.max(1);
         let min = min.clamp(1, max);
-        let start = if can_read_ahead { (max - 1).max(min) } else { max };
         StepTuner {
             min,
             max,
             can_read_ahead,
-            current: Setting { threads: start, read_ahead: can_read_ahead },
+            current: Setting { threads: max, read_ahead: can_read_ahead },
             recent: vec![VecDeque::new(); (max as usize + 1) * 2],
             probe: None,
             until_probe: FIRST_PROBE,
@@ -275,10 +274,10 @@ mod tests {
     }
 
     #[test]
-    fn read_ahead_leaves_a_core_to_the_lanes_until_there_is_nothing_to_read() {
+    fn starts_on_every_core_and_moves_down_when_the_lanes_need_one() {
         let mut t = StepTuner::new(1, 2, true);
-        assert_eq!(t.setting(), Setting { threads: 1, read_ahead: true });
-        // Read-bound: one thread with read-ahead stays.
+        assert_eq!(t.setting(), Setting { threads: 2, read_ahead: true });
+        // Read-bound, the lanes short of CPU: one thread with read-ahead wins.
         let read_bound = |s: Setting| if s.read_ahead { 100 } else { 140 } + if s.threads == 2 { 30 } else { 0 };
         run(&mut t, 100, read_bound);
         assert_eq!(t.settled(), Setting { threads: 1, read_ahead: true });
@@ -292,23 +291,23 @@ mod tests {
 
     #[test]
     fn compute_bound_steps_try_one_more_thread_first() {
-        // A cache holding what decode routes: read-ahead finds nothing to read.
+        // Down at one thread while reads were the bottleneck.
+        let mut t = StepTuner::new(1, 2, true);
+        let read_bound = |s: Setting| if s.read_ahead { 100 } else { 140 } + if s.threads == 2 { 30 } else { 0 };
+        run(&mut t, 40, read_bound);
+        assert_eq!(t.settled(), Setting { threads: 1, read_ahead: true });
+        // Then the cache holds what decode routes: nothing left to wait for.
         let cost = threads(|n| if n == 2 { 50 } else { 90 });
-        let mut t = StepTuner::new(1, 2, true);
-        let used = run_waiting(&mut t, 12, &cost, 0);
+        let used = run_waiting(&mut t, 60, &cost, 0);
+        let first_probe = used.iter().find(|s| **s != Setting { threads: 1, read_ahead: true });
+        assert_eq!(first_probe, Some(&Setting { threads: 2, read_ahead: true }));
         assert_eq!(t.settled(), Setting { threads: 2, read_ahead: true });
-        assert_eq!(used.iter().filter(|s| s.threads == 1).count(), FIRST_PROBE as usize);
-        // Read-bound steps try the neighbours in turn: read-ahead off first.
-        let mut t = StepTuner::new(1, 2, true);
-        let used = run(&mut t, 12, &cost);
-        assert_eq!(used[FIRST_PROBE as usize], Setting { threads: 1, read_ahead: false });
-        assert_eq!(t.settled().threads, 1);
     }
 
     #[test]
     fn every_neighbour_is_tried_before_the_wait_grows() {
-        // Read-bound at the start: read-ahead off is tried first and loses;
-        // one thread more is tried 12 steps later, not 24, and wins.
+        // Both neighbours lose: one thread fewer at step 4, read-ahead off
+        // 12 steps after that probe (not 24), and only then the wait doubles.
         let mut t = StepTuner::new(1, 2, true);
         let cost = |s: Setting| {
             if !s.read_ahead {
@@ -319,9 +318,16 @@ mod tests {
                 100
             }
         };
-        let used = run(&mut t, 24, cost);
-        assert_eq!(used[FIRST_PROBE as usize], Setting { threads: 1, read_ahead: false });
-        assert_eq!(t.settled(), Setting { threads: 2, read_ahead: true });
+        let used = run(&mut t, 60, cost);
+        let first = FIRST_PROBE as usize;
+        let second = first + PROBE_STEPS + MIN_INTERVAL as usize;
+        let third = second + PROBE_STEPS + 2 * MIN_INTERVAL as usize;
+        assert!(used[first..first + PROBE_STEPS].iter().all(|s| *s == Setting { threads: 1, read_ahead: true }));
+        assert!(used[second..second + PROBE_STEPS].iter().all(|s| *s == Setting { threads: 2, read_ahead: false }));
+        let settled = Setting { threads: 2, read_ahead: true };
+        assert!(used[second + PROBE_STEPS..third].iter().all(|s| *s == settled));
+        assert_ne!(used[third], settled, "the third probe comes after twice the interval");
+        assert_eq!(t.settled(), settled);
     }
 
     #[test]

@@ -50,7 +50,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         Apply::Reopen,
         "a model larger than memory loads from a copy without its expert bytes: opening reads the dense weights only",
     ),
-    ("moe.recycle_pages", Apply::Reopen, "move an evicted expert's pages under the next one read (no fresh page faults)"),
+    (
+        "moe.recycle_pages",
+        Apply::Reopen,
+        "move an evicted expert's pages under the next one read (no fresh page faults)",
+    ),
     (
         "plugins.draft_plugin",
         Apply::Live,
