@@ -226,6 +226,9 @@ pub struct MoeConfig {
     /// Run the next layer's router early and read ahead its choice; applies
     /// when the cache is on and there are two lanes or more.
     pub predict: bool,
+    /// How many next layers' routers `predict` runs (1-4): two let the
+    /// reads of a layer start one layer earlier.
+    pub predict_layers: u32,
     /// While streaming a model larger than the memory available, load a
     /// lean copy of it (expert bytes left as holes, kept in the cache
     /// directory) so opening reads only the dense weights.
@@ -249,6 +252,7 @@ impl Default for MoeConfig {
             n_expert_used: 0,
             prefetch: 0,
             predict: true,
+            predict_layers: 2,
             lean_open: true,
             recycle_pages: true,
         }
@@ -332,6 +336,9 @@ impl RunConfig {
             return Err(bad("generate.top_p", format!("must be in (0, 1] (got {})", g.top_p)));
         }
         let m = &self.moe;
+        if !(1..=4).contains(&m.predict_layers) {
+            return Err(bad("moe.predict_layers", format!("must be between 1 and 4 (got {})", m.predict_layers)));
+        }
         if !(1..=64).contains(&m.io_threads) {
             return Err(bad("moe.io_threads", format!("must be between 1 and 64 (got {})", m.io_threads)));
         }
@@ -438,7 +445,7 @@ impl RunConfig {
                 dense: DenseWeights::from_name(&m.dense_weights).unwrap_or_default(),
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
-                read_ahead: ReadAhead { layers: m.prefetch, router: m.predict },
+                read_ahead: ReadAhead { layers: m.prefetch, router: if m.predict { m.predict_layers } else { 0 } },
                 lean: m.lean_open.then(|| LeanOpen {
                     dir: lean_dir(),
                     min_expert_bytes: LEAN_MIN_EXPERT_BYTES,
@@ -626,6 +633,9 @@ mod tests {
         assert_eq!(c.with("model.path", "/m/x.gguf").unwrap().model.path, PathBuf::from("/m/x.gguf"));
         // Bad values are refused with the setting's name; the config is unchanged.
         assert!(c.with("io_threads", "0").unwrap_err().contains("moe.io_threads"));
+        assert!(c.with("predict_layers", "5").unwrap_err().contains("moe.predict_layers"));
+        assert_eq!(c.with("predict_layers", "1").unwrap().moe.predict_layers, 1);
+        assert!(!c.with("recycle_pages", "false").unwrap().moe.recycle_pages);
         assert!(c.with("n_predict", "lots").unwrap_err().contains("generate.n_predict"));
         assert!(c.with("stream", "maybe").unwrap_err().contains("moe.stream"));
     }
@@ -634,6 +644,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 1 + 9 + 12 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 14 + 7 + 4 + 3);
     }
 }

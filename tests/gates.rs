@@ -115,7 +115,7 @@ fn recycled_pages_are_lossless() {
         s.expert_ff = 256;
     });
     let f32 = write_tiny(dir.path(), "f32.gguf", Arch::Qwen3Moe, |_| {});
-    let ahead = ReadAhead { layers: 1, router: true };
+    let ahead = ReadAhead { layers: 1, router: 1 };
     for (m, budget) in [(&q8, 400 << 10), (&f32, 300 << 10)] {
         for read_ahead in [ReadAhead::default(), ahead] {
             let what = format!("{}, cache {budget} bytes, {read_ahead:?}", m.display());
@@ -124,7 +124,7 @@ fn recycled_pages_are_lossless() {
             let recycled: u64 = reports.iter().map(|r| r.trace.recycled_bytes).sum();
             let evictions: u64 = reports.iter().map(|r| r.trace.evictions).sum();
             assert!(evictions > 0 && recycled > 0, "{what}: {evictions} evictions, {recycled} bytes recycled");
-            if read_ahead.router {
+            if read_ahead.router > 0 {
                 assert!(reports.iter().any(|r| r.trace.prefetched > 0), "{what}: nothing was read ahead");
             }
         }
@@ -166,7 +166,7 @@ fn o_direct_is_really_used() {
     }
     // Unaligned slices read whole 4 KiB windows, straight into place (no
     // bounce copy): slots, cache, and the cache with read-ahead.
-    let ahead = cached(100 * 1024, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 1, router: true }, ..s });
+    let ahead = cached(100 * 1024, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 1, router: 1 }, ..s });
     for (stream, what) in [
         (stream0(2, true), "O_DIRECT on"),
         (cached(100 * 1024, 2), "O_DIRECT on, cache"),
@@ -322,10 +322,11 @@ fn poisoned_slice_is_detected() {
 fn read_ahead_is_lossless() {
     let dir = tempdir();
     let modes = [
-        ReadAhead { layers: 1, router: false },
-        ReadAhead { layers: 3, router: false },
-        ReadAhead { layers: 0, router: true },
-        ReadAhead { layers: 2, router: true },
+        ReadAhead { layers: 1, router: 0 },
+        ReadAhead { layers: 3, router: 0 },
+        ReadAhead { layers: 0, router: 1 },
+        ReadAhead { layers: 0, router: 2 },
+        ReadAhead { layers: 2, router: 3 },
     ];
     for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
         let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
@@ -349,7 +350,7 @@ fn read_ahead_is_lossless() {
                     assert!(prefetched > 0, "{what}: nothing was read ahead");
                 }
                 let scores: Vec<_> = decode.iter().flat_map(|r| &r.trace.predictions).collect();
-                if read_ahead.router {
+                if read_ahead.router > 0 {
                     // Every streamed layer but the first is predicted from the one before, every
                     // step, while the cache does not hold the whole bank (1.5 MiB).
                     let every = (streamed_layers - 1) * decode.len();
@@ -373,7 +374,7 @@ fn router_prediction_rests_when_everything_is_cached() {
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
     let (reference, _) = run(options(&m, None), N);
     let _serial = llama_lock();
-    let stream = cached(64 << 20, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: true }, ..s });
+    let stream = cached(64 << 20, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 1 }, ..s });
     let mut session = bmoe::engine::Session::open(options(&m, stream)).unwrap();
     let store = session.store().unwrap();
     let all: Vec<i32> = (0..store.n_expert() as i32).collect();
@@ -401,7 +402,7 @@ fn router_predictor_reproduces_the_routing_of_its_own_layer() {
         let _serial = llama_lock();
         // Less than the bank: with everything cached the predictor rests.
         let stream =
-            cached(600 << 10, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: true }, ..s });
+            cached(600 << 10, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 1 }, ..s });
         let mut session = bmoe::engine::Session::open(options(&m, stream)).unwrap();
         session.hook_mut().unwrap().predict_own_layer();
         let layers = session.info().streamed_layers;
@@ -429,7 +430,7 @@ fn thread_count_does_not_change_results() {
         let (one, _) = run(options(&m, None), STEPS);
         let (two, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, STEPS);
         assert_identical(&one, &two, &format!("{arch:?}: one thread against two"));
-        let read_ahead = ReadAhead { layers: 1, router: true };
+        let read_ahead = ReadAhead { layers: 1, router: 1 };
         let stream = cached(600 << 10, 2).map(|s| StreamOptions { read_ahead, ..s });
         let tuned = SessionOptions { threads: 2, tune: true, ..options(&m, stream) };
         let (streamed, reports) = run(tuned, STEPS);

@@ -83,6 +83,11 @@ pub struct RunFlags {
     /// default when the expert cache is on; lossless either way) [moe.predict = false].
     #[arg(long)]
     pub no_predict: bool,
+    /// How many next layers' routers to run early (1-4; two let a layer's reads start a layer
+    /// earlier, at some accuracy: the farther layer's guess is right less often)
+    /// [moe.predict_layers, default 2].
+    #[arg(long, value_name = "N")]
+    pub predict_layers: Option<u32>,
     /// While streaming, load the model file itself instead of a lean copy with the expert bytes
     /// left out (made when the model is larger than the memory available and has 1 GiB of
     /// experts or more, so opening reads only the dense weights; kept in the cache directory)
@@ -173,7 +178,7 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     let m = &mut c.moe;
     set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
          io_threads => m.io_threads,
-         n_expert_used => m.n_expert_used, prefetch => m.prefetch);
+         n_expert_used => m.n_expert_used, prefetch => m.prefetch, predict_layers => m.predict_layers);
     if args.no_predict {
         m.predict = false;
     }

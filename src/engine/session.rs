@@ -874,7 +874,9 @@ fn attach_stream(
     // not set up at all. Converted before the process is measured, so the
     // budget leaves room for the routers.
     let mut read_ahead = stream.read_ahead;
-    read_ahead.router &= stream.cache != CacheBudget::Off && stream.io_threads > 1;
+    if stream.cache == CacheBudget::Off || stream.io_threads < 2 {
+        read_ahead.router = 0;
+    }
     let router_bytes = hook.set_read_ahead(read_ahead).map_err(EngineError::Unsupported)?;
     // Measured before the dense weights move into anonymous memory: they
     // are counted once, as dense weights, not again as the process's own.
@@ -919,9 +921,10 @@ fn attach_stream(
         if ra.layers > 0 {
             what.push(format!("the previous token's experts of the next {} layer(s)", ra.layers));
         }
-        if ra.router {
+        if ra.router > 0 {
             what.push(format!(
-                "the next layer's router's choice ({:.1} MiB of routers as f32)",
+                "the choice of the next {} layer(s)' routers ({:.1} MiB of routers as f32)",
+                ra.router,
                 router_bytes as f64 / 1048576.0
             ));
         }

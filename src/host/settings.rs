@@ -45,6 +45,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("moe.n_expert_used", Apply::Reopen, "experts per token (0 = the model's own; fewer is lossy)"),
     ("moe.prefetch", Apply::Reopen, "read ahead the previous token's experts of the next N layers (0 = off)"),
     ("moe.predict", Apply::Reopen, "read ahead the experts the next layer's router picks, run early (needs the cache)"),
+    ("moe.predict_layers", Apply::Reopen, "how many next layers' routers run early (1-4)"),
     (
         "moe.lean_open",
         Apply::Reopen,

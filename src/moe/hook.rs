@@ -193,8 +193,11 @@ pub struct MoeHook {
     /// What to read ahead during decode.
     read_ahead: ReadAhead,
     predictor: Option<RouterPredictor>,
-    /// Per layer, the experts predicted for the token being decoded.
+    /// Per layer, the experts predicted for the token being decoded from
+    /// the layer before.
     predicted: Vec<Vec<u32>>,
+    /// Per layer, the experts predicted from two or more layers before.
+    predicted_far: Vec<Vec<u32>>,
     /// Per layer, the experts the previous decode step routed.
     last_routed: Vec<Vec<u32>>,
     /// Scratch: one token's hidden state.
@@ -241,6 +244,7 @@ impl MoeHook {
             read_ahead: ReadAhead::default(),
             predictor: None,
             predicted: Vec::new(),
+            predicted_far: Vec::new(),
             last_routed: Vec::new(),
             hidden: Vec::new(),
             predict_distance: 1,
@@ -287,7 +291,7 @@ impl MoeHook {
     /// graph showed no routers it can read.
     pub fn set_read_ahead(&mut self, read_ahead: ReadAhead) -> Result<usize, String> {
         self.predictor = None;
-        if read_ahead.router {
+        if read_ahead.router > 0 {
             if self.routers.is_empty() {
                 return Err("router prediction: the graph shows no router weights (ffn_moe_logits)".into());
             }
@@ -361,6 +365,7 @@ impl MoeHook {
         self.pending = None;
         self.deferred = None;
         self.predicted.iter_mut().for_each(Vec::clear);
+        self.predicted_far.iter_mut().for_each(Vec::clear);
     }
 
     /// Takes what the last decode did.
@@ -513,36 +518,42 @@ impl MoeHook {
         self.trace.predictions.push(PredictionScore { layer: il as u32, routed: routed.len() as u32, right });
     }
 
-    /// Runs layer `il + 1`'s router on layer `il`'s input, for each of the
-    /// batch's tokens, and remembers the union of their top-k.
+    /// Runs the routers of the next layers (as many as the read-ahead
+    /// asks) on layer `il`'s input, for each of the batch's tokens, and
+    /// remembers the union of their top-k: layer `il + 1`'s in `predicted`
+    /// (scored against its routing), farther ones in `predicted_far`.
     fn predict_next(&mut self, topk: Tensor<'_>, il: usize, k: usize, nt: usize) {
         const MAX_TOKENS: usize = 4;
-        let next = il + self.predict_distance;
-        let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
-        // Nothing to read ahead once the cache holds the whole bank.
-        let Some(width) =
-            predictor.width(next).filter(|_| store.has_layer(next) && nt <= MAX_TOKENS && !store.holds_whole_bank())
-        else {
-            return;
-        };
-        let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };
-        if input.ne()[0] != width as i64 || input.ne()[1] != nt as i64 {
-            return;
+        let depth = if self.predict_distance == 0 { 0 } else { self.read_ahead.router.max(1) as usize - 1 };
+        for next in il + self.predict_distance..=il + self.predict_distance + depth {
+            let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
+            // Nothing to read ahead once the cache holds the whole bank.
+            let Some(width) = predictor
+                .width(next)
+                .filter(|_| store.has_layer(next) && nt <= MAX_TOKENS && !store.holds_whole_bank())
+            else {
+                return;
+            };
+            let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };
+            if input.ne()[0] != width as i64 || input.ne()[1] != nt as i64 {
+                return;
+            }
+            let table = if next == il + self.predict_distance { &mut self.predicted } else { &mut self.predicted_far };
+            if table.len() <= next {
+                table.resize_with(next + 1, Vec::new);
+            }
+            let out = &mut table[next];
+            out.clear();
+            let nb = input.nb();
+            for j in 0..nt {
+                self.hidden.clear();
+                self.hidden.extend((0..width).map(|i| input.read_f32(j * nb[1] + i * nb[0]).unwrap_or(0.0)));
+                let rms = (self.hidden.iter().map(|x| x * x).sum::<f32>() / width as f32).sqrt();
+                predictor.predict(next, &self.hidden, rms.max(f32::MIN_POSITIVE), k, out);
+            }
+            out.sort_unstable();
+            out.dedup();
         }
-        if self.predicted.len() <= next {
-            self.predicted.resize_with(next + 1, Vec::new);
-        }
-        let out = &mut self.predicted[next];
-        out.clear();
-        let nb = input.nb();
-        for j in 0..nt {
-            self.hidden.clear();
-            self.hidden.extend((0..width).map(|i| input.read_f32(j * nb[1] + i * nb[0]).unwrap_or(0.0)));
-            let rms = (self.hidden.iter().map(|x| x * x).sum::<f32>() / width as f32).sqrt();
-            predictor.predict(next, &self.hidden, rms.max(f32::MIN_POSITIVE), k, out);
-        }
-        out.sort_unstable();
-        out.dedup();
     }
 
     /// Starts reading what the coming layers will probably route, while
@@ -562,12 +573,18 @@ impl MoeHook {
                 targets.push((il + d, prev.clone()));
             }
         }
-        if let Some(p) = self.predicted.get(il + 1).filter(|p| !p.is_empty()) {
-            match targets.first_mut().filter(|(t, _)| *t == il + 1) {
+        let predictions = (1..=self.read_ahead.router as usize).filter_map(|d| {
+            let table = if d == 1 { &self.predicted } else { &self.predicted_far };
+            table.get(il + d).filter(|p| !p.is_empty()).map(|p| (il + d, p))
+        });
+        for (layer, p) in predictions {
+            match targets.iter_mut().find(|(t, _)| *t == layer) {
                 Some((_, experts)) => experts.extend(p.iter().filter(|e| !experts.contains(e)).collect::<Vec<_>>()),
-                None => targets.insert(0, (il + 1, p.clone())),
+                None => targets.push((layer, p.clone())),
             }
         }
+        // Nearest layer first: the lanes read in this order.
+        targets.sort_by_key(|(layer, _)| *layer);
         if self.read_ahead.layers > 0 {
             if self.last_routed.len() <= il {
                 self.last_routed.resize_with(il + 1, Vec::new);

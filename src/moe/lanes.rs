@@ -146,20 +146,137 @@ fn direct_works(p: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The lanes' work. Urgent reads (a layer about to compute needs them) go
+/// first; read-ahead reads run in submission order behind them, and a
+/// ticket (the absolute index just past a submission's last job) says when
+/// a submission has landed: every read-ahead job before it is done.
 struct Shared {
-    jobs: Arc<Vec<ReadJob>>,
-    next: usize,
-    done: usize,
-    generation: u64,
+    urgent: Vec<ReadJob>,
+    urgent_next: usize,
+    urgent_done: usize,
+    ahead: Vec<ReadJob>,
+    /// Absolute index of `ahead[0]`.
+    ahead_base: u64,
+    ahead_next: usize,
+    ahead_done: usize,
+    ahead_finished: Vec<bool>,
+    /// `ahead[..ahead_landed]` are all done.
+    ahead_landed: usize,
     stats: ReadStats,
     error: Option<io::Error>,
     shutdown: bool,
+}
+
+/// Which job a lane took (read-ahead by absolute index).
+#[derive(Clone, Copy)]
+enum Taken {
+    Urgent,
+    Ahead(u64),
+}
+
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            urgent: Vec::new(),
+            urgent_next: 0,
+            urgent_done: 0,
+            ahead: Vec::new(),
+            ahead_base: 0,
+            ahead_next: 0,
+            ahead_done: 0,
+            ahead_finished: Vec::new(),
+            ahead_landed: 0,
+            stats: ReadStats::default(),
+            error: None,
+            shutdown: false,
+        }
+    }
+
+    /// The next job to read, urgent first, read-ahead only below the
+    /// absolute index `ahead_limit`; none once a read has failed.
+    fn take(&mut self, ahead_limit: u64) -> Option<(Taken, ReadJob)> {
+        if self.error.is_some() {
+            return None;
+        }
+        if let Some(job) = self.urgent.get(self.urgent_next) {
+            self.urgent_next += 1;
+            return Some((Taken::Urgent, job.clone()));
+        }
+        let i = self.ahead_next;
+        let job = self.ahead.get(i).filter(|_| self.ahead_base + (i as u64) < ahead_limit)?;
+        self.ahead_next += 1;
+        Some((Taken::Ahead(self.ahead_base + i as u64), job.clone()))
+    }
+
+    fn finish(&mut self, taken: Taken, r: io::Result<ReadStats>) {
+        match taken {
+            Taken::Urgent => self.urgent_done += 1,
+            Taken::Ahead(at) => {
+                let i = (at - self.ahead_base) as usize;
+                self.ahead_done += 1;
+                self.ahead_finished[i] = true;
+                while self.ahead_finished.get(self.ahead_landed) == Some(&true) {
+                    self.ahead_landed += 1;
+                }
+            }
+        }
+        match r {
+            Ok(st) => self.stats += st,
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Reads started and not finished.
+    fn busy(&self) -> bool {
+        self.urgent_done < self.urgent_next || self.ahead_done < self.ahead_next
+    }
+
+    /// Every job submitted so far is done.
+    fn all_done(&self) -> bool {
+        self.urgent_done == self.urgent.len() && self.ahead_landed == self.ahead.len()
+    }
+
+    /// Read-ahead up to `ticket` has landed.
+    fn landed(&self, ticket: u64) -> bool {
+        self.ahead_base + self.ahead_landed as u64 >= ticket
+    }
+
+    /// Drops the landed read-ahead from the front (tickets and the indices
+    /// of reads in flight are absolute, so they stay valid).
+    fn compact(&mut self) {
+        let n = self.ahead_landed;
+        self.ahead.drain(..n);
+        self.ahead_finished.drain(..n);
+        self.ahead_base += n as u64;
+        self.ahead_next -= n;
+        self.ahead_done -= n;
+        self.ahead_landed = 0;
+    }
+
+    /// Forgets finished work (tickets stay absolute) and, after an error
+    /// once nothing is in flight, every job that did not start.
+    fn clear(&mut self) {
+        self.ahead_base += self.ahead.len() as u64;
+        self.ahead.clear();
+        self.ahead_finished.clear();
+        (self.ahead_next, self.ahead_done, self.ahead_landed) = (0, 0, 0);
+        self.urgent.clear();
+        (self.urgent_next, self.urgent_done) = (0, 0);
+    }
 }
 
 struct Pool {
     state: Mutex<Shared>,
     work: Condvar,
     finished: Condvar,
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.state.lock().expect("read pool lock")
+    }
 }
 
 /// The set of read lanes.
@@ -191,19 +308,7 @@ impl ReadLanes {
             })
             .collect();
         let lane0 = Lane::open(paths, &direct)?;
-        let pool = Arc::new(Pool {
-            state: Mutex::new(Shared {
-                jobs: Arc::new(Vec::new()),
-                next: 0,
-                done: 0,
-                generation: 0,
-                stats: ReadStats::default(),
-                error: None,
-                shutdown: false,
-            }),
-            work: Condvar::new(),
-            finished: Condvar::new(),
-        });
+        let pool = Arc::new(Pool { state: Mutex::new(Shared::new()), work: Condvar::new(), finished: Condvar::new() });
         let mut workers = Vec::new();
         for i in 1..lanes.max(1) {
             let mut lane = Lane::open(paths, &direct)?;
@@ -232,74 +337,107 @@ impl ReadLanes {
         crate::llama::memory::drop_file_cache(&self.lane0.files[shard].buffered, offset, len)
     }
 
-    /// Reads every job, using all lanes, and returns when all are done.
+    /// Reads every job, using all lanes, and returns when they are done;
+    /// read-ahead in flight keeps going behind them. An error of any read
+    /// (read-ahead included) is returned once nothing is in flight, and
+    /// read-ahead that had not started is dropped: see [`Self::wait_for`].
     pub fn read_all(&mut self, jobs: Vec<ReadJob>) -> io::Result<ReadStats> {
         if self.workers.is_empty() || jobs.len() == 1 {
-            // Finish anything in the background first: one batch at a time.
-            let mut stats = self.wait()?;
+            let mut stats = ReadStats::default();
             for job in &jobs {
-                stats += self.lane0.read(job).map_err(|e| self.explain(e, job))?;
+                match self.lane0.read(job) {
+                    Ok(st) => stats += st,
+                    Err(e) => {
+                        let e = self.explain(e, job);
+                        // Nothing may still be writing when the caller cleans up.
+                        let _ = self.wait();
+                        return Err(e);
+                    }
+                }
             }
             return Ok(stats);
         }
-        self.submit(jobs)?;
-        self.wait()
-    }
-
-    /// Hands `jobs` to the worker lanes and returns at once; [`Self::wait`]
-    /// collects the outcome. A batch still in flight is waited for first
-    /// (one batch at a time), and its error, if any, is returned instead.
-    /// With a single lane nothing runs until `wait`, which reads the jobs
-    /// itself.
-    pub fn submit(&mut self, jobs: Vec<ReadJob>) -> io::Result<()> {
-        self.wait()?;
-        if jobs.is_empty() {
-            return Ok(());
-        }
         {
-            let mut s = self.pool.state.lock().expect("read pool lock");
-            s.jobs = Arc::new(jobs);
-            s.next = 0;
-            s.done = 0;
-            s.generation += 1;
-            s.stats = ReadStats::default();
-            s.error = None;
+            let mut s = self.pool.lock();
+            s.urgent = jobs;
+            (s.urgent_next, s.urgent_done) = (0, 0);
         }
         self.pool.work.notify_all();
-        Ok(())
+        self.drain(0, |s| s.urgent_done == s.urgent.len())
     }
 
-    /// Waits for the submitted batch, reading its unstarted jobs on this
-    /// thread (lane 0) meanwhile, and returns what it moved. Returns zero
-    /// stats when nothing was submitted.
+    /// Queues `jobs` as read-ahead on the worker lanes and returns at once
+    /// with a ticket for [`Self::wait_for`]. With a single lane nothing
+    /// runs until a wait, which reads the jobs itself.
+    pub fn submit(&mut self, jobs: Vec<ReadJob>) -> u64 {
+        let ticket = {
+            let mut s = self.pool.lock();
+            s.compact();
+            let n = s.ahead.len() + jobs.len();
+            s.ahead.extend(jobs);
+            s.ahead_finished.resize(n, false);
+            s.ahead_base + n as u64
+        };
+        self.pool.work.notify_all();
+        ticket
+    }
+
+    /// Waits until the read-ahead submitted up to `ticket` has landed,
+    /// reading its unstarted jobs on this thread (lane 0) meanwhile; later
+    /// submissions keep going. Returns what the lanes moved since the last
+    /// wait. On an error of any read it waits until nothing is in flight,
+    /// drops every job that did not start, and returns the error: the
+    /// caller must then treat all read-ahead as not read.
+    pub fn wait_for(&mut self, ticket: u64) -> io::Result<ReadStats> {
+        self.drain(ticket, |s| s.landed(ticket))
+    }
+
+    /// Waits for everything submitted ([`Self::wait_for`] of the latest ticket).
     pub fn wait(&mut self) -> io::Result<ReadStats> {
-        let jobs = self.pool.state.lock().expect("read pool lock").jobs.clone();
-        let n = jobs.len();
+        self.drain(u64::MAX, Shared::all_done)
+    }
+
+    /// Reads jobs here until `done` (urgent ones, and read-ahead below
+    /// `ahead_limit`), then waits for the lanes; see [`Self::wait_for`].
+    fn drain(&mut self, ahead_limit: u64, done: impl Fn(&Shared) -> bool) -> io::Result<ReadStats> {
         loop {
-            let i = {
-                let mut s = self.pool.state.lock().expect("read pool lock");
-                if s.next >= n || s.error.is_some() {
+            let taken = {
+                let mut s = self.pool.lock();
+                if done(&s) || s.error.is_some() {
                     break;
                 }
-                s.next += 1;
-                s.next - 1
+                s.take(ahead_limit)
             };
-            let r = self.lane0.read(&jobs[i]);
-            finish(&self.pool, r.map_err(|e| self.explain(e, &jobs[i])));
+            match taken {
+                Some((t, job)) => {
+                    let r = self.lane0.read(&job).map_err(|e| self.explain(e, &job));
+                    self.pool.lock().finish(t, r);
+                }
+                None => {
+                    // Everything this wait needs has started: wait for the lanes.
+                    let mut s = self.pool.lock();
+                    while !done(&s) && s.error.is_none() {
+                        s = self.pool.finished.wait(s).expect("read pool lock");
+                    }
+                }
+            }
         }
-        let mut s = self.pool.state.lock().expect("read pool lock");
-        while s.done < s.next {
-            s = self.pool.finished.wait(s).expect("read pool lock");
+        let mut s = self.pool.lock();
+        if let Some(e) = s.error.take() {
+            // Workers take nothing while the error is set (now taken): stop them first.
+            s.error = Some(io::Error::other("stopping after a failed read"));
+            while s.busy() {
+                s = self.pool.finished.wait(s).expect("read pool lock");
+            }
+            s.clear();
+            s.stats = ReadStats::default();
+            s.error = None;
+            return Err(e);
         }
-        // The batch is over: nothing left for stragglers, nothing to wait for next time.
-        s.jobs = Arc::new(Vec::new());
-        s.next = 0;
-        s.done = 0;
-        let stats = std::mem::take(&mut s.stats);
-        match s.error.take() {
-            Some(e) => Err(e),
-            None => Ok(stats),
+        if s.all_done() {
+            s.clear();
         }
+        Ok(std::mem::take(&mut s.stats))
     }
 
     fn explain(&self, e: io::Error, job: &ReadJob) -> io::Error {
@@ -314,44 +452,23 @@ fn explain(e: io::Error, paths: &[PathBuf], job: &ReadJob) -> io::Error {
     )
 }
 
-fn finish(pool: &Pool, r: io::Result<ReadStats>) {
-    let mut s = pool.state.lock().expect("read pool lock");
-    s.done += 1;
-    match r {
-        Ok(st) => s.stats += st,
-        Err(e) => {
-            if s.error.is_none() {
-                s.error = Some(e);
-            }
-        }
-    }
-    if s.done == s.next {
-        pool.finished.notify_all();
-    }
-}
-
 fn worker(pool: &Pool, lane: &mut Lane, paths: &[PathBuf]) {
-    let mut seen = 0u64;
     loop {
-        let (jobs, i) = {
-            let mut s = pool.state.lock().expect("read pool lock");
+        let (taken, job) = {
+            let mut s = pool.lock();
             loop {
                 if s.shutdown {
                     return;
                 }
-                if s.generation != seen && s.next < s.jobs.len() && s.error.is_none() {
-                    break;
-                }
-                if s.generation != seen {
-                    seen = s.generation;
+                if let Some(next) = s.take(u64::MAX) {
+                    break next;
                 }
                 s = pool.work.wait(s).expect("read pool lock");
             }
-            s.next += 1;
-            (s.jobs.clone(), s.next - 1)
         };
-        let r = lane.read(&jobs[i]);
-        finish(pool, r.map_err(|e| explain(e, paths, &jobs[i])));
+        let r = lane.read(&job).map_err(|e| explain(e, paths, &job));
+        pool.lock().finish(taken, r);
+        pool.finished.notify_all();
     }
 }
 
@@ -483,7 +600,7 @@ mod tests {
                     linear: false,
                 })
                 .collect();
-            r.submit(jobs).unwrap();
+            r.submit(jobs);
             assert_eq!(r.wait().unwrap().bytes, 200_000, "lanes={lanes}");
             region.fill_with(0, 200_000, |s| assert!(s == &data[..], "lanes={lanes}")).unwrap();
             // Nothing in flight: waiting again moves nothing.
@@ -497,11 +614,54 @@ mod tests {
                 region_offset: 0,
                 linear: false,
             };
-            r.submit(vec![bad]).unwrap();
+            r.submit(vec![bad]);
             assert!(r.wait().unwrap_err().to_string().contains("offset 199000"));
             let good =
                 ReadJob { shard: 0, offset: 0, len: 1_000, region: region.clone(), region_offset: 0, linear: false };
             assert_eq!(r.read_all(vec![good]).unwrap().bytes, 1_000);
+        }
+    }
+
+    #[test]
+    fn tickets_wait_for_their_own_submission_and_urgent_reads_go_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = sample_file(dir.path(), 400_000);
+        let job = |region: &Arc<Region>, i: u64, len: usize| ReadJob {
+            shard: 0,
+            offset: i * 20_000,
+            len,
+            region: region.clone(),
+            region_offset: i as usize * 20_000,
+            linear: false,
+        };
+        for lanes in [1, 2, 4] {
+            let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
+            let region = Arc::new(Region::reserve(400_000).unwrap());
+            let first = r.submit((0..5).map(|i| job(&region, i, 20_000)).collect());
+            let second = r.submit((5..10).map(|i| job(&region, i, 20_000)).collect());
+            assert!(second > first);
+            // Urgent reads land while read-ahead may still be in flight.
+            let urgent = r.read_all((15..20).map(|i| job(&region, i, 20_000)).collect()).unwrap();
+            assert!(urgent.bytes >= 100_000, "lanes={lanes}: {} bytes", urgent.bytes);
+            region.fill_with(300_000, 100_000, |s| assert!(s == &data[300_000..400_000])).unwrap();
+            r.wait_for(first).unwrap();
+            region.fill_with(0, 100_000, |s| assert!(s == &data[..100_000], "lanes={lanes}")).unwrap();
+            // More read-ahead behind what is in flight, then everything.
+            let third = r.submit((10..15).map(|i| job(&region, i, 20_000)).collect());
+            r.wait_for(third).unwrap();
+            region.fill_with(0, 300_000, |s| assert!(s == &data[..300_000], "lanes={lanes}")).unwrap();
+            assert_eq!(r.wait().unwrap().bytes, 0, "nothing left in flight");
+            // A failing read-ahead job fails the next wait, whichever ticket it waits for,
+            // drops what did not start, and leaves the lanes working.
+            let bad = job(&region, 19, 5_000);
+            let bad = ReadJob { offset: 399_000, ..bad };
+            let failing = r.submit(vec![bad]);
+            let after = r.submit((0..5).map(|i| job(&region, i, 20_000)).collect());
+            assert!(r.wait_for(after).is_err(), "lanes={lanes}");
+            assert!(failing < after);
+            assert_eq!(r.wait().unwrap().bytes, 0);
+            let again = r.submit(vec![job(&region, 1, 20_000)]);
+            assert_eq!(r.wait_for(again).unwrap().bytes, 20_000);
         }
     }
 

@@ -14,14 +14,16 @@ use crate::llama::TensorHandle;
 pub struct ReadAhead {
     /// Read the experts the previous token routed in this many next layers.
     pub layers: u32,
-    /// Run the next layer's router on this layer's input and read its choice.
-    pub router: bool,
+    /// Run the routers of this many next layers on this layer's input and
+    /// read their choice (0 = off): 1 gives the next layer's reads the time
+    /// of one layer's compute, 2 lets them start a layer earlier.
+    pub router: u32,
 }
 
 impl ReadAhead {
     /// True when anything is read ahead.
     pub fn any(&self) -> bool {
-        self.layers > 0 || self.router
+        self.layers > 0 || self.router > 0
     }
 }
 

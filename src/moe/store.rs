@@ -166,8 +166,11 @@ pub struct ExpertStore {
     _bindings: Vec<TensorBinding>,
     generation: u64,
     seen: Vec<u64>,
-    /// Entries whose read-ahead was submitted and not yet waited for.
-    pending: Vec<u32>,
+    /// Entries whose read-ahead was submitted and not yet waited for, with
+    /// the lanes' ticket covering their reads.
+    pending: Vec<(u32, u64)>,
+    /// Per entry: its read-ahead is in flight, so it is never evicted.
+    in_flight: Vec<bool>,
     /// Per entry: read ahead and not used since.
     prefetched: Vec<bool>,
     /// Evicted pages not yet moved under a new entry.
@@ -252,6 +255,7 @@ impl ExpertStore {
             _bindings: bindings,
             generation: 0,
             pending: Vec::new(),
+            in_flight: vec![false; n_layers * n_expert],
             prefetched: vec![false; n_layers * n_expert],
             spare: Vec::new(),
             recycle,
@@ -325,7 +329,7 @@ impl ExpertStore {
         let t0 = Instant::now();
         let mut report = LoadReport::default();
         // Read-ahead may have targeted this layer: it must land before the layer computes.
-        let (ahead, ahead_ns) = self.finish_prefetch()?;
+        let (ahead, ahead_ns) = self.finish_prefetch(Some(il))?;
         report.read = ahead;
         report.read_ns = ahead_ns;
         if !self.has_layer(il) {
@@ -388,10 +392,7 @@ impl ExpertStore {
         match read {
             Ok(stats) => report.read += stats,
             Err(e) => {
-                // Forget entries whose bytes may be incomplete, so a retry re-reads them.
-                for id in missed {
-                    self.forget(id, Pages::Release)?;
-                }
+                self.abandon(&missed)?;
                 return Err(e);
             }
         }
@@ -400,22 +401,24 @@ impl ExpertStore {
     }
 
     /// Starts reading each target's experts, `(layer, experts)`, into the
-    /// cache on the worker lanes and returns without waiting: the next
-    /// [`Self::load_layer`] waits for them, so no layer computes over a
-    /// slice in flight. Entries already resident are skipped; room is made
-    /// by evicting in the policy's order, never the entries of the load just
-    /// done nor the ones being read. Does nothing with the cache off (its
-    /// slots are shared by every layer), with a single lane (nothing could
-    /// read in the background) or while an earlier read-ahead is in flight.
+    /// cache on the worker lanes, behind any read-ahead still in flight, and
+    /// returns without waiting: [`Self::load_layer`] of a target layer waits
+    /// for that layer's entries, so no layer computes over a slice in
+    /// flight. Entries already resident or in flight are skipped; room is
+    /// made by evicting in the policy's order, never the entries of the load
+    /// just done nor any being read. Does nothing with the cache off (its
+    /// slots are shared by every layer) or with a single lane (nothing could
+    /// read in the background).
     pub fn prefetch(&mut self, targets: &[(usize, Vec<u32>)]) -> io::Result<PrefetchReport> {
         let t0 = Instant::now();
         let mut report = PrefetchReport::default();
-        if targets.is_empty() || !self.can_prefetch() || !self.pending.is_empty() {
+        if targets.is_empty() || !self.can_prefetch() {
             return Ok(report);
         }
         let protect = self.generation;
         let n_expert = self.n_expert;
         let mut jobs = Vec::new();
+        let mut incoming = Vec::new();
         for (il, experts) in targets {
             let il = *il;
             if !self.has_layer(il) {
@@ -434,21 +437,17 @@ impl ExpertStore {
                 // Counted as the coming load's use (the clock is already there).
                 cache.touch(id as u32, true);
                 self.prefetched[id] = true;
-                self.pending.push(id as u32);
+                self.in_flight[id] = true;
+                incoming.push(id as u32);
                 report.entries += 1;
                 report.bytes += self.entry_bytes[il];
                 jobs.extend(self.read_jobs(il, e));
             }
         }
-        let pending = self.pending.clone();
         let recycled = self.recycled_bytes;
-        report.evictions = self.make_room(protect, &pending).inspect_err(|_| self.pending.clear())?;
-        if let Err(e) = self.lanes.submit(jobs) {
-            for id in std::mem::take(&mut self.pending) {
-                self.forget(id, Pages::Release)?;
-            }
-            return Err(e);
-        }
+        report.evictions = self.make_room(protect, &incoming)?;
+        let ticket = self.lanes.submit(jobs);
+        self.pending.extend(incoming.into_iter().map(|id| (id, ticket)));
         report.recycled_bytes = self.recycled_bytes - recycled;
         report.mgmt_ns = t0.elapsed().as_nanos() as u64;
         Ok(report)
@@ -460,26 +459,46 @@ impl ExpertStore {
         matches!(self.residency, Residency::Cache(_)) && self.lanes.lanes() > 1
     }
 
-    /// Waits for the read-ahead in flight, if any. On a read error its
-    /// entries are forgotten (their bytes may be incomplete) and the error
-    /// is returned. Returns what the reads moved and the time blocked.
-    fn finish_prefetch(&mut self) -> io::Result<(ReadStats, u64)> {
-        if self.pending.is_empty() {
+    /// Waits for the read-ahead of layer `layer` (of every layer: `None`)
+    /// still in flight, if any. On a read error every read-ahead entry is
+    /// forgotten (their bytes may be incomplete) and the error is returned.
+    /// Returns what the lanes moved and the time blocked.
+    fn finish_prefetch(&mut self, layer: Option<usize>) -> io::Result<(ReadStats, u64)> {
+        let n_expert = self.n_expert;
+        let mine = |id: u32| layer.is_none_or(|il| id as usize / n_expert == il);
+        let Some(ticket) = self.pending.iter().filter(|&&(id, _)| mine(id)).map(|&(_, t)| t).max() else {
             return Ok((ReadStats::default(), 0));
-        }
+        };
         let t0 = Instant::now();
-        let result = self.lanes.wait();
+        let result = self.lanes.wait_for(ticket);
         let waited = t0.elapsed().as_nanos() as u64;
-        let pending = std::mem::take(&mut self.pending);
         match result {
-            Ok(stats) => Ok((stats, waited)),
-            Err(e) => {
-                for id in pending {
-                    self.forget(id, Pages::Release)?;
+            Ok(stats) => {
+                for &(id, _) in self.pending.iter().filter(|&&(_, t)| t <= ticket) {
+                    self.in_flight[id as usize] = false;
                 }
+                self.pending.retain(|&(_, t)| t > ticket);
+                Ok((stats, waited))
+            }
+            Err(e) => {
+                self.abandon(&[])?;
                 Err(e)
             }
         }
+    }
+
+    /// After a failed read: once no read is in flight, forgets `ids` and
+    /// every read-ahead entry (their bytes may be incomplete), so a retry
+    /// reads them again.
+    fn abandon(&mut self, ids: &[u32]) -> io::Result<()> {
+        // The lanes stop on an error; this only makes sure nothing still writes.
+        let _ = self.lanes.wait();
+        let pending = std::mem::take(&mut self.pending);
+        for id in ids.iter().copied().chain(pending.into_iter().map(|(id, _)| id)) {
+            self.in_flight[id as usize] = false;
+            self.forget(id, Pages::Release)?;
+        }
+        Ok(())
     }
 
     /// The reads that bring expert `e` of layer `il` into its slots.
@@ -506,6 +525,7 @@ impl ExpertStore {
         cache.order.remove(id);
         cache.valid[id as usize] = false;
         self.prefetched[id as usize] = false;
+        self.in_flight[id as usize] = false;
         cache.resident -= self.entry_bytes[il];
         for (p, proj) in self.layers[il].iter().enumerate() {
             let at = proj.lead() + e * proj.slice_bytes;
@@ -609,7 +629,7 @@ impl ExpertStore {
             return Err(io::Error::other("the expert cache is off: a budget needs a reopen"));
         };
         cache.budget = budget;
-        self.finish_prefetch()?;
+        self.finish_prefetch(None)?;
         // Nothing is in flight between generations: protect nothing.
         self.evict_to_budget(u64::MAX, Pages::Release)
     }
@@ -623,7 +643,9 @@ impl ExpertStore {
             if cache.resident <= cache.budget {
                 return Ok(evicted);
             }
-            let Some(victim) = cache.order.victim(|id| cache.stamp[id as usize] == protect) else {
+            let in_flight = &self.in_flight;
+            let Some(victim) = cache.order.victim(|id| cache.stamp[id as usize] == protect || in_flight[id as usize])
+            else {
                 return Ok(evicted);
             };
             self.forget(victim, pages)?;
