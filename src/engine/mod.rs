@@ -1,6 +1,7 @@
 //! The session: open a model once (load, capture, rebind), then generate
 //! many times with the KV cache and the expert cache kept warm.
 
+mod contention;
 mod events;
 mod session;
 mod threads;

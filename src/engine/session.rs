@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use super::contention::RunQueueDelay;
 use super::events::{Event, Phase, StepReport};
 use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
@@ -250,6 +251,9 @@ pub struct Session {
     draft_max: u32,
     /// Chooses the decode thread count and read-ahead, when either is tuned.
     tuner: Option<StepTuner>,
+    /// Run-queue delay of the process's threads, read after each step
+    /// (`None`: tune as if the kernel did not report it).
+    run_queue: Option<RunQueueDelay>,
     /// The thread count the context runs with now.
     ctx_threads: u32,
 }
@@ -337,8 +341,17 @@ impl Session {
             drafter: None,
             draft_max: 3,
             tuner,
+            run_queue: Some(RunQueueDelay::new()),
             ctx_threads,
         })
+    }
+
+    /// Tunes as if the kernel did not report run-queue delay, so the cores
+    /// always count as contended and the tuner tries fewer threads too:
+    /// lets a test see thread changes on a quiet machine.
+    #[doc(hidden)]
+    pub fn tune_as_if_contended(&mut self) {
+        self.run_queue = None;
     }
 
     /// Whether decode steps read each layer's applied routing weights into
@@ -687,8 +700,9 @@ impl Session {
         }
         self.history.extend_from_slice(tokens);
         // Single-token decode steps are alike enough to compare settings by.
+        let queued_ns = self.run_queue.as_mut().and_then(RunQueueDelay::since_last);
         if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
-            tuner.record(wall_ns, trace.read_ns);
+            tuner.record(wall_ns, trace.read_ns, queued_ns);
         }
         Ok(Some(StepReport {
             turn,

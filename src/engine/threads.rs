@@ -11,7 +11,12 @@
 //! cost the lanes ~0.4 ms of page faults, one thread won (8.04 against 7.28).
 //! The tuner measures the wall time of single-token decode steps with the
 //! current setting and, now and then, with a neighbouring one (one thread
-//! fewer or more, read-ahead toggled), and keeps whichever is faster.
+//! fewer or more, read-ahead toggled), and keeps whichever is faster. It
+//! tries giving cores up (a thread fewer, read-ahead off) only while the
+//! process's threads wait for a CPU a large share of each step
+//! ([`super::contention`]): quiet, on two cores, they queue for 5-10% of a
+//! step; beside a busy loop on one core, 35-85%. So a quiet machine runs
+//! every step at its best setting instead of paying for probes.
 //! Neither changes results (ggml splits work by rows; read-ahead only
 //! changes when bytes arrive; the gates check both).
 
@@ -32,6 +37,9 @@ const MARGIN: f64 = 0.93;
 /// A step is compute-bound when it waited for reads less than this
 /// fraction (1/N) of its time.
 const COMPUTE_BOUND_WAIT: u64 = 4;
+/// Cores are contended when the threads' run-queue delay over recent steps
+/// is at least this share of the steps' time (median).
+const CONTENDED_SHARE: f64 = 0.25;
 
 /// One decode setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +70,9 @@ pub struct StepTuner {
     lost: usize,
     /// The last step waited for reads less than 1/[`COMPUTE_BOUND_WAIT`] of it.
     compute_bound: bool,
+    /// Recent steps' run-queue delay as a share of their time (`None`:
+    /// not reported, so cores count as contended).
+    queued: VecDeque<Option<f64>>,
     switches: u32,
 }
 
@@ -85,6 +96,7 @@ impl StepTuner {
             last_probe: None,
             lost: 0,
             compute_bound: false,
+            queued: VecDeque::new(),
             switches: 0,
         }
     }
@@ -118,9 +130,15 @@ impl StepTuner {
     }
 
     /// Records the wall time of one single-token decode step run with
-    /// [`Self::setting`], and how long of it decode waited for reads.
-    pub fn record(&mut self, step_ns: u64, read_wait_ns: u64) {
+    /// [`Self::setting`], how long of it decode waited for reads, and how
+    /// long the process's threads waited for a CPU meanwhile (summed over
+    /// threads; `None` where unknown).
+    pub fn record(&mut self, step_ns: u64, read_wait_ns: u64, queued_ns: Option<u64>) {
         self.compute_bound = read_wait_ns < step_ns / COMPUTE_BOUND_WAIT;
+        if self.queued.len() == WINDOW {
+            self.queued.pop_front();
+        }
+        self.queued.push_back(queued_ns.map(|q| q as f64 / step_ns.max(1) as f64));
         let slot = Self::slot(self.setting());
         let window = &mut self.recent[slot];
         if window.len() == WINDOW {
@@ -172,14 +190,32 @@ impl StepTuner {
         }
     }
 
-    /// One thread fewer, one more, read-ahead toggled: those that exist.
+    /// True unless recent steps show the threads rarely waited for a CPU.
+    fn contended(&self) -> bool {
+        let mut shares = Vec::with_capacity(self.queued.len());
+        for q in &self.queued {
+            match q {
+                Some(share) => shares.push(*share),
+                None => return true,
+            }
+        }
+        if shares.is_empty() {
+            return true;
+        }
+        shares.sort_by(f64::total_cmp);
+        shares[shares.len() / 2] >= CONTENDED_SHARE
+    }
+
+    /// One thread fewer, one more, read-ahead toggled: those that exist;
+    /// the two that give cores up only while cores are contended.
     fn neighbours(&self) -> Vec<Setting> {
         let c = self.current;
+        let contended = self.contended();
         let mut out = Vec::with_capacity(3);
-        if c.threads > self.min {
+        if c.threads > self.min && contended {
             out.push(Setting { threads: c.threads - 1, ..c });
         }
-        if self.can_read_ahead {
+        if self.can_read_ahead && (contended || !c.read_ahead) {
             out.push(Setting { read_ahead: !c.read_ahead, ..c });
         }
         if c.threads < self.max {
@@ -214,7 +250,7 @@ mod tests {
             .map(|_| {
                 let s = tuner.setting();
                 let c = cost(s);
-                tuner.record(c, c.checked_div(wait_part).unwrap_or(0));
+                tuner.record(c, c.checked_div(wait_part).unwrap_or(0), None);
                 s
             })
             .collect()
@@ -328,6 +364,37 @@ mod tests {
         assert!(used[second + PROBE_STEPS..third].iter().all(|s| *s == settled));
         assert_ne!(used[third], settled, "the third probe comes after twice the interval");
         assert_eq!(t.settled(), settled);
+    }
+
+    #[test]
+    fn a_quiet_machine_pays_no_probes_and_a_busy_one_gets_them() {
+        let mut t = StepTuner::new(1, 2, true);
+        let best = Setting { threads: 2, read_ahead: true };
+        // Quiet: the threads queue for 5% of each step; nothing is tried.
+        let used: Vec<Setting> = (0..200)
+            .map(|_| {
+                let s = t.setting();
+                t.record(80, 20, Some(4));
+                s
+            })
+            .collect();
+        assert!(used.iter().all(|s| *s == best));
+        // Another process takes a core: two threads queue for half of each
+        // step and lose to one; the tuner finds out within a few probes.
+        for _ in 0..100 {
+            let s = t.setting();
+            let (cost, queued) = if s.threads == 2 { (200, 100) } else { (90, 5) };
+            t.record(cost, 20, Some(queued));
+        }
+        assert_eq!(t.settled().threads, 1);
+        // At one thread the threads no longer queue, but one more is always
+        // tried: when the core frees up, the tuner climbs back.
+        for _ in 0..300 {
+            let s = t.setting();
+            let cost = if s.threads == 2 { 70 } else { 90 };
+            t.record(cost, 20, Some(3));
+        }
+        assert_eq!(t.settled(), best);
     }
 
     #[test]

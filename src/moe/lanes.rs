@@ -21,6 +21,9 @@ use std::thread::JoinHandle;
 
 use crate::llama::memory::{AlignedBuf, PAGE, Region};
 
+/// Name prefix of the worker lanes' threads.
+pub const LANE_THREAD_PREFIX: &str = "bmoe-read-";
+
 /// One slice to read: `len` bytes at `offset` in shard `shard`, into
 /// `region` at `region_offset`.
 #[derive(Clone)]
@@ -315,7 +318,7 @@ impl ReadLanes {
             let pool = pool.clone();
             let paths = paths.to_vec();
             let handle = std::thread::Builder::new()
-                .name(format!("bmoe-read-{i}"))
+                .name(format!("{LANE_THREAD_PREFIX}{i}"))
                 .spawn(move || worker(&pool, &mut lane, &paths))?;
             workers.push(handle);
         }

@@ -12,7 +12,7 @@ pub mod recipe;
 mod store;
 
 pub use hook::{CapturedTensor, MoeHook, RouteRow, StepTrace};
-pub use lanes::{ReadJob, ReadLanes, ReadStats};
+pub use lanes::{LANE_THREAD_PREFIX, ReadJob, ReadLanes, ReadStats};
 pub use store::{ExpertStore, LoadReport, PrefetchReport, Projection};
 
 use std::collections::BTreeMap;
