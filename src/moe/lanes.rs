@@ -345,6 +345,10 @@ impl ReadLanes {
     /// (read-ahead included) is returned once nothing is in flight, and
     /// read-ahead that had not started is dropped: see [`Self::wait_for`].
     pub fn read_all(&mut self, jobs: Vec<ReadJob>) -> io::Result<ReadStats> {
+        if jobs.is_empty() {
+            // A layer that hit everything: wake no lane.
+            return Ok(ReadStats::default());
+        }
         if self.workers.is_empty() || jobs.len() == 1 {
             let mut stats = ReadStats::default();
             for job in &jobs {
@@ -373,6 +377,7 @@ impl ReadLanes {
     /// with a ticket for [`Self::wait_for`]. With a single lane nothing
     /// runs until a wait, which reads the jobs itself.
     pub fn submit(&mut self, jobs: Vec<ReadJob>) -> u64 {
+        let empty = jobs.is_empty();
         let ticket = {
             let mut s = self.pool.lock();
             s.compact();
@@ -381,7 +386,9 @@ impl ReadLanes {
             s.ahead_finished.resize(n, false);
             s.ahead_base + n as u64
         };
-        self.pool.work.notify_all();
+        if !empty {
+            self.pool.work.notify_all();
+        }
         ticket
     }
 
