@@ -391,6 +391,40 @@ fn router_prediction_rests_when_everything_is_cached() {
     );
 }
 
+/// A cache holding everything decode routes, though not the whole bank:
+/// once 64 layers in a row found their experts and guesses resident, the
+/// router prediction rests (it would only cost time), and output is still
+/// the resident run's.
+#[test]
+fn router_prediction_rests_while_everything_routed_is_cached() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (reference, _) = run(options(&m, None), N);
+    let stream = cached(64 << 20, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 2 }, ..s });
+    // An expert this prompt never routes stays out of the cache.
+    let (_, probe) = run(options(&m, stream.clone()), N);
+    let routed: std::collections::BTreeSet<(u32, u32)> =
+        probe.iter().flat_map(|r| &r.trace.rows).map(|row| (row.layer, row.expert)).collect();
+    let _serial = llama_lock();
+    let mut session = bmoe::engine::Session::open(options(&m, stream)).unwrap();
+    let store = session.store().unwrap();
+    let n = store.n_expert() as u32;
+    let layers: Vec<u32> = (0..64).filter(|&il| store.has_layer(il as usize)).collect();
+    let unused = layers.iter().flat_map(|&il| (0..n).map(move |e| (il, e))).find(|p| !routed.contains(p));
+    let unused = unused.expect("the prompt routes every expert of every layer");
+    for &il in &layers {
+        let ids: Vec<i32> = (0..n).filter(|&e| (il, e) != unused).map(|e| e as i32).collect();
+        store.load_layer(il as usize, &ids).unwrap();
+    }
+    assert!(!store.holds_whole_bank());
+    let (streamed, reports) = generate_steps(&mut session, N);
+    assert_identical(&reference, &streamed, "everything routed cached, router read-ahead on");
+    let decode: Vec<_> = reports.iter().filter(|r| r.phase == Phase::Decode).collect();
+    assert!(decode.iter().all(|r| r.trace.bytes_read == 0));
+    assert!(!decode[0].trace.predictions.is_empty(), "the prediction runs at first");
+    assert!(decode.last().unwrap().trace.predictions.is_empty(), "and rests once nothing is left to read");
+}
+
 /// Run on a layer's own input, the predictor must pick what the router
 /// picked: this checks the hidden state it reads, the folded norm weight,
 /// the bias and the top-k.

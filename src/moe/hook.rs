@@ -41,6 +41,11 @@ const WEIGHT_NODES: [&str; 4] = ["weights", "weights_softmax", "weights_norm", "
 
 /// ggml's id for f32.
 const GGML_TYPE_F32: u32 = 0;
+/// Decode layers in a row that found everything resident (routed experts
+/// and read-ahead guesses) before the router prediction rests: a cache that
+/// came to hold what decode routes has nothing left to read ahead, and the
+/// prediction's scoring would be its only cost. The next miss resumes it.
+const PREDICT_REST_LAYERS: u32 = 64;
 
 /// A router input computed as `rms_norm(x) * weight`, optionally with a
 /// constant scale after the norm (gemma4): `(x, weight)`. A positive scale
@@ -209,6 +214,10 @@ pub struct MoeHook {
     record_weights: bool,
     /// Read-ahead is set up but skipped for now (the step tuner's choice).
     read_ahead_paused: bool,
+    /// Decode layers in a row whose routed experts and read-ahead guesses
+    /// were all resident: past [`PREDICT_REST_LAYERS`] the router
+    /// prediction rests until a layer misses.
+    layers_all_resident: u32,
     /// Which layer, counted from the current one, the router predicts: 1,
     /// or 0 to check the predictor against the routing it reproduces.
     predict_distance: usize,
@@ -251,6 +260,7 @@ impl MoeHook {
             record_weights: true,
             other_expert_uses: Vec::new(),
             read_ahead_paused: false,
+            layers_all_resident: 0,
         }
     }
 
@@ -492,7 +502,8 @@ impl MoeHook {
         self.dropped.clear();
         self.dropped.resize(k * nt, false);
         if self.decode_phase {
-            if self.predictor.is_some() && !self.read_ahead_paused {
+            let resting = self.layers_all_resident >= PREDICT_REST_LAYERS;
+            if self.predictor.is_some() && !self.read_ahead_paused && !resting {
                 self.predict_next(node, il, k, nt);
             }
             self.score_prediction(il);
@@ -598,6 +609,7 @@ impl MoeHook {
         let Some(store) = self.store.as_mut().filter(|_| !targets.is_empty()) else { return };
         match store.prefetch(&targets) {
             Ok(r) => {
+                self.layers_all_resident = if r.entries == 0 { self.layers_all_resident + 1 } else { 0 };
                 self.trace.prefetched += r.entries;
                 self.trace.evictions += r.evictions;
                 self.trace.recycled_bytes += r.recycled_bytes;
@@ -713,7 +725,11 @@ impl MoeHook {
         t.read_ns += report.read_ns;
         t.mgmt_ns += report.mgmt_ns;
         t.lookups += report.experts.len() as u64;
-        t.hits += report.experts.iter().filter(|(_, h)| *h).count() as u64;
+        let hits = report.experts.iter().filter(|(_, h)| *h).count();
+        t.hits += hits as u64;
+        if hits < report.experts.len() {
+            self.layers_all_resident = 0;
+        }
         t.evictions += report.evictions;
         t.recycled_bytes += report.recycled_bytes;
         t.prefetch_used += report.prefetch_used;
