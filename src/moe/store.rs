@@ -178,10 +178,9 @@ pub struct ExpertStore {
     /// False once the kernel refused a page move as unsupported: evictions
     /// then release their pages.
     recycle: bool,
-    /// Bytes of pages moved from evicted entries to new ones, and bytes of
-    /// page moves that failed and were released instead.
+    /// Bytes of pages moved from evicted entries to new ones so far (the
+    /// reports carry the difference each call makes).
     recycled_bytes: u64,
-    recycle_failed_bytes: u64,
 }
 
 impl ExpertStore {
@@ -260,7 +259,6 @@ impl ExpertStore {
             spare: Vec::new(),
             recycle,
             recycled_bytes: 0,
-            recycle_failed_bytes: 0,
         })
     }
 
@@ -581,7 +579,6 @@ impl ExpertStore {
                 Err(err) => {
                     // The chunk is released instead; a kernel without
                     // mremap's DONTUNMAP turns recycling off for good.
-                    self.recycle_failed_bytes += need as u64;
                     if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
                         || err.kind() == io::ErrorKind::Unsupported
                     {
@@ -600,12 +597,6 @@ impl ExpertStore {
             self.regions[run.il][run.p].release(run.offset, run.len)?;
         }
         Ok(())
-    }
-
-    /// Bytes of evicted pages moved under new entries instead of being
-    /// released, and bytes whose move failed and were released instead.
-    pub fn recycled_bytes(&self) -> (u64, u64) {
-        (self.recycled_bytes, self.recycle_failed_bytes)
     }
 
     /// True while evictions hand their pages to the next entries read
