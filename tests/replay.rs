@@ -116,3 +116,32 @@ fn belady_bounds_the_other_policies_on_the_shared_traces() {
     }
     assert_eq!(seen, 3);
 }
+
+/// A one-layer trace of single-expert decode steps, one expert per step.
+fn single_expert_trace(experts: &[u32]) -> String {
+    let mut text = String::from(
+        "# route_trace v1\n# model=t.gguf arch=qwen3moe n_layer=1 n_expert=16 n_expert_used=1\n\
+         # layer=0 expert_bytes=100 dense_bytes=0\nturn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped\n",
+    );
+    for (step, e) in experts.iter().enumerate() {
+        text.push_str(&format!("0,1,{step},0,0,{e},1.0,0,100,0\n"));
+    }
+    text
+}
+
+#[test]
+fn popular_keeps_the_most_used_expert_that_lru_loses() {
+    // Expert 0 comes back after every two one-off experts: with room for
+    // two, LRU has always just evicted it; knowing its popularity keeps it.
+    let rounds = 5u32;
+    let mut order = Vec::new();
+    for r in 0..rounds {
+        order.extend([0, 1 + 2 * r, 2 + 2 * r]);
+    }
+    let trace = Trace::parse(&single_expert_trace(&order)).unwrap();
+    let lru = replay(&trace, 200, Policy::Lru);
+    let popular = replay(&trace, 200, Policy::Popular);
+    assert_eq!((lru.decode_lookups, lru.decode_hits), (15, 0));
+    assert_eq!((popular.decode_lookups, popular.decode_hits), (15, u64::from(rounds) - 1));
+    assert!(popular.decode_hits <= replay(&trace, 200, Policy::Belady).decode_hits);
+}

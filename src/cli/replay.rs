@@ -20,8 +20,8 @@ pub struct ReplayArgs {
     /// Cache budgets in MiB (instead of fractions).
     #[arg(long, value_delimiter = ',', conflicts_with = "fraction")]
     pub cache_mb: Vec<f64>,
-    /// Policies: decay and lru (the live cache's two), lfu, lru2, belady (the offline optimum).
-    #[arg(long, value_delimiter = ',', default_value = "decay,lru,lfu,lru2,belady")]
+    /// Policies: decay and lru (the live cache's two), lfu, lru2, popular (offline: knows each expert's popularity, not the order), belady (the offline optimum).
+    #[arg(long, value_delimiter = ',', default_value = "decay,lru,lfu,lru2,popular,belady")]
     pub policy: Vec<Policy>,
     /// Also write the table as CSV.
     #[arg(long)]

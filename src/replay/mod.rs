@@ -13,7 +13,9 @@
 //! decayed uses, time counted in loads per routed layer like the live
 //! store, so it too equals the live cache row for row), `lfu` (fewest
 //! uses, then least recent), `lru2` (LRU-K with K = 2: oldest
-//! second-to-last use), and `belady` (next use farthest in the future; the
+//! second-to-last use), `popular` (offline: fewest loads over the whole
+//! trace, the bound for any policy that ranks experts by popularity), and
+//! `belady` (next use farthest in the future; the
 //! offline optimum for equal-sized entries, the bound the others are
 //! measured against).
 
@@ -33,13 +35,19 @@ pub enum Policy {
     Lfu,
     /// LRU-2: the entry whose second-to-last use is oldest.
     Lru2,
+    /// Offline reference: the entry the whole trace loads least often,
+    /// ties by least recent. It knows every expert's popularity in advance
+    /// but not the order of use: the best a policy ranking experts by how
+    /// often they are used can do.
+    Popular,
     /// Belady's optimum: the entry used again farthest in the future.
     Belady,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 5] = [Policy::Lru, Policy::Decay, Policy::Lfu, Policy::Lru2, Policy::Belady];
+    pub const ALL: [Policy; 6] =
+        [Policy::Lru, Policy::Decay, Policy::Lfu, Policy::Lru2, Policy::Popular, Policy::Belady];
 
     /// Its name.
     pub fn name(self) -> &'static str {
@@ -48,6 +56,7 @@ impl Policy {
             Policy::Decay => "decay",
             Policy::Lfu => "lfu",
             Policy::Lru2 => "lru2",
+            Policy::Popular => "popular",
             Policy::Belady => "belady",
         }
     }
@@ -60,7 +69,7 @@ impl std::str::FromStr for Policy {
         Policy::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown cache policy `{s}`: lru, decay, lfu, lru2 or belady"))
+            .ok_or_else(|| format!("unknown cache policy `{s}`: lru, decay, lfu, lru2, popular or belady"))
     }
 }
 
@@ -195,6 +204,16 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
     let mut entries = vec![Entry::default(); (max_layer + 1) * n];
     // Belady: the access index of each access's next use of the same entry.
     let next_use = if policy == Policy::Belady { next_uses(trace, &id_of) } else { Vec::new() };
+    // Popular: the loads of each entry over the whole trace.
+    let mut popularity = vec![0u64; entries.len()];
+    if policy == Policy::Popular {
+        for load in &trace.loads {
+            let mut experts = load.experts.clone();
+            experts.sort_unstable();
+            experts.dedup();
+            experts.iter().for_each(|&e| popularity[id_of(load.layer, e)] += 1);
+        }
+    }
     let mut order = EvictionOrder::new(entries.len());
     // The live store's clock: loads so far per routed layer, in decode steps.
     let n_layers = trace.loads.iter().map(|l| l.layer).collect::<BTreeSet<_>>().len().max(1) as f64;
@@ -250,6 +269,7 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
                 Policy::Decay => CachePolicy::Decay.key(&entry.decayed, entry.last),
                 Policy::Lfu => (entry.uses, entry.last),
                 Policy::Lru2 => (entry.second_last, entry.last),
+                Policy::Popular => (popularity[id], entry.last),
                 Policy::Belady => (u64::MAX - next_use[clock as usize - 1], 0),
             };
             order.set(id as u32, key);
