@@ -1,10 +1,19 @@
 //! Lean open. llama.cpp maps a model with `MAP_POPULATE`, so opening reads
 //! every byte of the file, experts included, although a streaming session
 //! rebinds every expert tensor to its own memory before using it. A lean
-//! copy is the model file with each expert tensor's bytes left out as a hole
-//! (a sparse file): the same header, the same offsets and the same dense
+//! copy is the model with each expert tensor's bytes left out as a hole (a
+//! sparse file): the same metadata and the same tensors with the same dense
 //! bytes, so llama.cpp loads it like the model and computes the same
 //! results, but populating its expert ranges reads nothing from storage.
+//!
+//! The copy lays the expert tensors out first and the dense ones after them.
+//! The populate walks the file in order and maps a zero page for every page
+//! of a hole; under a memory limit those pages are reclaimed oldest first,
+//! so with the dense tensors last the dense pages, read last, are the ones
+//! that stay. In the model's own order the dense tensors sit between the
+//! layers' experts, the later holes' zero pages pushed the earlier dense
+//! pages out, and the first decode read them a second time.
+//!
 //! The copy takes the dense bytes' room on disk; it is written once into the
 //! cache directory and reused while the model's size, modification time and
 //! header stay the same.
@@ -12,11 +21,11 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::{Hash, Hasher};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::gguf::ModelFiles;
+use crate::gguf::{GgufFile, GgufWriter, ModelFiles, TensorSpec};
 
 /// A lean copy ready to load.
 #[derive(Debug, Clone)]
@@ -25,20 +34,14 @@ pub struct LeanCopy {
     pub paths: Vec<PathBuf>,
     /// Bytes written now (0 when an earlier copy was reused).
     pub written: u64,
-    /// Bytes left out as holes, per shard: `(offset, len)` ranges.
+    /// Bytes left out as holes, per shard: `(offset, len)` ranges of the
+    /// copy (not of the model: the copy orders its tensors differently).
     pub holes: Vec<Vec<(u64, u64)>>,
 }
 
 /// Finds or writes the lean copy of `files` under `dir`, leaving out the
 /// bytes of every tensor `is_expert` accepts.
 pub fn prepare(files: &ModelFiles, is_expert: impl Fn(&str) -> bool, dir: &Path) -> io::Result<LeanCopy> {
-    let mut holes: Vec<Vec<(u64, u64)>> = vec![Vec::new(); files.paths().len()];
-    for t in files.tensors().filter(|t| is_expert(&t.info.name)) {
-        holes[t.shard].push((t.file_offset, t.info.size));
-    }
-    for h in &mut holes {
-        h.sort_unstable();
-    }
     let name = key(files)?;
     let source = fs::canonicalize(&files.paths()[0]).map_err(|e| at(&files.paths()[0], e))?;
     remove_stale(dir, &name, &source);
@@ -47,17 +50,80 @@ pub fn prepare(files: &ModelFiles, is_expert: impl Fn(&str) -> bool, dir: &Path)
     let record = home.join(SOURCE_FILE);
     fs::write(&record, source.as_os_str().as_encoded_bytes()).map_err(|e| at(&record, e))?;
     let mut paths = Vec::with_capacity(files.paths().len());
+    let mut holes = Vec::with_capacity(files.paths().len());
     let mut written = 0;
     for (shard, source) in files.paths().iter().enumerate() {
         let name = source.file_name().ok_or_else(|| io::Error::other(format!("{}: no file name", source.display())))?;
         let target = home.join(name);
-        let header = files.shards()[shard].data_offset;
-        if !is_current(source, &target, header)? {
-            written += write_copy(source, &target, &holes[shard])?;
+        let layout = Layout::of(&files.shards()[shard], &is_expert).map_err(|e| at(source, e))?;
+        if !layout.is_written_at(&target)? {
+            written += write_copy(source, &target, &layout)?;
         }
         paths.push(target);
+        holes.push(layout.holes);
     }
     Ok(LeanCopy { paths, written, holes })
+}
+
+/// Where everything goes in one shard's copy.
+#[derive(Debug)]
+struct Layout {
+    /// Header, metadata and tensor table, padded to the alignment.
+    header: Vec<u8>,
+    /// Bytes of the whole copy.
+    size: u64,
+    /// Each dense tensor: (offset in the model, offset in the copy, bytes).
+    dense: Vec<(u64, u64, u64)>,
+    /// Each expert tensor's range in the copy, left as a hole.
+    holes: Vec<(u64, u64)>,
+}
+
+impl Layout {
+    /// The copy of `shard`: its metadata, then the tensors `is_expert`
+    /// accepts, then the others, each group in the model's order.
+    fn of(shard: &GgufFile, is_expert: &impl Fn(&str) -> bool) -> io::Result<Layout> {
+        let mut writer = GgufWriter::new();
+        for (key, value) in shard.metadata() {
+            writer.set(key, value.clone());
+        }
+        let (experts, dense): (Vec<_>, Vec<_>) = shard.tensors().iter().partition(|t| is_expert(&t.name));
+        let ordered: Vec<_> = experts.iter().chain(&dense).collect();
+        for t in &ordered {
+            let spec = TensorSpec::new(t.name.clone(), &t.dims, t.ty);
+            if spec.size() != t.size {
+                return Err(io::Error::other(format!(
+                    "{}: {} bytes in the table, {} by its shape",
+                    t.name,
+                    t.size,
+                    spec.size()
+                )));
+            }
+            writer.add_tensor(spec);
+        }
+        let header = writer.header();
+        let start = header.len() as u64;
+        let mut layout = Layout { size: writer.file_size(), header, dense: Vec::new(), holes: Vec::new() };
+        for (t, offset) in ordered.iter().zip(writer.data_offsets()) {
+            if is_expert(&t.name) {
+                layout.holes.push((start + offset, t.size));
+            } else {
+                layout.dense.push((shard.data_offset + t.offset, start + offset, t.size));
+            }
+        }
+        Ok(layout)
+    }
+
+    /// True when `target` exists with this layout's size and header (its
+    /// directory's name already pins the model it was copied from).
+    fn is_written_at(&self, target: &Path) -> io::Result<bool> {
+        let Ok(meta) = fs::metadata(target) else { return Ok(false) };
+        if meta.len() != self.size {
+            return Ok(false);
+        }
+        let mut head = vec![0u8; self.header.len()];
+        File::open(target).and_then(|mut f| f.read_exact(&mut head)).map_err(|e| at(target, e))?;
+        Ok(head == self.header)
+    }
 }
 
 /// The file in each copy's directory naming the model it copies.
@@ -96,61 +162,26 @@ fn key(files: &ModelFiles) -> io::Result<String> {
     Ok(format!("{stem}-{:016x}", h.finish()))
 }
 
-/// True when `target` exists, has the source's size and starts with the
-/// same header bytes (metadata and tensor table).
-fn is_current(source: &Path, target: &Path, header: u64) -> io::Result<bool> {
-    let Ok(meta) = fs::metadata(target) else { return Ok(false) };
-    if meta.len() != fs::metadata(source).map_err(|e| at(source, e))?.len() {
-        return Ok(false);
-    }
-    let (mut a, mut b) =
-        (File::open(source).map_err(|e| at(source, e))?, File::open(target).map_err(|e| at(target, e))?);
-    let (mut x, mut y) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
-    let mut left = header;
-    while left > 0 {
-        let n = left.min(x.len() as u64) as usize;
-        a.read_exact(&mut x[..n]).map_err(|e| at(source, e))?;
-        b.read_exact(&mut y[..n]).map_err(|e| at(target, e))?;
-        if x[..n] != y[..n] {
-            return Ok(false);
-        }
-        left -= n as u64;
-    }
-    Ok(true)
-}
-
-/// Writes `target` as `source` with `holes` (sorted, `(offset, len)`) left
-/// unwritten, through a temporary name; returns the bytes written.
-fn write_copy(source: &Path, target: &Path, holes: &[(u64, u64)]) -> io::Result<u64> {
-    let size = fs::metadata(source).map_err(|e| at(source, e))?.len();
+/// Writes the copy of `source` laid out as `layout` at `target`, through a
+/// temporary name; returns the bytes written.
+fn write_copy(source: &Path, target: &Path, layout: &Layout) -> io::Result<u64> {
     let partial = target.with_extension(format!("partial-{}", std::process::id()));
     let result = (|| {
-        let mut src = File::open(source).map_err(|e| at(source, e))?;
+        let src = File::open(source).map_err(|e| at(source, e))?;
         let dst = File::create(&partial).map_err(|e| at(&partial, e))?;
-        dst.set_len(size).map_err(|e| at(&partial, e))?;
-        let mut written = 0;
+        dst.set_len(layout.size).map_err(|e| at(&partial, e))?;
+        dst.write_all_at(&layout.header, 0).map_err(|e| at(&partial, e))?;
+        let mut written = layout.header.len() as u64;
         let mut buf = vec![0u8; 4 << 20];
-        let mut copy = |from: u64, to: u64| -> io::Result<()> {
-            src.seek(SeekFrom::Start(from)).map_err(|e| at(source, e))?;
-            let mut at_ = from;
-            while at_ < to {
-                let n = (to - at_).min(buf.len() as u64) as usize;
-                src.read_exact(&mut buf[..n]).map_err(|e| at(source, e))?;
-                dst.write_all_at(&buf[..n], at_).map_err(|e| at(&partial, e))?;
-                at_ += n as u64;
+        for &(from, to, len) in &layout.dense {
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(buf.len() as u64) as usize;
+                src.read_exact_at(&mut buf[..n], from + done).map_err(|e| at(source, e))?;
+                dst.write_all_at(&buf[..n], to + done).map_err(|e| at(&partial, e))?;
+                done += n as u64;
             }
-            written += to - from;
-            Ok(())
-        };
-        let mut next = 0;
-        for &(offset, len) in holes {
-            if offset > next {
-                copy(next, offset)?;
-            }
-            next = next.max(offset + len);
-        }
-        if next < size {
-            copy(next, size)?;
+            written += len;
         }
         // On disk before the rename makes it current: after a crash a copy
         // must be whole or absent, never a header over zeros.
@@ -177,27 +208,77 @@ fn at(path: &Path, e: io::Error) -> io::Error {
 mod tests {
     use super::*;
 
-    #[test]
-    fn holes_are_left_out_and_everything_else_copied() {
-        let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().join("m.bin");
-        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8 + 1).collect();
-        fs::write(&source, &data).unwrap();
-        let target = dir.path().join("lean.bin");
-        let holes = [(100_000, 1_000_000), (1_500_000, 1_200_000)];
-        let written = write_copy(&source, &target, &holes).unwrap();
-        assert_eq!(written, 3_000_000 - 2_200_000);
-        let copy = fs::read(&target).unwrap();
-        assert_eq!(copy.len(), data.len());
-        for (i, (&a, &b)) in data.iter().zip(&copy).enumerate() {
-            let in_hole = holes.iter().any(|&(o, l)| (o..o + l).contains(&(i as u64)));
-            assert_eq!(b, if in_hole { 0 } else { a }, "byte {i}");
+    use crate::gguf::{GgmlType, Value};
+
+    /// A GGUF of dense and expert tensors in layer order, each filled with
+    /// bytes naming it; returns its path.
+    fn model(dir: &Path, tag: u8) -> PathBuf {
+        let mut w = GgufWriter::new();
+        w.set("general.architecture", Value::String("test".into()));
+        w.set("test.tag", Value::U32(u32::from(tag)));
+        for layer in 0..2 {
+            w.add_tensor(TensorSpec::new(format!("blk.{layer}.attn.weight"), &[64, 10], GgmlType::F32));
+            w.add_tensor(TensorSpec::new(format!("blk.{layer}.ffn_up_exps.weight"), &[256, 1024], GgmlType::F32));
         }
+        let path = dir.join("m.gguf");
+        let mut out = io::BufWriter::new(File::create(&path).unwrap());
+        let tensors = w.tensors().to_vec();
+        w.write(&mut out, &mut |i| Ok(vec![tag.wrapping_add(i as u8 + 1); tensors[i].size() as usize])).unwrap();
+        drop(out);
+        path
+    }
+
+    fn bytes_of(path: &Path, name: &str) -> Vec<u8> {
+        let f = GgufFile::open(path).unwrap();
+        let t = f.tensor(name).unwrap();
+        let mut buf = vec![0u8; t.size as usize];
+        File::open(path).unwrap().read_exact_at(&mut buf, f.data_offset + t.offset).unwrap();
+        buf
+    }
+
+    #[test]
+    fn experts_become_holes_first_and_dense_tensors_follow_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = model(dir.path(), 7);
+        let files = ModelFiles::open(&source).unwrap();
+        let is_expert = |name: &str| name.contains("_exps");
+        let lean_dir = dir.path().join("lean");
+        let copy = prepare(&files, is_expert, &lean_dir).unwrap();
+        let (src, lean) = (GgufFile::open(&source).unwrap(), GgufFile::open(&copy.paths[0]).unwrap());
+        assert_eq!(lean.metadata(), src.metadata());
+        // The same tensors, experts first.
+        let names =
+            |f: &GgufFile| f.tensors().iter().map(|t| (t.name.clone(), t.dims.clone(), t.ty)).collect::<Vec<_>>();
+        let (mut a, mut b) = (names(&src), names(&lean));
+        assert_ne!(a, b, "the copy keeps the model's order");
+        a.sort_by(|x, y| x.0.cmp(&y.0));
+        b.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(a, b);
+        let last_expert = lean.tensors().iter().filter(|t| is_expert(&t.name)).map(|t| t.offset).max().unwrap();
+        let first_dense = lean.tensors().iter().filter(|t| !is_expert(&t.name)).map(|t| t.offset).min().unwrap();
+        assert!(last_expert < first_dense);
+        // Dense bytes copied, expert bytes zero holes where the copy says.
+        for t in src.tensors() {
+            let bytes = bytes_of(&copy.paths[0], &t.name);
+            if is_expert(&t.name) {
+                assert!(bytes.iter().all(|&x| x == 0), "{}", t.name);
+                let at = lean.data_offset + lean.tensor(&t.name).unwrap().offset;
+                assert!(copy.holes[0].contains(&(at, t.size)), "{}", t.name);
+            } else {
+                assert_eq!(bytes, bytes_of(&source, &t.name), "{}", t.name);
+            }
+        }
+        assert_eq!(copy.holes[0].len(), 2);
+        let dense: u64 = src.tensors().iter().filter(|t| !is_expert(&t.name)).map(|t| t.size).sum();
+        assert_eq!(copy.written, lean.data_offset + dense);
         // Sparse where the file system allows: far fewer blocks than bytes.
-        let blocks = fs::metadata(&target).unwrap().blocks() * 512;
-        assert!(blocks < 2_000_000, "{blocks} bytes allocated");
-        assert!(is_current(&source, &target, 100_000).unwrap());
-        fs::write(&source, [&[0u8][..], &data[1..]].concat()).unwrap();
-        assert!(!is_current(&source, &target, 100_000).unwrap());
+        let blocks = fs::metadata(&copy.paths[0]).unwrap().blocks() * 512;
+        assert!(blocks < 1_000_000, "{blocks} bytes allocated");
+        // Reused as it is; rewritten once the model changes.
+        assert_eq!(prepare(&files, is_expert, &lean_dir).unwrap().written, 0);
+        let changed = ModelFiles::open(&model(dir.path(), 9)).unwrap();
+        let again = prepare(&changed, is_expert, &lean_dir).unwrap();
+        assert!(again.written > 0);
+        assert_eq!(bytes_of(&again.paths[0], "blk.1.attn.weight"), bytes_of(&source, "blk.1.attn.weight"));
     }
 }
