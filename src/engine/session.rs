@@ -700,7 +700,8 @@ impl Session {
         }
         self.history.extend_from_slice(tokens);
         // Single-token decode steps are alike enough to compare settings by.
-        let queued_ns = self.run_queue.as_mut().and_then(RunQueueDelay::since_last);
+        // The run queue is read only for a tuner (a few /proc reads a step).
+        let queued_ns = self.run_queue.as_mut().filter(|_| self.tuner.is_some()).and_then(RunQueueDelay::since_last);
         if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
             tuner.record(wall_ns, trace.read_ns, queued_ns);
         }

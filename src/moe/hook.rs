@@ -68,6 +68,17 @@ fn router_input<'a>(topk: Tensor<'a>, il: usize) -> Option<Tensor<'a>> {
     normed(input).map(|(x, _)| x)
 }
 
+/// Where layer `next`'s predicted experts go: `near` for the first layer
+/// predicted (scored against its routing), `far` for the ones after it.
+fn prediction_slot<'a>(
+    near: &'a mut [Vec<u32>],
+    far: &'a mut [Vec<u32>],
+    first: usize,
+    next: usize,
+) -> &'a mut Vec<u32> {
+    if next == first { &mut near[next] } else { &mut far[next] }
+}
+
 /// Splits `ffn_moe_<what>-<il>` into (what, il).
 fn parse_moe_node(name: &str) -> Option<(&str, usize)> {
     let rest = name.strip_prefix("ffn_moe_")?;
@@ -536,32 +547,47 @@ impl MoeHook {
     fn predict_next(&mut self, topk: Tensor<'_>, il: usize, k: usize, nt: usize) {
         const MAX_TOKENS: usize = 4;
         let depth = if self.predict_distance == 0 { 0 } else { self.read_ahead.router.max(1) as usize - 1 };
-        for next in il + self.predict_distance..=il + self.predict_distance + depth {
-            let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
-            // Nothing to read ahead once the cache holds the whole bank.
-            let Some(width) = predictor
-                .width(next)
-                .filter(|_| store.has_layer(next) && nt <= MAX_TOKENS && !store.holds_whole_bank())
-            else {
-                return;
-            };
-            let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };
-            if input.ne()[0] != width as i64 || input.ne()[1] != nt as i64 {
-                return;
+        let first = il + self.predict_distance;
+        let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
+        // Nothing to read ahead once the cache holds the whole bank.
+        if nt > MAX_TOKENS || store.holds_whole_bank() {
+            return;
+        }
+        let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };
+        let [width, tokens, ..] = input.ne();
+        if tokens != nt as i64 {
+            return;
+        }
+        // The layers predicted: from `first` on, while they stream and their
+        // routers read a hidden state of this width.
+        let Some(last) = (first..=first + depth)
+            .take_while(|&n| store.has_layer(n) && predictor.width(n).is_some_and(|w| w as i64 == width))
+            .last()
+        else {
+            return;
+        };
+        let width = width as usize;
+        for table in [&mut self.predicted, &mut self.predicted_far] {
+            if table.len() <= last {
+                table.resize_with(last + 1, Vec::new);
             }
-            let table = if next == il + self.predict_distance { &mut self.predicted } else { &mut self.predicted_far };
-            if table.len() <= next {
-                table.resize_with(next + 1, Vec::new);
-            }
-            let out = &mut table[next];
-            out.clear();
-            let nb = input.nb();
-            for j in 0..nt {
-                self.hidden.clear();
-                self.hidden.extend((0..width).map(|i| input.read_f32(j * nb[1] + i * nb[0]).unwrap_or(0.0)));
-                let rms = (self.hidden.iter().map(|x| x * x).sum::<f32>() / width as f32).sqrt();
+        }
+        for next in first..=last {
+            prediction_slot(&mut self.predicted, &mut self.predicted_far, first, next).clear();
+        }
+        // Each token's hidden state is read once for every layer predicted.
+        let nb = input.nb();
+        for j in 0..nt {
+            self.hidden.clear();
+            self.hidden.extend((0..width).map(|i| input.read_f32(j * nb[1] + i * nb[0]).unwrap_or(0.0)));
+            let rms = (self.hidden.iter().map(|x| x * x).sum::<f32>() / width as f32).sqrt();
+            for next in first..=last {
+                let out = prediction_slot(&mut self.predicted, &mut self.predicted_far, first, next);
                 predictor.predict(next, &self.hidden, rms.max(f32::MIN_POSITIVE), k, out);
             }
+        }
+        for next in first..=last {
+            let out = prediction_slot(&mut self.predicted, &mut self.predicted_far, first, next);
             out.sort_unstable();
             out.dedup();
         }
