@@ -145,3 +145,31 @@ fn popular_keeps_the_most_used_expert_that_lru_loses() {
     assert_eq!((popular.decode_lookups, popular.decode_hits), (15, u64::from(rounds) - 1));
     assert!(popular.decode_hits <= replay(&trace, 200, Policy::Belady).decode_hits);
 }
+
+#[test]
+fn foresight_spares_the_expert_the_next_load_uses() {
+    // Three experts in a cycle with room for two: LRU and decay always
+    // evict the one the next step wants; seeing one load ahead spares it.
+    let order: Vec<u32> = (0..12).map(|i| i % 3).collect();
+    let trace = Trace::parse(&single_expert_trace(&order)).unwrap();
+    let lru = replay(&trace, 200, Policy::Lru);
+    let decay = replay(&trace, 200, Policy::Decay);
+    let foresight = replay(&trace, 200, Policy::Foresight(1));
+    assert_eq!((lru.decode_hits, decay.decode_hits), (0, 0));
+    // From the fourth step on, every other step hits.
+    assert_eq!(foresight.decode_hits, 5);
+    // One routed layer: one token's worth is one load.
+    assert_eq!(replay(&trace, 200, Policy::Foresight(0)).row_hits, foresight.row_hits);
+    assert!(foresight.decode_hits <= replay(&trace, 200, Policy::Belady).decode_hits);
+}
+
+#[test]
+fn policy_names_parse_back() {
+    for p in Policy::ALL.into_iter().chain([Policy::Foresight(3)]) {
+        assert_eq!(p.name().parse::<Policy>(), Ok(p));
+    }
+    assert_eq!("foresight:3".parse::<Policy>(), Ok(Policy::Foresight(3)));
+    for bad in ["foresight:0", "foresight:x", "foresight:", "fifo"] {
+        assert!(bad.parse::<Policy>().is_err(), "{bad}");
+    }
+}

@@ -20,8 +20,8 @@ pub struct ReplayArgs {
     /// Cache budgets in MiB (instead of fractions).
     #[arg(long, value_delimiter = ',', conflicts_with = "fraction")]
     pub cache_mb: Vec<f64>,
-    /// Policies: decay and lru (the live cache's two), lfu, lru2, popular (offline: knows each expert's popularity, not the order), belady (the offline optimum).
-    #[arg(long, value_delimiter = ',', default_value = "decay,lru,lfu,lru2,popular,belady")]
+    /// Policies: decay and lru (the live cache's two), lfu, lru2, popular (offline: knows each expert's popularity, not the order), foresight[:N] (offline: decay that knows the next N loads, one token's worth without :N), belady (the offline optimum).
+    #[arg(long, value_delimiter = ',', default_value = "decay,lru,lfu,lru2,popular,foresight,belady")]
     pub policy: Vec<Policy>,
     /// Also write the table as CSV.
     #[arg(long)]
@@ -42,7 +42,7 @@ pub fn replay_traces(args: ReplayArgs) -> Result<()> {
     }
     let mut csv = String::from("trace,budget_mib,bank_fraction,policy,decode_hit_pct,decode_mib_per_token,evictions\n");
     println!(
-        "{:<22} {:>10} {:>7} {:<7} {:>8} {:>12} {:>10}",
+        "{:<22} {:>10} {:>7} {:<11} {:>8} {:>12} {:>10}",
         "trace", "budget MiB", "of bank", "policy", "hit %", "MiB/token", "evictions"
     );
     for path in &args.traces {
@@ -63,7 +63,7 @@ pub fn replay_traces(args: ReplayArgs) -> Result<()> {
                 let hit = 100.0 * r.decode_hit_rate();
                 let per_token = r.decode_bytes as f64 / MIB / tokens;
                 println!(
-                    "{name:<22} {mib:>10.1} {:>6.1}% {:<7} {hit:>8.1} {per_token:>12.1} {:>10}",
+                    "{name:<22} {mib:>10.1} {:>6.1}% {:<11} {hit:>8.1} {per_token:>12.1} {:>10}",
                     frac * 100.0,
                     policy.name(),
                     r.evictions

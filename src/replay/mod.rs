@@ -14,8 +14,11 @@
 //! store, so it too equals the live cache row for row), `lfu` (fewest
 //! uses, then least recent), `lru2` (LRU-K with K = 2: oldest
 //! second-to-last use), `popular` (offline: fewest loads over the whole
-//! trace, the bound for any policy that ranks experts by popularity), and
-//! `belady` (next use farthest in the future; the
+//! trace, the bound for any policy that ranks experts by popularity),
+//! `foresight` (offline: `decay`, but it never evicts an expert that one of
+//! the next N loads uses, one token's worth unless `foresight:N` says; the
+//! bound for a live policy that knew the routing N layers ahead, what the
+//! router prediction guesses a layer or two deep), and `belady` (next use farthest in the future; the
 //! offline optimum for equal-sized entries, the bound the others are
 //! measured against).
 
@@ -40,24 +43,32 @@ pub enum Policy {
     /// but not the order of use: the best a policy ranking experts by how
     /// often they are used can do.
     Popular,
+    /// Offline reference: `Decay`, but an expert that one of the next N
+    /// loads uses is never the victim while another is (N = 0: as many
+    /// loads as there are routed layers, one token's worth). The bound for
+    /// a live policy that knew the routing N layers ahead.
+    Foresight(u32),
     /// Belady's optimum: the entry used again farthest in the future.
     Belady,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 6] =
-        [Policy::Lru, Policy::Decay, Policy::Lfu, Policy::Lru2, Policy::Popular, Policy::Belady];
+    pub const ALL: [Policy; 7] =
+        [Policy::Lru, Policy::Decay, Policy::Lfu, Policy::Lru2, Policy::Popular, Policy::Foresight(0), Policy::Belady];
 
-    /// Its name.
-    pub fn name(self) -> &'static str {
+    /// Its name: `foresight` with its horizon as `foresight:N` unless it
+    /// is one token's worth.
+    pub fn name(self) -> String {
         match self {
-            Policy::Lru => "lru",
-            Policy::Decay => "decay",
-            Policy::Lfu => "lfu",
-            Policy::Lru2 => "lru2",
-            Policy::Popular => "popular",
-            Policy::Belady => "belady",
+            Policy::Lru => "lru".into(),
+            Policy::Decay => "decay".into(),
+            Policy::Lfu => "lfu".into(),
+            Policy::Lru2 => "lru2".into(),
+            Policy::Popular => "popular".into(),
+            Policy::Foresight(0) => "foresight".into(),
+            Policy::Foresight(n) => format!("foresight:{n}"),
+            Policy::Belady => "belady".into(),
         }
     }
 }
@@ -66,10 +77,15 @@ impl std::str::FromStr for Policy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Policy, String> {
-        Policy::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown cache policy `{s}`: lru, decay, lfu, lru2, popular or belady"))
+        if let Some(n) = s.strip_prefix("foresight:") {
+            return match n.parse::<u32>() {
+                Ok(n) if n > 0 => Ok(Policy::Foresight(n)),
+                _ => Err(format!("`{s}`: foresight:N takes a number of loads ahead, at least 1")),
+            };
+        }
+        Policy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            format!("unknown cache policy `{s}`: lru, decay, lfu, lru2, popular, foresight[:N] or belady")
+        })
     }
 }
 
@@ -192,6 +208,8 @@ struct Entry {
     uses: u64,
     /// The load that last used it (protects it from eviction in that load).
     load: u64,
+    /// Access index of its next use (Belady and Foresight only).
+    next_use: u64,
     /// Decayed uses, one per load.
     decayed: DecayedCount,
 }
@@ -202,8 +220,17 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
     let id_of = |layer: u32, e: u32| layer as usize * n + e as usize;
     let max_layer = trace.loads.iter().map(|l| l.layer).max().unwrap_or(0) as usize;
     let mut entries = vec![Entry::default(); (max_layer + 1) * n];
-    // Belady: the access index of each access's next use of the same entry.
-    let next_use = if policy == Policy::Belady { next_uses(trace, &id_of) } else { Vec::new() };
+    // Belady and Foresight: the access index of each access's next use of
+    // the same entry.
+    let knows_future = matches!(policy, Policy::Belady | Policy::Foresight(_));
+    let next_use = if knows_future { next_uses(trace, &id_of) } else { Vec::new() };
+    // Foresight: the access index where each load starts.
+    let load_starts: Vec<u64> = std::iter::once(0)
+        .chain(trace.loads.iter().scan(0u64, |at, l| {
+            *at += l.experts.len() as u64;
+            Some(*at)
+        }))
+        .collect();
     // Popular: the loads of each entry over the whole trace.
     let mut popularity = vec![0u64; entries.len()];
     if policy == Policy::Popular {
@@ -223,6 +250,14 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
     let mut out = ReplayResult::default();
     for (load_no, load) in trace.loads.iter().enumerate() {
         let load_id = load_no as u64 + 1;
+        // Foresight: the first access it does not see.
+        let foresight_end = match policy {
+            Policy::Foresight(n) => {
+                let ahead = if n == 0 { n_layers as usize } else { n as usize };
+                load_starts[(load_no + 1 + ahead).min(trace.loads.len())]
+            }
+            _ => 0,
+        };
         let now = load_no as f64 / n_layers;
         let bytes = trace.entry_bytes(load.layer);
         let mut first_flags: HashMap<u32, bool> = HashMap::new();
@@ -264,9 +299,12 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
             }
             entry.last = clock;
             entry.uses += 1;
+            if knows_future {
+                entry.next_use = next_use[clock as usize - 1];
+            }
             let key: EvictionKey = match policy {
                 Policy::Lru => CachePolicy::Lru.key(&entry.decayed, entry.last),
-                Policy::Decay => CachePolicy::Decay.key(&entry.decayed, entry.last),
+                Policy::Decay | Policy::Foresight(_) => CachePolicy::Decay.key(&entry.decayed, entry.last),
                 Policy::Lfu => (entry.uses, entry.last),
                 Policy::Lru2 => (entry.second_last, entry.last),
                 Policy::Popular => (popularity[id], entry.last),
@@ -276,7 +314,9 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
         }
         // Evict down to the budget, sparing this load's experts.
         while resident_bytes > budget {
-            let Some(id) = order.victim(|id| entries[id as usize].load == load_id) else { break };
+            let in_load = |id: u32| entries[id as usize].load == load_id;
+            let foreseen = |id: u32| in_load(id) || entries[id as usize].next_use < foresight_end;
+            let Some(id) = order.victim(foreseen).or_else(|| order.victim(in_load)) else { break };
             order.remove(id);
             entries[id as usize].resident = false;
             resident_bytes -= trace.entry_bytes(id / n as u32);
