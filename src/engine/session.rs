@@ -886,13 +886,14 @@ fn attach_stream(
     info.io_threads = lanes.lanes();
     info.o_direct = lanes.o_direct();
     // Router prediction fills the cache from spare lanes: without them it is
-    // not set up at all. Converted before the process is measured, so the
-    // budget leaves room for the routers.
+    // not set up at all. Set up before the process is measured, so the
+    // budget leaves room for what it holds (the norm weights as f32; the
+    // routers are scored where the model keeps them).
     let mut read_ahead = stream.read_ahead;
     if stream.cache == CacheBudget::Off || stream.io_threads < 2 {
         read_ahead.router = 0;
     }
-    let router_bytes = hook.set_read_ahead(read_ahead).map_err(EngineError::Unsupported)?;
+    hook.set_read_ahead(read_ahead).map_err(EngineError::Unsupported)?;
     // Measured before the dense weights move into anonymous memory: they
     // are counted once, as dense weights, not again as the process's own.
     let held = holdings(&banks, files, info, n_ctx);
@@ -937,11 +938,7 @@ fn attach_stream(
             what.push(format!("the previous token's experts of the next {} layer(s)", ra.layers));
         }
         if ra.router > 0 {
-            what.push(format!(
-                "the choice of the next {} layer(s)' routers ({:.1} MiB of routers as f32)",
-                ra.router,
-                router_bytes as f64 / 1048576.0
-            ));
+            what.push(format!("the choice of the next {} layer(s)' routers", ra.router));
         }
         notices.push(format!("read-ahead: {}", what.join(", and ")));
     }

@@ -262,6 +262,72 @@ impl TensorHandle {
         Ok(out)
     }
 
+    /// Checks that [`Self::dot_rows`] can score this weight: a 2-D tensor
+    /// whose type ggml's CPU backend has a dot product for, with rows a
+    /// whole number of the type's blocks.
+    pub fn check_dot_rows(&self) -> Result<(), String> {
+        self.dot_kernel().map(|_| ())
+    }
+
+    fn dot_kernel(&self) -> Result<DotKernel, String> {
+        // SAFETY: a live weight tensor (see nbytes).
+        let t = unsafe { &*self.0 };
+        if t.ne[2] != 1 || t.ne[3] != 1 || t.ne[0] <= 0 || t.ne[1] <= 0 {
+            return Err(format!("{}: only 2-D weights score rows (shape {:?})", self.name(), t.ne));
+        }
+        let kernel = DotKernel::of(t.type_).ok_or_else(|| {
+            format!("{}: ggml's CPU backend has no dot product for its type ({})", self.name(), t.type_)
+        })?;
+        // SAFETY: plain queries of ggml's static type table.
+        let (block, dot_block) = unsafe { (sys::ggml_blck_size(t.type_), sys::ggml_blck_size(kernel.takes)) };
+        if block <= 0 || dot_block <= 0 || t.ne[0] % block != 0 || t.ne[0] % dot_block != 0 {
+            return Err(format!("{}: rows of {} values are not whole blocks of its type", self.name(), t.ne[0]));
+        }
+        Ok(kernel)
+    }
+
+    /// Scores every row of this 2-D weight against `x` (one row's worth of
+    /// values) with ggml's CPU dot product for the weight's type, the
+    /// arithmetic of its own matrix products: `out[r]` = row r · x, with x
+    /// first converted to the type that dot product takes (kept in
+    /// `scratch`). Reads the data pointer at each call, so it follows a
+    /// rebinding; call it only while no graph computes.
+    pub fn dot_rows(&self, x: &[f32], scratch: &mut Vec<u8>, out: &mut Vec<f32>) -> Result<(), String> {
+        let kernel = self.dot_kernel()?;
+        // SAFETY: a live weight tensor (see nbytes).
+        let t = unsafe { &*self.0 };
+        let (cols, rows) = (t.ne[0] as usize, t.ne[1] as usize);
+        if x.len() != cols {
+            return Err(format!("{}: {} values against rows of {cols}", self.name(), x.len()));
+        }
+        // SAFETY: a pure size computation.
+        let converted = unsafe { sys::ggml_row_size(kernel.takes, cols as i64) };
+        scratch.clear();
+        match kernel.convert {
+            Some(convert) => {
+                scratch.resize(converted, 0);
+                // SAFETY: `scratch` holds exactly one converted row of `cols`
+                // values (ggml_row_size) and `x` has `cols`, whole blocks.
+                unsafe { convert(x.as_ptr(), scratch.as_mut_ptr().cast(), cols as i64) }
+            }
+            // An f32 dot product takes f32 values as they are (DotKernel::of).
+            None => scratch.extend(x.iter().flat_map(|v| v.to_ne_bytes())),
+        }
+        out.clear();
+        out.resize(rows, 0.0);
+        for (r, score) in out.iter_mut().enumerate() {
+            // SAFETY: row r starts r * nb[1] bytes into the weight's live data
+            // and holds `cols` values of its type; `scratch` holds x in the
+            // type the kernel takes; one result goes to `score`. ggml's
+            // kernels read unaligned data.
+            unsafe {
+                let row = (t.data as *const u8).add(r * t.nb[1]);
+                (kernel.dot)(cols as i32, score, 0, row.cast(), 0, scratch.as_ptr().cast(), 0, 1);
+            }
+        }
+        Ok(())
+    }
+
     /// Points the tensor's data at `offset` bytes into `region` (which must
     /// hold `nbytes()` from there), keeping the region alive; the returned
     /// binding restores the original pointer when dropped.
@@ -325,5 +391,120 @@ impl Drop for TensorBinding {
         // SAFETY: the binding is dropped while the model is alive (the hook
         // that owns it is dropped before the model), between decodes.
         unsafe { (*self.tensor.0).data = self.original };
+    }
+}
+
+/// ggml's CPU dot product for one weight type.
+struct DotKernel {
+    dot:
+        unsafe extern "C" fn(i32, *mut f32, usize, *const std::ffi::c_void, usize, *const std::ffi::c_void, usize, i32),
+    /// The type its second operand takes.
+    takes: sys::ggml_type,
+    /// Converts f32 values to `takes` (none when `takes` is f32 itself).
+    convert: sys::ggml_from_float_t,
+}
+
+impl DotKernel {
+    /// The kernel for weights of type `ty`, if ggml's CPU backend has one
+    /// and can convert f32 values to what it takes.
+    fn of(ty: sys::ggml_type) -> Option<DotKernel> {
+        // SAFETY: ggml returns static traits (or null) for any type id.
+        let traits = unsafe { sys::ggml_get_type_traits_cpu(ty).as_ref()? };
+        let (dot, takes) = (traits.vec_dot?, traits.vec_dot_type);
+        let convert = match takes {
+            sys::GGML_TYPE_F32 => None,
+            // SAFETY: as above, for the type the kernel takes.
+            _ => Some(unsafe { sys::ggml_get_type_traits_cpu(takes).as_ref()? }.from_float?),
+        };
+        Some(DotKernel { dot, takes, convert })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ggml context that frees itself.
+    struct Context(*mut sys::ggml_context);
+
+    impl Context {
+        fn new() -> Context {
+            // SAFETY: ggml allocates and owns the context's memory.
+            let ctx = unsafe {
+                sys::ggml_cpu_init();
+                sys::ggml_init(sys::ggml_init_params {
+                    mem_size: 4 << 20,
+                    mem_buffer: std::ptr::null_mut(),
+                    no_alloc: false,
+                })
+            };
+            assert!(!ctx.is_null());
+            Context(ctx)
+        }
+
+        /// A `cols` x `rows` weight of type `ty` holding `values` (quantized by ggml).
+        fn weight(&self, ty: sys::ggml_type, cols: usize, rows: usize, values: &[f32]) -> TensorHandle {
+            // SAFETY: the context has room; the tensor's data holds `rows` rows
+            // of `cols` values of `ty`, which the quantizer fills.
+            unsafe {
+                let t = sys::ggml_new_tensor_2d(self.0, ty, cols as i64, rows as i64);
+                sys::ggml_quantize_chunk(ty, values.as_ptr(), (*t).data, 0, rows as i64, cols as i64, std::ptr::null());
+                TensorHandle(t)
+            }
+        }
+    }
+
+    impl Drop for Context {
+        fn drop(&mut self) {
+            // SAFETY: created by ggml_init, freed once.
+            unsafe { sys::ggml_free(self.0) }
+        }
+    }
+
+    #[test]
+    fn dot_rows_scores_each_row_like_the_converted_weights() {
+        let ctx = Context::new();
+        let (cols, rows) = (256, 5);
+        let values: Vec<f32> = (0..cols * rows).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.11).cos()).collect();
+        let (mut scratch, mut out) = (Vec::new(), Vec::new());
+        for ty in
+            [sys::GGML_TYPE_F32, sys::GGML_TYPE_F16, sys::GGML_TYPE_BF16, sys::GGML_TYPE_Q8_0, sys::GGML_TYPE_Q4_0]
+        {
+            let w = ctx.weight(ty, cols, rows, &values);
+            w.dot_rows(&x, &mut scratch, &mut out).unwrap();
+            assert_eq!(out.len(), rows);
+            // Against the weight as ggml reads it back, in f64: only the
+            // rounding of x to the kernel's input type may differ.
+            let back = w.to_f32().unwrap();
+            for (r, got) in out.iter().enumerate() {
+                let want: f64 =
+                    back[r * cols..][..cols].iter().zip(&x).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                assert!(
+                    (f64::from(*got) - want).abs() < 0.05 + want.abs() * 0.01,
+                    "type {ty} row {r}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn dot_rows_refuses_what_it_cannot_score() {
+        let ctx = Context::new();
+        let (mut scratch, mut out) = (Vec::new(), Vec::new());
+        // f32 rows may have any length...
+        let w = ctx.weight(sys::GGML_TYPE_F32, 40, 2, &[0.5; 80]);
+        assert!(w.dot_rows(&[1.0; 40], &mut scratch, &mut out).is_ok());
+        assert_eq!(out, [20.0, 20.0]);
+        // ...q8_0 rows must be whole blocks of 32 values.
+        // SAFETY: the context has room; the data is never read.
+        let odd = unsafe { TensorHandle(sys::ggml_new_tensor_2d(ctx.0, sys::GGML_TYPE_Q8_0, 40, 2)) };
+        assert!(odd.check_dot_rows().unwrap_err().contains("whole blocks"));
+        // A vector of the wrong length.
+        assert!(w.dot_rows(&[1.0; 39], &mut scratch, &mut out).unwrap_err().contains("39 values"));
+        // A 3-D weight.
+        // SAFETY: as above.
+        let cube = unsafe { TensorHandle(sys::ggml_new_tensor_3d(ctx.0, sys::GGML_TYPE_F32, 8, 2, 2)) };
+        assert!(cube.check_dot_rows().unwrap_err().contains("2-D"));
     }
 }

@@ -307,9 +307,9 @@ impl MoeHook {
         self.predict_distance = 0;
     }
 
-    /// Sets what to read ahead while streaming. Router prediction converts
-    /// every router to f32 once (its bytes are returned); it fails when the
-    /// graph showed no routers it can read.
+    /// Sets what to read ahead while streaming and returns the bytes router
+    /// prediction holds beside the model (the routers' norm weights as
+    /// f32); it fails when the graph showed no routers it can score.
     pub fn set_read_ahead(&mut self, read_ahead: ReadAhead) -> Result<usize, String> {
         self.predictor = None;
         if read_ahead.router > 0 {

@@ -38,10 +38,12 @@ pub struct RouterWeights {
     pub bias: Option<TensorHandle>,
 }
 
-/// One layer's router as f32 rows with the layer's norm weight folded in.
+/// One layer's router: the model's own weight, scored in place by ggml's
+/// dot product for its type, and the norm weight before it as f32.
 struct Router {
     n_embd: usize,
-    rows: Vec<f32>,
+    weights: TensorHandle,
+    norm: Vec<f32>,
     bias: Vec<f32>,
 }
 
@@ -49,43 +51,51 @@ struct Router {
 pub struct RouterPredictor {
     routers: Vec<Option<Router>>,
     scores: Vec<(f32, u32)>,
+    /// The hidden state times the norm weight.
+    scaled: Vec<f32>,
+    /// `scaled` in the type the router's dot product takes.
+    converted: Vec<u8>,
+    logits: Vec<f32>,
 }
 
 impl RouterPredictor {
-    /// Converts every layer's router (and norm weight) to f32 once.
+    /// Checks every layer's router and converts its norm weight (and bias)
+    /// to f32; the router weights themselves stay where the model keeps
+    /// them.
     pub fn build(weights: &BTreeMap<usize, RouterWeights>) -> Result<RouterPredictor, String> {
         let mut routers = Vec::new();
         for (&il, w) in weights {
-            let mut rows = w.router.to_f32()?;
-            let n_embd = w.router_width();
-            if n_embd == 0 || rows.len() % n_embd != 0 {
-                return Err(format!("{}: unexpected router shape", w.router.name()));
-            }
-            let g = w.norm.to_f32()?;
-            if g.len() != n_embd {
-                return Err(format!("{}: {} values for a router of width {n_embd}", w.norm.name(), g.len()));
-            }
-            for row in rows.chunks_exact_mut(n_embd) {
-                row.iter_mut().zip(&g).for_each(|(x, g)| *x *= g);
+            w.router.check_dot_rows()?;
+            let [n_embd, n_expert, ..] = w.router.ne().map(|n| n.max(0) as usize);
+            let norm = w.norm.to_f32()?;
+            if norm.len() != n_embd {
+                return Err(format!("{}: {} values for a router of width {n_embd}", w.norm.name(), norm.len()));
             }
             let bias = match w.bias {
                 Some(b) => b.to_f32()?,
                 None => Vec::new(),
             };
-            if !bias.is_empty() && bias.len() * n_embd != rows.len() {
-                return Err(format!("{}: {} values for {} experts", w.router.name(), bias.len(), rows.len() / n_embd));
+            if !bias.is_empty() && bias.len() != n_expert {
+                return Err(format!("{}: {} values for {n_expert} experts", w.router.name(), bias.len()));
             }
             if routers.len() <= il {
                 routers.resize_with(il + 1, || None);
             }
-            routers[il] = Some(Router { n_embd, rows, bias });
+            routers[il] = Some(Router { n_embd, weights: w.router, norm, bias });
         }
-        Ok(RouterPredictor { routers, scores: Vec::new() })
+        Ok(RouterPredictor {
+            routers,
+            scores: Vec::new(),
+            scaled: Vec::new(),
+            converted: Vec::new(),
+            logits: Vec::new(),
+        })
     }
 
-    /// Bytes the converted routers hold.
+    /// Bytes the predictor holds beside the model (norm weights and biases
+    /// as f32).
     pub fn bytes(&self) -> usize {
-        self.routers.iter().flatten().map(|r| r.rows.len() * 4).sum()
+        self.routers.iter().flatten().map(|r| (r.norm.len() + r.bias.len()) * 4).sum()
     }
 
     /// Hidden-state width layer `il`'s router takes, if it has one.
@@ -102,9 +112,15 @@ impl RouterPredictor {
         if hidden.len() != router.n_embd {
             return false;
         }
+        // rms_norm(x) * g · w = (x * g · w) / rms.
+        self.scaled.clear();
+        self.scaled.extend(hidden.iter().zip(&router.norm).map(|(x, g)| x * g));
+        if router.weights.dot_rows(&self.scaled, &mut self.converted, &mut self.logits).is_err() {
+            return false;
+        }
         self.scores.clear();
-        for (e, row) in router.rows.chunks_exact(router.n_embd).enumerate() {
-            self.scores.push((dot(row, hidden) / rms + router.bias.get(e).copied().unwrap_or(0.0), e as u32));
+        for (e, logit) in self.logits.iter().enumerate() {
+            self.scores.push((logit / rms + router.bias.get(e).copied().unwrap_or(0.0), e as u32));
         }
         let k = k.min(self.scores.len());
         if k == 0 {
@@ -118,26 +134,6 @@ impl RouterPredictor {
     }
 }
 
-/// A dot product in eight independent sums, which the compiler turns into
-/// vector instructions (one running sum would have to stay sequential).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in a8.zip(b8) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-impl RouterWeights {
-    fn router_width(&self) -> usize {
-        self.router.ne()[0].max(0) as usize
-    }
-}
-
 /// How often the router guessed right, per layer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PredictionScore {
@@ -147,19 +143,4 @@ pub struct PredictionScore {
     pub routed: u32,
     /// Of those, how many the prediction named.
     pub right: u32,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::dot;
-
-    #[test]
-    fn dot_matches_the_plain_sum_for_every_length() {
-        for n in [0, 1, 7, 8, 9, 64, 100, 2048] {
-            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
-            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
-            let plain: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
-            assert!((f64::from(dot(&a, &b)) - plain).abs() < 1e-3, "n={n}");
-        }
-    }
 }
