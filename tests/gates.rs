@@ -451,6 +451,33 @@ fn router_predictor_reproduces_the_routing_of_its_own_layer() {
     }
 }
 
+/// The tuner lets the compute threads poll between graph splits while
+/// steps read nothing on quiet cores; polling is scheduling only. Checked
+/// with polling forced on every step: resident, and streamed with
+/// read-ahead and a cache that fills as it goes (steps that read and steps
+/// that do not), against resident with sleeping threads.
+#[test]
+fn polling_threads_do_not_change_results() {
+    let dir = tempdir();
+    for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
+        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
+        let (sleeping, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, N);
+        let _serial = llama_lock();
+        let read_ahead = ReadAhead { layers: 1, router: 1 };
+        for stream in [None, cached(600 << 10, 2).map(|s| StreamOptions { read_ahead, ..s })] {
+            let streamed = stream.is_some();
+            let mut session =
+                bmoe::engine::Session::open(SessionOptions { threads: 2, ..options(&m, stream) }).unwrap();
+            session.force_polling(true);
+            let (polled, reports) = generate_steps(&mut session, N);
+            assert_identical(&sleeping, &polled, &format!("{arch:?}: polling threads, streamed: {streamed}"));
+            if streamed {
+                assert!(reports.iter().any(|r| r.trace.bytes_read > 0), "{arch:?}: some steps read");
+            }
+        }
+    }
+}
+
 /// The step tuner changes the compute thread count (and turns read-ahead on
 /// and off) between decode steps, which is lossless only because results
 /// do not depend on either: checked resident (one thread against two) and

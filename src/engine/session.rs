@@ -256,6 +256,8 @@ pub struct Session {
     run_queue: Option<RunQueueDelay>,
     /// The thread count the context runs with now.
     ctx_threads: u32,
+    /// Polling set by a test instead of by the tuner.
+    force_polling: Option<bool>,
 }
 
 impl Session {
@@ -343,6 +345,7 @@ impl Session {
             tuner,
             run_queue: Some(RunQueueDelay::new()),
             ctx_threads,
+            force_polling: None,
         })
     }
 
@@ -352,6 +355,14 @@ impl Session {
     #[doc(hidden)]
     pub fn tune_as_if_contended(&mut self) {
         self.run_queue = None;
+    }
+
+    /// Makes the compute threads poll between graph splits (or not) on
+    /// every step, whatever the tuner says: lets a test check that polling
+    /// changes no result.
+    #[doc(hidden)]
+    pub fn force_polling(&mut self, on: bool) {
+        self.force_polling = Some(on);
     }
 
     /// Whether decode steps read each layer's applied routing weights into
@@ -667,6 +678,8 @@ impl Session {
             self.ctx.set_threads(threads);
             self.ctx_threads = threads;
         }
+        let polls = self.force_polling.unwrap_or_else(|| self.tuner.as_ref().is_some_and(StepTuner::polls));
+        self.ctx.set_polling(polls);
         // Untuned, read-ahead runs whenever it is set up.
         let read_ahead = can_read_ahead && setting.is_none_or(|s| s.read_ahead);
         if let Some(h) = self.ctx.hook_mut() {

@@ -40,6 +40,11 @@ const COMPUTE_BOUND_WAIT: u64 = 4;
 /// Cores are contended when the threads' run-queue delay over recent steps
 /// is at least this share of the steps' time (median).
 const CONTENDED_SHARE: f64 = 0.25;
+/// Steps in a row that must read nothing before the compute threads poll.
+const POLL_AFTER: u32 = 4;
+/// A step reads nothing when it waited for reads less than this fraction
+/// (1/N) of its time (the bookkeeping of a step that hit everything).
+const READ_FREE_WAIT: u64 = 100;
 
 /// One decode setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +79,8 @@ pub struct StepTuner {
     /// not reported, so cores count as contended).
     queued: VecDeque<Option<f64>>,
     switches: u32,
+    /// Steps in a row that waited for no read (see [`READ_FREE_WAIT`]).
+    read_free: u32,
 }
 
 impl StepTuner {
@@ -98,6 +105,7 @@ impl StepTuner {
             compute_bound: false,
             queued: VecDeque::new(),
             switches: 0,
+            read_free: 0,
         }
     }
 
@@ -106,7 +114,11 @@ impl StepTuner {
     /// that case's starting setting.
     pub fn set_can_read_ahead(&mut self, can: bool) {
         if can != self.can_read_ahead {
-            *self = StepTuner { switches: self.switches, ..StepTuner::new(self.min, self.max, can) };
+            *self = StepTuner {
+                switches: self.switches,
+                read_free: self.read_free,
+                ..StepTuner::new(self.min, self.max, can)
+            };
         }
     }
 
@@ -135,6 +147,7 @@ impl StepTuner {
     /// threads; `None` where unknown).
     pub fn record(&mut self, step_ns: u64, read_wait_ns: u64, queued_ns: Option<u64>) {
         self.compute_bound = read_wait_ns < step_ns / COMPUTE_BOUND_WAIT;
+        self.read_free = if read_wait_ns < step_ns / READ_FREE_WAIT { self.read_free.saturating_add(1) } else { 0 };
         if self.queued.len() == WINDOW {
             self.queued.pop_front();
         }
@@ -188,6 +201,15 @@ impl StepTuner {
                 }
             }
         }
+    }
+
+    /// Whether the compute threads should poll for work briefly between the
+    /// graph's splits instead of sleeping at once: only while the last
+    /// [`POLL_AFTER`] steps read nothing (the lanes idle) and recent steps
+    /// show the cores quiet, where a spinning thread takes no core another
+    /// process or a read lane needs.
+    pub fn polls(&self) -> bool {
+        self.read_free >= POLL_AFTER && self.queued.len() >= POLL_AFTER as usize && !self.contended()
     }
 
     /// True unless recent steps show the threads rarely waited for a CPU.
@@ -254,6 +276,36 @@ mod tests {
                 s
             })
             .collect()
+    }
+
+    #[test]
+    fn polls_only_after_read_free_steps_on_quiet_cores() {
+        let mut t = StepTuner::new(1, 2, false);
+        let quiet = Some(1_000);
+        for _ in 0..POLL_AFTER - 1 {
+            t.record(100_000, 0, quiet);
+            assert!(!t.polls(), "too few steps yet");
+        }
+        t.record(100_000, 0, quiet);
+        assert!(t.polls());
+        // A step that waited for a read stops it until enough steps read nothing again.
+        t.record(100_000, 2_000, quiet);
+        assert!(!t.polls());
+        for _ in 0..POLL_AFTER {
+            t.record(100_000, 0, quiet);
+        }
+        assert!(t.polls());
+        // Contended cores (threads queued for half of each step) stop it...
+        for _ in 0..WINDOW {
+            t.record(100_000, 0, Some(50_000));
+        }
+        assert!(!t.polls());
+        // ...and so does a kernel that does not report run-queue delay.
+        let mut unknown = StepTuner::new(1, 2, false);
+        for _ in 0..WINDOW {
+            unknown.record(100_000, 0, None);
+        }
+        assert!(!unknown.polls());
     }
 
     fn threads(cost: impl Fn(u32) -> u64) -> impl Fn(Setting) -> u64 {

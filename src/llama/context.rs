@@ -62,7 +62,13 @@ pub enum DecodeError {
 /// A context over a model, optionally with an eval hook.
 pub struct Context<H: EvalHook> {
     ptr: NonNull<sys::llama_context>,
+    /// The threadpool whose idle threads sleep (attached unless polling).
     threadpool: *mut sys::ggml_threadpool,
+    /// The one whose idle threads poll briefly first, made on first use.
+    polling_pool: *mut sys::ggml_threadpool,
+    /// Whether the polling pool is attached.
+    polling: bool,
+    max_threads: u32,
     hook: Option<NonNull<H>>,
     abort: Arc<AtomicBool>,
     batch: sys::llama_batch,
@@ -140,22 +146,65 @@ impl<H: EvalHook> Context<H> {
         // splits the hook makes, spins on a core that another process or
         // the read lanes need. Measured on the bench preset with a busy loop
         // on one of two cores: 4.3-4.9 tok/s at cache 0 against 1.8-3.5
-        // polling; quiet, the same at cache 0 and 2.5% slower fully cached.
-        // SAFETY: plain constructor calls; the pool outlives the context (freed after it).
-        let threadpool = unsafe {
-            let mut tpp = sys::ggml_threadpool_params_default(params.n_threads as i32);
-            tpp.poll = 0;
-            let tp = sys::ggml_threadpool_new(&mut tpp);
-            if !tp.is_null() {
-                sys::llama_attach_threadpool(ptr.as_ptr(), tp, tp);
-            }
-            tp
-        };
+        // polling; quiet, the same at cache 0 and 2.5% slower fully cached
+        // (see `set_polling`).
+        let threadpool = new_threadpool(ptr, params.n_threads, 0);
+        Ok(Context {
+            ptr,
+            threadpool,
+            polling_pool: std::ptr::null_mut(),
+            polling: false,
+            max_threads: params.n_threads,
+            hook,
+            abort,
+            batch: Self::new_batch(params.n_batch),
+            n_batch: params.n_batch,
+            n_ctx: Self::context_length(ptr),
+            model,
+        })
+    }
+
+    fn new_batch(n_batch: u32) -> sys::llama_batch {
         // SAFETY: allocates a batch with room for n_batch tokens and one sequence id each.
-        let batch = unsafe { sys::llama_batch_init(params.n_batch as i32, 0, 1) };
+        unsafe { sys::llama_batch_init(n_batch as i32, 0, 1) }
+    }
+
+    fn context_length(ptr: NonNull<sys::llama_context>) -> u32 {
         // SAFETY: live context.
-        let n_ctx = unsafe { sys::llama_n_ctx(ptr.as_ptr()) };
-        Ok(Context { ptr, threadpool, hook, abort, batch, n_batch: params.n_batch, n_ctx, model })
+        unsafe { sys::llama_n_ctx(ptr.as_ptr()) }
+    }
+
+    /// Lets the compute threads poll for work briefly before they sleep
+    /// (`on`), or sleep at once. Polling saves the wake-up at each graph
+    /// split the hook makes, about 2% of a fully cached streamed token on
+    /// the bench preset (streamed / resident 0.94-0.98 sleeping, 0.99-1.02
+    /// polling, `examples/full-cache.rhai`), but a polling thread spins for
+    /// up to a few milliseconds on a core another process or the read lanes
+    /// may need: the session polls only while steps read nothing and the
+    /// cores are quiet. Takes effect from the next decode; without a pool
+    /// to switch to it stays as it is.
+    pub fn set_polling(&mut self, on: bool) {
+        if on == self.polling || self.threadpool.is_null() {
+            return;
+        }
+        if on && self.polling_pool.is_null() {
+            // The least polling ggml offers (128Ki rounds) bridges the splits;
+            // llama.cpp's default of 50 spins for a few hundred milliseconds.
+            self.polling_pool = new_threadpool(self.ptr, self.max_threads, 1);
+            if self.polling_pool.is_null() {
+                return;
+            }
+        }
+        let (attach, rest) =
+            if on { (self.polling_pool, self.threadpool) } else { (self.threadpool, self.polling_pool) };
+        // SAFETY: both pools are alive until Drop; &mut self means no decode
+        // runs. A paused pool's threads wait on a condition variable, and
+        // ggml resumes a pool when it next computes with it.
+        unsafe {
+            sys::ggml_threadpool_pause(rest);
+            sys::llama_attach_threadpool(self.ptr.as_ptr(), attach, attach);
+        }
+        self.polling = on;
     }
 
     /// The model.
@@ -256,13 +305,32 @@ impl<H: EvalHook> Drop for Context<H> {
         unsafe {
             sys::llama_batch_free(self.batch);
             sys::llama_free(self.ptr.as_ptr());
-            if !self.threadpool.is_null() {
-                sys::ggml_threadpool_free(self.threadpool);
+            for pool in [self.threadpool, self.polling_pool] {
+                if !pool.is_null() {
+                    sys::ggml_threadpool_free(pool);
+                }
             }
             if let Some(h) = self.hook {
                 drop(Box::from_raw(h.as_ptr()));
             }
         }
+    }
+}
+
+/// A threadpool of `threads` threads whose idle threads poll `poll` rounds
+/// (ggml's 0-100 scale) before they sleep, attached to `ctx`; null when
+/// ggml cannot make one (the context then uses its own threads).
+fn new_threadpool(ctx: NonNull<sys::llama_context>, threads: u32, poll: u32) -> *mut sys::ggml_threadpool {
+    // SAFETY: plain constructor calls on a live context; the pool outlives
+    // the context (freed after it, in Drop).
+    unsafe {
+        let mut tpp = sys::ggml_threadpool_params_default(threads as i32);
+        tpp.poll = poll;
+        let tp = sys::ggml_threadpool_new(&mut tpp);
+        if !tp.is_null() {
+            sys::llama_attach_threadpool(ctx.as_ptr(), tp, tp);
+        }
+        tp
     }
 }
 
