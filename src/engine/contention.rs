@@ -4,6 +4,11 @@
 //! while the cores are free; a large share of a step when another process
 //! competes for them. The step tuner tries giving cores up (fewer threads,
 //! read-ahead off) only then, so a quiet machine pays no probes for it.
+//!
+//! Once it runs fewer threads than cores, its threads no longer queue, so
+//! run-queue delay cannot tell whether the other process is still there:
+//! [`OtherLoad`] measures the cores other processes keep busy, and the
+//! tuner tries more threads only where they would find a free core.
 
 use crate::moe::LANE_THREAD_PREFIX;
 
@@ -34,6 +39,77 @@ impl Default for RunQueueDelay {
     fn default() -> Self {
         RunQueueDelay::new()
     }
+}
+
+/// The cores other processes kept busy between calls: the machine's busy
+/// time (`/proc/stat`: user, nice and system time of every CPU) minus this
+/// process's (`/proc/self/stat`: utime and stime), as a share of all the
+/// CPUs' time times their number. Interrupt time is left out: much of it
+/// is this process's own reads.
+#[derive(Debug)]
+pub struct OtherLoad {
+    last: Option<CpuTimes>,
+}
+
+/// Clock ticks at one moment.
+#[derive(Debug, Clone, Copy)]
+struct CpuTimes {
+    busy: u64,
+    total: u64,
+    cpus: u32,
+    own: u64,
+}
+
+impl OtherLoad {
+    /// Starts counting from now.
+    pub fn new() -> OtherLoad {
+        OtherLoad { last: cpu_times() }
+    }
+
+    /// Cores other processes used since the last call (0 up to the CPU
+    /// count); `None` where the kernel does not report it or no tick passed.
+    pub fn since_last(&mut self) -> Option<f64> {
+        let now = cpu_times()?;
+        let before = self.last.replace(now)?;
+        let total = now.total.checked_sub(before.total).filter(|&t| t > 0)?;
+        let busy = now.busy.saturating_sub(before.busy);
+        let others = busy.saturating_sub(now.own.saturating_sub(before.own));
+        Some((others as f64 / total as f64 * f64::from(now.cpus)).min(f64::from(now.cpus)))
+    }
+}
+
+impl Default for OtherLoad {
+    fn default() -> Self {
+        OtherLoad::new()
+    }
+}
+
+fn cpu_times() -> Option<CpuTimes> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let (busy, total, cpus) = parse_proc_stat(&stat)?;
+    let own = parse_own_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+    Some(CpuTimes { busy, total, cpus, own })
+}
+
+/// Busy (user + nice + system) and total ticks of the `cpu` line, and the
+/// number of `cpuN` lines.
+fn parse_proc_stat(stat: &str) -> Option<(u64, u64, u32)> {
+    let mut lines = stat.lines();
+    let ticks: Vec<u64> =
+        lines.next()?.strip_prefix("cpu ")?.split_whitespace().map_while(|v| v.parse().ok()).take(8).collect();
+    if ticks.len() < 4 {
+        return None;
+    }
+    let cpus =
+        lines.filter(|l| l.strip_prefix("cpu").is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))).count();
+    Some((ticks[0] + ticks[1] + ticks[2], ticks.iter().sum(), u32::try_from(cpus).ok().filter(|&n| n > 0)?))
+}
+
+/// utime + stime of a `/proc/PID/stat` line (fields 14 and 15; the command
+/// name before them may hold spaces and parentheses).
+fn parse_own_ticks(stat: &str) -> Option<u64> {
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 fn total_delay_ns() -> Option<u64> {
@@ -67,5 +143,34 @@ mod tests {
         let first = d.since_last().expect("schedstat is readable");
         let second = d.since_last().expect("schedstat is readable");
         assert!(first < 60_000_000_000 && second < 60_000_000_000, "{first} {second}");
+    }
+
+    #[test]
+    fn proc_stat_lines_parse() {
+        let stat =
+            "cpu  100 5 40 800 10 3 2 0 0 0\ncpu0 50 2 20 400 5 1 1 0 0 0\ncpu1 50 3 20 400 5 2 1 0 0 0\nintr 5\n";
+        assert_eq!(parse_proc_stat(stat), Some((145, 960, 2)));
+        assert_eq!(parse_proc_stat("intr 5\n"), None);
+        let own = "4242 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 31 17 0 0 20 0 3";
+        assert_eq!(parse_own_ticks(own), Some(48));
+        assert_eq!(parse_own_ticks("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn other_load_is_a_share_of_the_cpus() {
+        let mut load = OtherLoad::new();
+        if std::fs::metadata("/proc/stat").is_err() {
+            assert_eq!(load.since_last(), None);
+            return;
+        }
+        // Let some ticks pass; whatever else runs, the figure stays in range.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        while std::time::Instant::now() < until {
+            std::hint::black_box(0u64);
+        }
+        if let Some(cores) = load.since_last() {
+            let cpus = parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap()).unwrap().2;
+            assert!((0.0..=f64::from(cpus)).contains(&cores), "{cores}");
+        }
     }
 }

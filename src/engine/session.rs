@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use super::contention::RunQueueDelay;
+use super::contention::{OtherLoad, RunQueueDelay};
 use super::events::{Event, Phase, StepReport};
 use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
@@ -254,6 +254,8 @@ pub struct Session {
     /// Run-queue delay of the process's threads, read after each step
     /// (`None`: tune as if the kernel did not report it).
     run_queue: Option<RunQueueDelay>,
+    /// Cores other processes keep busy, read after each step for the tuner.
+    other_load: OtherLoad,
     /// The thread count the context runs with now.
     ctx_threads: u32,
     /// Polling set by a test instead of by the tuner.
@@ -344,6 +346,7 @@ impl Session {
             draft_max: 3,
             tuner,
             run_queue: Some(RunQueueDelay::new()),
+            other_load: OtherLoad::new(),
             ctx_threads,
             force_polling: None,
         })
@@ -715,7 +718,9 @@ impl Session {
         // Single-token decode steps are alike enough to compare settings by.
         // The run queue is read only for a tuner (a few /proc reads a step).
         let queued_ns = self.run_queue.as_mut().filter(|_| self.tuner.is_some()).and_then(RunQueueDelay::since_last);
+        let others = self.tuner.as_ref().and_then(|_| self.other_load.since_last());
         if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
+            tuner.note_other_load(others);
             tuner.record(wall_ns, trace.read_ns, queued_ns);
         }
         Ok(Some(StepReport {

@@ -40,6 +40,9 @@ const COMPUTE_BOUND_WAIT: u64 = 4;
 /// Cores are contended when the threads' run-queue delay over recent steps
 /// is at least this share of the steps' time (median).
 const CONTENDED_SHARE: f64 = 0.25;
+/// A thread count is tried only while others leave at least that many
+/// cores minus this free (a hog on one of two cores leaves ~1.0).
+const FREE_CORE_SLACK: f64 = 0.5;
 /// Steps in a row that must read nothing before the compute threads poll.
 const POLL_AFTER: u32 = 4;
 /// A step reads nothing when it waited for reads less than this fraction
@@ -81,6 +84,8 @@ pub struct StepTuner {
     switches: u32,
     /// Steps in a row that waited for no read (see [`READ_FREE_WAIT`]).
     read_free: u32,
+    /// Recent steps' cores kept busy by other processes.
+    others: VecDeque<f64>,
 }
 
 impl StepTuner {
@@ -106,6 +111,7 @@ impl StepTuner {
             queued: VecDeque::new(),
             switches: 0,
             read_free: 0,
+            others: VecDeque::new(),
         }
     }
 
@@ -117,6 +123,7 @@ impl StepTuner {
             *self = StepTuner {
                 switches: self.switches,
                 read_free: self.read_free,
+                others: std::mem::take(&mut self.others),
                 ..StepTuner::new(self.min, self.max, can)
             };
         }
@@ -203,13 +210,41 @@ impl StepTuner {
         }
     }
 
+    /// Records the cores other processes kept busy during the last step
+    /// ([`super::contention::OtherLoad`]; `None`: unknown, which allows
+    /// every thread count).
+    pub fn note_other_load(&mut self, cores: Option<f64>) {
+        let Some(cores) = cores else { return self.others.clear() };
+        if self.others.len() == WINDOW {
+            self.others.pop_front();
+        }
+        self.others.push_back(cores);
+    }
+
+    /// Whether `threads` compute threads would each find a core others
+    /// leave free (by the recent steps' median; true when unknown).
+    fn cores_free_for(&self, threads: u32) -> bool {
+        if self.others.is_empty() {
+            return true;
+        }
+        let mut v: Vec<f64> = self.others.iter().copied().collect();
+        v.sort_by(f64::total_cmp);
+        f64::from(self.max) - v[v.len() / 2] >= f64::from(threads) - FREE_CORE_SLACK
+    }
+
     /// Whether the compute threads should poll for work briefly between the
     /// graph's splits instead of sleeping at once: only while the last
-    /// [`POLL_AFTER`] steps read nothing (the lanes idle) and recent steps
-    /// show the cores quiet, where a spinning thread takes no core another
-    /// process or a read lane needs.
+    /// [`POLL_AFTER`] steps read nothing (the lanes idle), recent steps show
+    /// the cores quiet, and the settled setting (not a probe) runs every
+    /// thread (a thread the step leaves idle would spin too, on a core it
+    /// does not use), so a spinning thread takes no core another process or
+    /// a read lane needs.
     pub fn polls(&self) -> bool {
-        self.read_free >= POLL_AFTER && self.queued.len() >= POLL_AFTER as usize && !self.contended()
+        self.read_free >= POLL_AFTER
+            && self.probe.is_none()
+            && self.current.threads == self.max
+            && self.queued.len() >= POLL_AFTER as usize
+            && !self.contended()
     }
 
     /// True unless recent steps show the threads rarely waited for a CPU.
@@ -240,7 +275,9 @@ impl StepTuner {
         if self.can_read_ahead && (contended || !c.read_ahead) {
             out.push(Setting { read_ahead: !c.read_ahead, ..c });
         }
-        if c.threads < self.max {
+        // More threads only where they would find a free core: fewer threads
+        // no longer queue, so run-queue delay cannot see the other process.
+        if c.threads < self.max && self.cores_free_for(c.threads + 1) {
             out.push(Setting { threads: c.threads + 1, ..c });
         }
         out
@@ -300,7 +337,14 @@ mod tests {
             t.record(100_000, 0, Some(50_000));
         }
         assert!(!t.polls());
-        // ...and so does a kernel that does not report run-queue delay.
+        // ...and so does running fewer threads than the pool has...
+        let mut fewer = StepTuner::new(1, 2, false);
+        fewer.current.threads = 1;
+        for _ in 0..WINDOW {
+            fewer.record(100_000, 0, quiet);
+        }
+        assert!(!fewer.polls());
+        // ...and a kernel that does not report run-queue delay.
         let mut unknown = StepTuner::new(1, 2, false);
         for _ in 0..WINDOW {
             unknown.record(100_000, 0, None);
@@ -335,6 +379,31 @@ mod tests {
         run(&mut t, 300, threads(|n| if n == 2 { 50 } else { 80 }));
         assert_eq!(t.settled().threads, 2);
         assert_eq!(t.switches(), 2);
+    }
+
+    #[test]
+    fn tries_no_more_threads_while_others_keep_a_core_busy() {
+        let mut t = StepTuner::new(1, 2, false);
+        let hog = threads(|n| if n == 2 { 150 } else { 85 });
+        run(&mut t, 100, hog);
+        assert_eq!(t.settled().threads, 1);
+        // Told a core is busy (one core of two), it stops probing two threads.
+        let steps: Vec<Setting> = (0..200)
+            .map(|_| {
+                t.note_other_load(Some(0.97));
+                let s = t.setting();
+                t.record(85, 40, Some(0));
+                s
+            })
+            .collect();
+        assert!(steps[WINDOW..].iter().all(|s| s.threads == 1), "no probe while the core is taken");
+        // The other process leaves: two threads are tried again and win.
+        for _ in 0..300 {
+            t.note_other_load(Some(0.02));
+            let s = t.setting();
+            t.record(if s.threads == 2 { 50 } else { 80 }, 25, Some(0));
+        }
+        assert_eq!(t.settled().threads, 2);
     }
 
     #[test]
