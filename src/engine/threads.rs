@@ -17,8 +17,16 @@
 //! ([`super::contention`]): quiet, on two cores, they queue for 5-10% of a
 //! step; beside a busy loop on one core, 35-85%. So a quiet machine runs
 //! every step at its best setting instead of paying for probes.
-//! Neither changes results (ggml splits work by rows; read-ahead only
-//! changes when bytes arrive; the gates check both).
+//! It tries one thread more only where other processes leave a core for it
+//! ([`super::contention::OtherLoad`]): at one thread beside a busy loop its
+//! threads no longer queue, and probing two cost 20% there. While steps
+//! read nothing on quiet cores with every thread running, it lets the
+//! threads poll between the graph's splits instead of sleeping
+//! ([`StepTuner::polls`]), which makes a fully cached streamed step as fast
+//! as a resident one.
+//! None of this changes results (ggml splits work by rows; read-ahead only
+//! changes when bytes arrive; polling only when threads start; the gates
+//! check all three).
 
 use std::collections::VecDeque;
 
