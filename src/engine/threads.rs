@@ -219,8 +219,8 @@ impl StepTuner {
     }
 
     /// Records the cores other processes kept busy during the last step
-    /// ([`super::contention::OtherLoad`]; `None`: unknown, which allows
-    /// every thread count).
+    /// (`OtherLoad` in `contention.rs`; `None`: unknown, which allows every
+    /// thread count).
     pub fn note_other_load(&mut self, cores: Option<f64>) {
         let Some(cores) = cores else { return self.others.clear() };
         if self.others.len() == WINDOW {
@@ -242,7 +242,7 @@ impl StepTuner {
 
     /// Whether the compute threads should poll for work briefly between the
     /// graph's splits instead of sleeping at once: only while the last
-    /// [`POLL_AFTER`] steps read nothing (the lanes idle), recent steps show
+    /// four steps read nothing (the lanes idle), recent steps show
     /// the cores quiet, and the settled setting (not a probe) runs every
     /// thread (a thread the step leaves idle would spin too, on a core it
     /// does not use), so a spinning thread takes no core another process or
