@@ -17,7 +17,7 @@ pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook}
 pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};
 pub use sampler::{Sampler, Sampling, argmax};
-pub use tensor::{Tensor, TensorBinding, TensorHandle};
+pub use tensor::{RowScorer, Tensor, TensorBinding, TensorHandle};
 
 static INIT: Once = Once::new();
 

@@ -262,14 +262,11 @@ impl TensorHandle {
         Ok(out)
     }
 
-    /// Checks that [`Self::dot_rows`] can score this weight: a 2-D tensor
-    /// whose type ggml's CPU backend has a dot product for, with rows a
+    /// A scorer of this weight's rows against a vector with ggml's CPU dot
+    /// product for its type, checked and looked up once: the weight must be
+    /// 2-D, of a type ggml's CPU backend has a dot product for, with rows a
     /// whole number of the type's blocks.
-    pub fn check_dot_rows(&self) -> Result<(), String> {
-        self.dot_kernel().map(|_| ())
-    }
-
-    fn dot_kernel(&self) -> Result<DotKernel, String> {
+    pub fn row_scorer(&self) -> Result<RowScorer, String> {
         // SAFETY: a live weight tensor (see nbytes).
         let t = unsafe { &*self.0 };
         if t.ne[2] != 1 || t.ne[3] != 1 || t.ne[0] <= 0 || t.ne[1] <= 0 {
@@ -283,49 +280,10 @@ impl TensorHandle {
         if block <= 0 || dot_block <= 0 || t.ne[0] % block != 0 || t.ne[0] % dot_block != 0 {
             return Err(format!("{}: rows of {} values are not whole blocks of its type", self.name(), t.ne[0]));
         }
-        Ok(kernel)
-    }
-
-    /// Scores every row of this 2-D weight against `x` (one row's worth of
-    /// values) with ggml's CPU dot product for the weight's type, the
-    /// arithmetic of its own matrix products: `out[r]` = row r · x, with x
-    /// first converted to the type that dot product takes (kept in
-    /// `scratch`). Reads the data pointer at each call, so it follows a
-    /// rebinding; call it only while no graph computes.
-    pub fn dot_rows(&self, x: &[f32], scratch: &mut Vec<u8>, out: &mut Vec<f32>) -> Result<(), String> {
-        let kernel = self.dot_kernel()?;
-        // SAFETY: a live weight tensor (see nbytes).
-        let t = unsafe { &*self.0 };
         let (cols, rows) = (t.ne[0] as usize, t.ne[1] as usize);
-        if x.len() != cols {
-            return Err(format!("{}: {} values against rows of {cols}", self.name(), x.len()));
-        }
         // SAFETY: a pure size computation.
-        let converted = unsafe { sys::ggml_row_size(kernel.takes, cols as i64) };
-        scratch.clear();
-        match kernel.convert {
-            Some(convert) => {
-                scratch.resize(converted, 0);
-                // SAFETY: `scratch` holds exactly one converted row of `cols`
-                // values (ggml_row_size) and `x` has `cols`, whole blocks.
-                unsafe { convert(x.as_ptr(), scratch.as_mut_ptr().cast(), cols as i64) }
-            }
-            // An f32 dot product takes f32 values as they are (DotKernel::of).
-            None => scratch.extend(x.iter().flat_map(|v| v.to_ne_bytes())),
-        }
-        out.clear();
-        out.resize(rows, 0.0);
-        for (r, score) in out.iter_mut().enumerate() {
-            // SAFETY: row r starts r * nb[1] bytes into the weight's live data
-            // and holds `cols` values of its type; `scratch` holds x in the
-            // type the kernel takes; one result goes to `score`. ggml's
-            // kernels read unaligned data.
-            unsafe {
-                let row = (t.data as *const u8).add(r * t.nb[1]);
-                (kernel.dot)(cols as i32, score, 0, row.cast(), 0, scratch.as_ptr().cast(), 0, 1);
-            }
-        }
-        Ok(())
+        let converted_bytes = unsafe { sys::ggml_row_size(kernel.takes, cols as i64) };
+        Ok(RowScorer { weight: *self, kernel, cols, rows, row_stride: t.nb[1], converted_bytes })
     }
 
     /// Points the tensor's data at `offset` bytes into `region` (which must
@@ -394,7 +352,64 @@ impl Drop for TensorBinding {
     }
 }
 
+/// Scores a 2-D weight's rows against a vector ([`TensorHandle::row_scorer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RowScorer {
+    weight: TensorHandle,
+    kernel: DotKernel,
+    cols: usize,
+    rows: usize,
+    row_stride: usize,
+    converted_bytes: usize,
+}
+
+impl RowScorer {
+    /// Values per row (the length `dot_rows` takes).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// `out[r]` = row r · x for every row, the arithmetic of ggml's own
+    /// matrix products: x is first converted to the type the dot product
+    /// takes (kept in `scratch`). Reads the weight's data pointer at each
+    /// call, so it follows a rebinding; call it only while no graph
+    /// computes. Err when x is not one row long.
+    pub fn dot_rows(&self, x: &[f32], scratch: &mut Vec<u8>, out: &mut Vec<f32>) -> Result<(), String> {
+        let cols = self.cols;
+        if x.len() != cols {
+            return Err(format!("{}: {} values against rows of {cols}", self.weight.name(), x.len()));
+        }
+        scratch.clear();
+        match self.kernel.convert {
+            Some(convert) => {
+                scratch.resize(self.converted_bytes, 0);
+                // SAFETY: `scratch` holds exactly one converted row of `cols`
+                // values (ggml_row_size) and `x` has `cols`, whole blocks.
+                unsafe { convert(x.as_ptr(), scratch.as_mut_ptr().cast(), cols as i64) }
+            }
+            // An f32 dot product takes f32 values as they are (DotKernel::of).
+            None => scratch.extend(x.iter().flat_map(|v| v.to_ne_bytes())),
+        }
+        // SAFETY: the weight lives as long as the model (see nbytes).
+        let data = unsafe { (*self.weight.0).data as *const u8 };
+        out.clear();
+        out.resize(self.rows, 0.0);
+        for (r, score) in out.iter_mut().enumerate() {
+            // SAFETY: row r starts r * nb[1] bytes into the weight's live data
+            // and holds `cols` values of its type (checked in row_scorer);
+            // `scratch` holds x in the type the kernel takes; one result goes
+            // to `score`. ggml's kernels read unaligned data.
+            unsafe {
+                let row = data.add(r * self.row_stride);
+                (self.kernel.dot)(cols as i32, score, 0, row.cast(), 0, scratch.as_ptr().cast(), 0, 1);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// ggml's CPU dot product for one weight type.
+#[derive(Debug, Clone, Copy)]
 struct DotKernel {
     dot:
         unsafe extern "C" fn(i32, *mut f32, usize, *const std::ffi::c_void, usize, *const std::ffi::c_void, usize, i32),
@@ -472,7 +487,7 @@ mod tests {
             [sys::GGML_TYPE_F32, sys::GGML_TYPE_F16, sys::GGML_TYPE_BF16, sys::GGML_TYPE_Q8_0, sys::GGML_TYPE_Q4_0]
         {
             let w = ctx.weight(ty, cols, rows, &values);
-            w.dot_rows(&x, &mut scratch, &mut out).unwrap();
+            w.row_scorer().unwrap().dot_rows(&x, &mut scratch, &mut out).unwrap();
             assert_eq!(out.len(), rows);
             // Against the weight as ggml reads it back, in f64: only the
             // rounding of x to the kernel's input type may differ.
@@ -493,18 +508,18 @@ mod tests {
         let ctx = Context::new();
         let (mut scratch, mut out) = (Vec::new(), Vec::new());
         // f32 rows may have any length...
-        let w = ctx.weight(sys::GGML_TYPE_F32, 40, 2, &[0.5; 80]);
+        let w = ctx.weight(sys::GGML_TYPE_F32, 40, 2, &[0.5; 80]).row_scorer().unwrap();
         assert!(w.dot_rows(&[1.0; 40], &mut scratch, &mut out).is_ok());
         assert_eq!(out, [20.0, 20.0]);
         // ...q8_0 rows must be whole blocks of 32 values.
         // SAFETY: the context has room; the data is never read.
         let odd = unsafe { TensorHandle(sys::ggml_new_tensor_2d(ctx.0, sys::GGML_TYPE_Q8_0, 40, 2)) };
-        assert!(odd.check_dot_rows().unwrap_err().contains("whole blocks"));
+        assert!(odd.row_scorer().unwrap_err().contains("whole blocks"));
         // A vector of the wrong length.
         assert!(w.dot_rows(&[1.0; 39], &mut scratch, &mut out).unwrap_err().contains("39 values"));
         // A 3-D weight.
         // SAFETY: as above.
         let cube = unsafe { TensorHandle(sys::ggml_new_tensor_3d(ctx.0, sys::GGML_TYPE_F32, 8, 2, 2)) };
-        assert!(cube.check_dot_rows().unwrap_err().contains("2-D"));
+        assert!(cube.row_scorer().unwrap_err().contains("2-D"));
     }
 }

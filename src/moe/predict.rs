@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::llama::TensorHandle;
+use crate::llama::{RowScorer, TensorHandle};
 
 /// What to read ahead while a layer computes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,8 +41,7 @@ pub struct RouterWeights {
 /// One layer's router: the model's own weight, scored in place by ggml's
 /// dot product for its type, and the norm weight before it as f32.
 struct Router {
-    n_embd: usize,
-    weights: TensorHandle,
+    weights: RowScorer,
     norm: Vec<f32>,
     bias: Vec<f32>,
 }
@@ -65,7 +64,7 @@ impl RouterPredictor {
     pub fn build(weights: &BTreeMap<usize, RouterWeights>) -> Result<RouterPredictor, String> {
         let mut routers = Vec::new();
         for (&il, w) in weights {
-            w.router.check_dot_rows()?;
+            let weights = w.router.row_scorer()?;
             let [n_embd, n_expert, ..] = w.router.ne().map(|n| n.max(0) as usize);
             let norm = w.norm.to_f32()?;
             if norm.len() != n_embd {
@@ -81,7 +80,7 @@ impl RouterPredictor {
             if routers.len() <= il {
                 routers.resize_with(il + 1, || None);
             }
-            routers[il] = Some(Router { n_embd, weights: w.router, norm, bias });
+            routers[il] = Some(Router { weights, norm, bias });
         }
         Ok(RouterPredictor {
             routers,
@@ -100,7 +99,7 @@ impl RouterPredictor {
 
     /// Hidden-state width layer `il`'s router takes, if it has one.
     pub fn width(&self, il: usize) -> Option<usize> {
-        self.routers.get(il)?.as_ref().map(|r| r.n_embd)
+        self.routers.get(il)?.as_ref().map(|r| r.weights.cols())
     }
 
     /// Appends to `out` the `k` experts layer `il`'s router scores highest
@@ -109,7 +108,7 @@ impl RouterPredictor {
     /// or the width does not match.
     pub fn predict(&mut self, il: usize, hidden: &[f32], rms: f32, k: usize, out: &mut Vec<u32>) -> bool {
         let Some(Some(router)) = self.routers.get(il) else { return false };
-        if hidden.len() != router.n_embd {
+        if hidden.len() != router.weights.cols() {
             return false;
         }
         // rms_norm(x) * g · w = (x * g · w) / rms.

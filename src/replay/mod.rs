@@ -18,9 +18,9 @@
 //! `foresight` (offline: `decay`, but it never evicts an expert that one of
 //! the next N loads uses, one token's worth unless `foresight:N` says; the
 //! bound for a live policy that knew the routing N layers ahead, what the
-//! router prediction guesses a layer or two deep), and `belady` (next use farthest in the future; the
-//! offline optimum for equal-sized entries, the bound the others are
-//! measured against).
+//! router prediction guesses a layer or two deep), and `belady` (next use
+//! farthest in the future; the offline optimum for equal-sized entries, the
+//! bound the others are measured against).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -308,7 +308,7 @@ pub fn replay(trace: &Trace, budget: u64, policy: Policy) -> ReplayResult {
                 Policy::Lfu => (entry.uses, entry.last),
                 Policy::Lru2 => (entry.second_last, entry.last),
                 Policy::Popular => (popularity[id], entry.last),
-                Policy::Belady => (u64::MAX - next_use[clock as usize - 1], 0),
+                Policy::Belady => (u64::MAX - entry.next_use, 0),
             };
             order.set(id as u32, key);
         }
