@@ -20,7 +20,7 @@ pub struct MakeModelArgs {
     /// Starting shape: tiny (<5 MB, tests), demo (~220 MB), bench (Qwen3-30B-A3B layers, >5 GB).
     #[arg(long, default_value = "tiny")]
     pub preset: String,
-    /// Architecture: qwen3moe (split experts), gemma4 (fused gate_up) or gpt-oss (expert biases).
+    /// Architecture, by llama.cpp's `general.architecture` name (`bmoe archs` lists those the generator makes).
     #[arg(long, default_value = "qwen3moe")]
     pub arch: String,
     /// Transformer layers.
@@ -38,6 +38,15 @@ pub struct MakeModelArgs {
     /// Hidden width of one expert.
     #[arg(long)]
     pub expert_ff: Option<u32>,
+    /// Shared experts beside the routed ones (architectures that have them; default: the architecture's usual).
+    #[arg(long)]
+    pub shared_experts: Option<u32>,
+    /// Leading layers with a dense FFN instead of experts (architectures that have them).
+    #[arg(long)]
+    pub dense_layers: Option<u32>,
+    /// MTP (next-token prediction) layers after the main blocks (glm4moe, deepseek2, qwen35moe).
+    #[arg(long)]
+    pub mtp_layers: Option<u32>,
     /// Expert tensor type: f32, f16, q8_0 or q4_0.
     #[arg(long)]
     pub quant: Option<String>,
@@ -90,8 +99,8 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
 pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
     let preset =
         Preset::from_name(&a.preset).ok_or_else(|| anyhow!("--preset {}: expected tiny, demo or bench", a.preset))?;
-    let arch = Arch::from_name(&a.arch)
-        .ok_or_else(|| anyhow!("--arch {}: the generator makes {}", a.arch, Arch::ALL.map(Arch::name).join(", ")))?;
+    let arch =
+        Arch::from_name(&a.arch).ok_or_else(|| anyhow!("--arch {}: the generator makes {}", a.arch, Arch::names()))?;
     let mut spec = ModelSpec::preset(preset, arch);
     if let Some(q) = &a.quant {
         let supported = [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0];
@@ -110,6 +119,9 @@ pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
     set(&mut spec.experts_used, a.experts_used);
     set(&mut spec.expert_ff, a.expert_ff);
     set(&mut spec.split, a.split);
+    set(&mut spec.shared_experts, a.shared_experts);
+    set(&mut spec.dense_layers, a.dense_layers);
+    set(&mut spec.mtp_layers, a.mtp_layers);
     if let Some(s) = a.seed {
         spec.seed = s;
     }
@@ -221,34 +233,59 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         let aligned = layers.values().all(|(_, _, a)| *a);
         let _ = writeln!(out, "page-aligned:  {}", if aligned { "yes" } else { "no (O_DIRECT reads aligned windows)" });
     }
-    let verdict = match recipe::recipe_for(arch) {
-        None => format!("no: architecture {arch} has no recipe (see `bmoe archs`)"),
-        Some(_) if layers.is_empty() => "no: no expert tensors found".to_string(),
-        Some(r) => {
-            format!("yes ({:?} layout{})", r.layout, if r.gated { ", covered by byte-identity gates" } else { "" })
+    let verdict = match crate::moe::capability::check_file(files) {
+        _ if recipe::refusal(arch).is_some() => format!("no: {}", recipe::refusal(arch).unwrap_or_default()),
+        Err(e) => format!("no: {e}"),
+        Ok(features) => {
+            let _ = writeln!(out, "moe features:  {}", features.describe().join(", "));
+            let gate = match recipe::recipe_for(arch) {
+                Some(r) if r.gated() => "covered by byte-identity gates",
+                Some(_) => "by capability; no byte-identity gate covers this architecture yet",
+                None => "by capability; an architecture bmoe's registry does not list",
+            };
+            format!("yes ({gate})")
         }
     };
     let _ = writeln!(out, "streamable:    {verdict}");
     out
 }
 
+/// `bmoe archs`: every MoE architecture the pinned llama.cpp runs, with its
+/// models, features, gate and chat templates.
 pub fn archs() {
-    println!("{:<12} {:<7} {:<6} {:<45} expert tensors", "arch", "layout", "gated", "models");
-    for r in recipe::RECIPES {
-        let tensors = match r.layout {
-            recipe::Layout::Split => "ffn_{gate,up,down}_exps",
-            recipe::Layout::Fused => "ffn_gate_up_exps + ffn_down_exps (or split)",
+    let gated = recipe::RECIPES.iter().filter(|r| r.gated()).count();
+    println!(
+        "{} MoE architectures in the pinned llama.cpp; {gated} gated (a synthetic model of each streams bit-identical \
+         to resident in `cargo test`).",
+        recipe::RECIPES.len()
+    );
+    println!("{:<16} {:<6} {:<12} {:<52} models", "arch", "gated", "template", "moe features");
+    let mut rows: Vec<&recipe::Recipe> = recipe::RECIPES.iter().collect();
+    rows.sort_by_key(|r| (!r.gated(), r.support != recipe::Support::Capable, r.arch));
+    for r in &rows {
+        let templates = recipe::chat_templates(r.arch);
+        let template = if templates.is_empty() { "-".to_string() } else { templates.join(",") };
+        let gate = match r.support {
+            recipe::Support::Refused(_) => "NO",
+            recipe::Support::Capable if r.gated() => "yes",
+            recipe::Support::Capable => "-",
         };
-        println!(
-            "{:<12} {:<7} {:<6} {:<45} {tensors}",
-            r.arch,
-            format!("{:?}", r.layout).to_lowercase(),
-            if r.gated { "yes" } else { "no" },
-            r.models
-        );
+        let features = if r.features.is_empty() { "routed experts only" } else { r.features };
+        println!("{:<16} {:<6} {:<12} {:<52} {}", r.arch, gate, template, features, r.models);
     }
-    println!("\nStreamed: blk.<il>.<tensor>.weight whose dimension 2 indexes the expert. Everything else");
-    println!("(attention, norms, routers, shared experts, .scale/.bias companions) stays resident.");
+    println!("\ngated yes: generated and gated; -: streams by capability with a notice; NO: cannot stream:");
+    for r in rows.iter().filter(|r| matches!(r.support, recipe::Support::Refused(_))) {
+        if let recipe::Support::Refused(why) = r.support {
+            println!("  {}: {why}", r.arch);
+        }
+    }
+    println!(
+        "\nStreaming by capability: every blk.<il>.ffn_{{gate,up,gate_up,down}}_exps.weight has three dimensions,"
+    );
+    println!("the last indexing the expert; each MoE layer has down plus gate+up, gate_up or up alone; and every");
+    println!("layer that multiplies its experts shows llama.cpp's ffn_moe_topk-<il> node. Everything else");
+    println!("(attention, norms, routers, shared experts, recurrent blocks, .scale/.bias companions) stays resident.");
+    println!("`bmoe make-model --arch NAME` writes a synthetic model of a gated architecture.");
 }
 
 pub fn trace_stats(files: &[PathBuf], tokens: usize) -> Result<()> {

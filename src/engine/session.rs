@@ -15,7 +15,7 @@ use crate::moe::dense::{self, DenseWeights};
 use crate::moe::evict::CachePolicy;
 use crate::moe::lean;
 use crate::moe::predict::ReadAhead;
-use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, recipe, resolve_banks};
+use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, capability, recipe, resolve_banks};
 use crate::policy::{Drafter, Dropper};
 use crate::telemetry::mem::MemSnapshot;
 use crate::telemetry::summary::RunSummary;
@@ -287,17 +287,26 @@ impl Session {
             overrides.push((format!("{arch}.expert_used_count"), i64::from(k)));
             n_expert_used = k;
         }
+        let mut notices = Vec::new();
         if options.stream.is_some() {
-            if recipe::recipe_for(&arch).is_none() {
+            if n_expert == 0 {
                 return Err(EngineError::Unsupported(format!(
-                    "cannot stream architecture {arch}: no recipe (see `bmoe archs`); run without --moe-stream"
+                    "{arch} model has no experts to stream ({arch}.expert_count is missing or 0); run without \
+                     --moe-stream"
                 )));
             }
-            if n_expert == 0 {
-                return Err(EngineError::Unsupported(format!("{arch} model has no experts to stream")));
+            if let Some(why) = recipe::refusal(&arch) {
+                return Err(EngineError::Unsupported(format!(
+                    "cannot stream architecture {arch}: {why}; run without --moe-stream"
+                )));
+            }
+            capability::check_file(&files).map_err(|e| {
+                EngineError::Unsupported(format!("cannot stream this {arch} file: {e}; run without --moe-stream"))
+            })?;
+            if let Some(note) = recipe::ungated_notice(&arch) {
+                notices.push(note);
             }
         }
-        let mut notices = Vec::new();
         let lean =
             options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
@@ -890,6 +899,9 @@ fn attach_stream(
     ctx.clear_kv();
     let n_ctx = ctx.n_ctx();
     let hook = ctx.hook_mut().ok_or_else(|| EngineError::Llama("the context has no eval hook".into()))?;
+    if let Some(gap) = hook.routing_gap() {
+        return Err(EngineError::Unsupported(format!("cannot stream {}: {gap}; run without --moe-stream", info.arch)));
+    }
     let banks = resolve_banks(hook.captured(), files).map_err(EngineError::Unsupported)?;
     let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
         .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
@@ -910,6 +922,14 @@ fn attach_stream(
     let mut read_ahead = stream.read_ahead;
     if stream.cache == CacheBudget::Off || stream.io_threads < 2 {
         read_ahead.router = 0;
+    }
+    if read_ahead.router > 0 && !hook.can_predict_routers() {
+        read_ahead.router = 0;
+        notices.push(
+            "router prediction is off: this graph's routers do not read a normalized hidden state bmoe can score \
+             ahead (experts are still read as each layer routes)"
+                .into(),
+        );
     }
     hook.set_read_ahead(read_ahead).map_err(EngineError::Unsupported)?;
     // Measured before the dense weights move into anonymous memory: they

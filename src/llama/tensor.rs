@@ -21,7 +21,7 @@ impl<'a> Tensor<'a> {
     ///
     /// # Safety
     /// `raw` must point to a live `ggml_tensor` for `'a`.
-    pub(super) unsafe fn from_raw(raw: *mut sys::ggml_tensor) -> Tensor<'a> {
+    pub(crate) unsafe fn from_raw(raw: *mut sys::ggml_tensor) -> Tensor<'a> {
         Tensor { raw, _call: PhantomData }
     }
 

@@ -161,6 +161,8 @@ struct Order {
     weights: Option<(usize, usize)>,
     /// Index of the first expert matmul.
     first_matmul: Option<usize>,
+    /// The layer's `ffn_moe_topk` node was seen.
+    topk: bool,
 }
 
 /// A layer whose load waits for its weights node (drop policy armed).
@@ -307,6 +309,13 @@ impl MoeHook {
         self.predict_distance = 0;
     }
 
+    /// Whether capture found router weights whose input the predictor can
+    /// score (`rms_norm(x) * weight` before each router); an architecture
+    /// whose router reads the raw hidden state (smallthinker) has none.
+    pub fn can_predict_routers(&self) -> bool {
+        !self.routers.is_empty()
+    }
+
     /// Sets what to read ahead while streaming and returns the bytes router
     /// prediction holds beside the model (the routers' norm weights as
     /// f32); it fails when the graph showed no routers it can score.
@@ -332,6 +341,26 @@ impl MoeHook {
     /// dropped before the model).
     pub fn hold_dense(&mut self, bindings: Vec<TensorBinding>) {
         self.dense_bindings.extend(bindings);
+    }
+
+    /// Why the captured graph cannot be streamed, if it cannot: it read no
+    /// expert tensor through an expert matmul, or a layer that multiplies
+    /// its experts shows no `ffn_moe_topk-<il>` node (bmoe would not see
+    /// which experts it routes to).
+    pub fn routing_gap(&self) -> Option<String> {
+        if self.captured.is_empty() {
+            return Some(
+                "the graph multiplied no expert tensor (blk.N.ffn_*_exps) with an expert matmul (ggml_mul_mat_id)"
+                    .into(),
+            );
+        }
+        self.captured.values().find(|t| !self.order.get(t.layer as usize).is_some_and(|o| o.topk)).map(|t| {
+            format!(
+                "layer {} multiplies its experts ({}) but its graph has no ffn_moe_topk-{} node, so bmoe cannot \
+                 see which experts it routes to",
+                t.layer, t.name, t.layer
+            )
+        })
     }
 
     /// Expert tensors recorded during capture, by (layer, suffix).
@@ -430,6 +459,9 @@ impl MoeHook {
         if let Some((what, il)) = parse_moe_node(node.name()) {
             if let Some(k) = WEIGHT_NODES.iter().position(|w| *w == what) {
                 self.order_of(il).weights = Some((at, k));
+            }
+            if what == "topk" {
+                self.order_of(il).topk = true;
             }
             if what == "logits"
                 && let Some(router) = node.src(0).filter(Tensor::is_leaf)
@@ -826,7 +858,53 @@ impl EvalHook for MoeHook {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_moe_node;
+    use super::*;
+    use llama_cpp_sys_2 as sys;
+
+    /// Shows `nodes` (ggml graph nodes) to a capturing hook, in order.
+    fn capture(nodes: &[*mut sys::ggml_tensor]) -> MoeHook {
+        let mut hook = MoeHook::new(Arc::new(AtomicBool::new(false)));
+        for &node in nodes {
+            // SAFETY: the nodes live in a ggml context the caller keeps alive.
+            assert!(!crate::llama::EvalHook::ask(&mut hook, unsafe { Tensor::from_raw(node) }));
+        }
+        hook
+    }
+
+    /// Capture's half of the capability check, on a real ggml graph: an
+    /// expert matmul of layer 0 without llama.cpp's `ffn_moe_topk-0` node is
+    /// refused with the tensor and node named; with the node it passes.
+    #[test]
+    fn a_layer_multiplying_experts_without_a_topk_node_is_refused() {
+        let name = |t: *mut sys::ggml_tensor, n: &str| {
+            let n = std::ffi::CString::new(n).unwrap();
+            // SAFETY: `t` is a live tensor; ggml copies the name.
+            unsafe { sys::ggml_set_name(t, n.as_ptr()) };
+        };
+        // SAFETY: a context with room for a few tensor headers (no data); freed below.
+        unsafe {
+            sys::ggml_cpu_init();
+            let ctx = sys::ggml_init(sys::ggml_init_params {
+                mem_size: 1 << 20,
+                mem_buffer: std::ptr::null_mut(),
+                no_alloc: true,
+            });
+            assert!(!ctx.is_null());
+            let experts = sys::ggml_new_tensor_3d(ctx, sys::GGML_TYPE_F32, 16, 8, 4);
+            name(experts, "blk.0.ffn_up_exps.weight");
+            let x = sys::ggml_new_tensor_3d(ctx, sys::GGML_TYPE_F32, 16, 2, 1);
+            let ids = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_I32, 2, 1);
+            let matmul = sys::ggml_mul_mat_id(ctx, experts, x, ids);
+            name(matmul, "ffn_moe_up-0");
+            let gap = capture(&[ids, matmul]).routing_gap().expect("a layer without a topk node streams");
+            assert!(gap.contains("blk.0.ffn_up_exps.weight") && gap.contains("ffn_moe_topk-0"), "{gap}");
+            name(ids, "ffn_moe_topk-0");
+            assert_eq!(capture(&[ids, matmul]).routing_gap(), None);
+            let none = capture(&[ids]).routing_gap().expect("a graph without expert matmuls streams");
+            assert!(none.contains("no expert tensor"), "{none}");
+            sys::ggml_free(ctx);
+        }
+    }
 
     #[test]
     fn node_names() {

@@ -2,6 +2,7 @@
 //! expert store (slots or LRU cache) and the read lanes.
 
 pub mod budget;
+pub mod capability;
 pub mod dense;
 pub mod evict;
 mod hook;

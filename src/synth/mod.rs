@@ -13,56 +13,26 @@
 //! - Attention and expert outputs are scaled down (`mix`) so the residual
 //!   stream keeps that structure through every layer.
 
+pub mod arch;
+pub mod build;
 mod fill;
+pub mod pieces;
 mod plan;
+pub mod recurrent;
+mod structure;
 mod vocab;
 mod write;
 
+pub use arch::{Arch, Generator};
 pub use fill::{Fill, mix};
 pub use plan::{Planned, plan};
 pub use vocab::{BOS_ID, EOS_ID, Vocab, template_markers};
-pub use write::{WriteReport, write_model};
+pub use write::{WriteReport, write_model, write_plan};
 
 use crate::gguf::GgmlType;
 
 /// Changes whenever the same spec would produce different bytes.
 pub const GENERATOR_VERSION: u32 = 3;
-
-/// Architectures the generator can produce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    /// `qwen3moe`: split `ffn_{gate,up,down}_exps`, softmax top-k, normalized weights.
-    Qwen3Moe,
-    /// `gemma4`: fused `ffn_gate_up_exps`, a dense first layer and a shared expert.
-    Gemma4,
-    /// `gpt-oss`: split experts with per-expert biases, attention sinks,
-    /// softmax over the selected experts.
-    GptOss,
-}
-
-impl Arch {
-    /// The `general.architecture` string.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Qwen3Moe => "qwen3moe",
-            Arch::Gemma4 => "gemma4",
-            Arch::GptOss => "gpt-oss",
-        }
-    }
-
-    /// Parses an architecture name.
-    pub fn from_name(name: &str) -> Option<Arch> {
-        match name {
-            "qwen3moe" => Some(Arch::Qwen3Moe),
-            "gemma4" => Some(Arch::Gemma4),
-            "gpt-oss" => Some(Arch::GptOss),
-            _ => None,
-        }
-    }
-
-    /// Every architecture the generator supports.
-    pub const ALL: [Arch; 3] = [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss];
-}
 
 /// Named model sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,8 +99,15 @@ pub struct ModelSpec {
     pub experts_used: u32,
     /// Hidden width of one expert.
     pub expert_ff: u32,
-    /// Hidden width of dense / shared FFNs (gemma4).
+    /// Hidden width of dense FFNs (leading dense layers, gemma4's dense branch).
     pub dense_ff: u32,
+    /// Shared experts beside the routed ones (0: none); their width is
+    /// `expert_ff` each.
+    pub shared_experts: u32,
+    /// Leading layers with a dense FFN instead of experts.
+    pub dense_layers: u32,
+    /// MTP (next-token prediction) layers after the main blocks.
+    pub mtp_layers: u32,
     /// Training context length written to metadata.
     pub ctx: u32,
     /// Type of the expert tensors.
@@ -165,6 +142,9 @@ impl ModelSpec {
             experts_used: 2,
             expert_ff: 64,
             dense_ff: 128,
+            shared_experts: 0,
+            dense_layers: 0,
+            mtp_layers: 0,
             ctx: 4096,
             expert_type: GgmlType::F32,
             dense_type: GgmlType::F32,
@@ -174,7 +154,7 @@ impl ModelSpec {
             routing: RoutingShape::default(),
             chat_template: None,
         };
-        match preset {
+        let mut spec = match preset {
             Preset::Tiny => tiny,
             Preset::Demo => ModelSpec {
                 layers: 8,
@@ -204,7 +184,9 @@ impl ModelSpec {
                 dense_type: GgmlType::F16,
                 ..tiny
             },
-        }
+        };
+        (arch.generator().defaults)(&mut spec);
+        spec
     }
 
     /// Checks the shape for values llama.cpp or the generator cannot take.
@@ -222,9 +204,23 @@ impl ModelSpec {
         if ![GgmlType::F32, GgmlType::F16].contains(&self.dense_type) {
             return Err(format!("dense type {} is not supported (f32, f16)", self.dense_type));
         }
-        let min_layers = if self.arch == Arch::Gemma4 { 2 } else { 1 };
+        let min_layers = self.dense_layers + 1;
         if self.layers < min_layers || self.layers > 256 {
-            return Err(format!("layers must be in {min_layers}..=256 (got {})", self.layers));
+            return Err(format!(
+                "layers must be in {min_layers}..=256 (got {}){}",
+                self.layers,
+                if self.dense_layers > 0 {
+                    format!("; {} of them are dense", self.dense_layers)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if self.mtp_layers > 4 {
+            return Err(format!("mtp layers must be in 0..=4 (got {})", self.mtp_layers));
+        }
+        if self.shared_experts > 16 {
+            return Err(format!("shared experts must be in 0..=16 (got {})", self.shared_experts));
         }
         if self.experts < 2 || self.experts > 512 {
             return Err(format!("experts must be in 2..=512 (got {})", self.experts));
@@ -248,6 +244,6 @@ impl ModelSpec {
         blocks("embedding width", self.embd, self.expert_type)?;
         blocks("expert width", self.expert_ff, self.expert_type)?;
         blocks("embedding width", self.embd, self.dense_type)?;
-        Ok(())
+        (self.arch.generator().check)(self)
     }
 }

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 
 use super::ModelSpec;
 use super::fill::render;
-use super::plan::plan;
+use super::plan::{Planned, plan};
 use crate::gguf::{GgufWriter, Value, split_path};
 
 /// What was written.
@@ -40,8 +40,19 @@ pub fn write_model(
     if let Err(e) = spec.validate() {
         bail!("invalid model shape: {e}");
     }
+    write_plan(&plan(spec), spec, out, progress)
+}
+
+/// Writes an already planned model (the spec gives the seed and the shard
+/// count): [`write_model`] for a plan a caller has edited, such as a test
+/// that needs a deliberately broken file.
+pub fn write_plan(
+    planned: &Planned,
+    spec: &ModelSpec,
+    out: &Path,
+    progress: &mut dyn FnMut(u64, u64) -> ControlFlow<()>,
+) -> Result<WriteReport> {
     let start = Instant::now();
-    let planned = plan(spec);
     let n_shards = spec.split as usize;
     let paths: Vec<PathBuf> = if n_shards == 1 {
         vec![out.to_path_buf()]

@@ -1,0 +1,72 @@
+//! `bailingmoe2` (Ling-mini-2.0, Ling-flash-2.0, Ring-2.0): fused q/k/v with
+//! per-head norms and partial rope, a leading dense layer, then
+//! sigmoid-routed experts with an expert-selection bias and expert groups,
+//! plus a shared expert.
+
+use super::Generator;
+use crate::synth::ModelSpec;
+use crate::synth::build::{Builder, blk};
+use crate::synth::pieces::{self, Moe, Shared};
+
+pub(super) const GENERATOR: Generator = Generator { name: "bailingmoe2", defaults, check, build };
+
+fn defaults(spec: &mut ModelSpec) {
+    spec.shared_experts = 1;
+    spec.dense_layers = 1;
+}
+
+/// Expert groups: four, two searched per token (Ling-flash has 8 and 4).
+fn groups(spec: &ModelSpec) -> Option<(u32, u32)> {
+    (spec.experts % 4 == 0 && spec.experts >= 8).then_some((4, 2))
+}
+
+fn check(spec: &ModelSpec) -> Result<(), String> {
+    super::attention_spans_embedding(spec)?;
+    if spec.shared_experts == 0 {
+        return Err("bailingmoe2 needs a shared expert (its graph adds one unconditionally)".into());
+    }
+    if spec.head_dim % 4 != 0 {
+        return Err("bailingmoe2 ropes half of each head: the head width must be a multiple of 4".into());
+    }
+    if let Some((n, used)) = groups(spec)
+        && spec.experts_used > used * spec.experts / n
+    {
+        return Err(format!(
+            "bailingmoe2 picks experts from {used} of {n} groups: at most {} per token",
+            used * spec.experts / n
+        ));
+    }
+    super::only(spec, true, true, false)
+}
+
+fn build(b: &mut Builder) {
+    let s = b.spec;
+    pieces::common_keys(b);
+    b.key_u32("leading_dense_block_count", s.dense_layers);
+    b.key_u32("expert_shared_count", s.shared_experts);
+    b.key_u32("expert_gating_func", 2);
+    b.key_bool("expert_weights_norm", true);
+    b.key_f32("expert_weights_scale", 2.5);
+    b.key_u32("rope.dimension_count", s.head_dim / 2);
+    if let Some((n, used)) = groups(s) {
+        b.key_u32("expert_group_count", n);
+        b.key_u32("expert_group_used_count", used);
+    }
+    b.embeddings();
+    let d = b.d();
+    let (q, kv, hd) = (u64::from(s.heads * s.head_dim), u64::from(s.kv_heads * s.head_dim), u64::from(s.head_dim));
+    let shared = Some(Shared { width: pieces::shared_width(b), gated: false });
+    for l in 0..s.layers {
+        b.norm(blk(l, "attn_norm"), d);
+        b.matrix(blk(l, "attn_qkv"), d, q + 2 * kv);
+        b.out_matrix(blk(l, "attn_output"), q, d);
+        b.norm(blk(l, "attn_q_norm"), hd);
+        b.norm(blk(l, "attn_k_norm"), hd);
+        b.norm(blk(l, "ffn_norm"), d);
+        if l < s.dense_layers {
+            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
+        } else {
+            pieces::moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
+        }
+    }
+}

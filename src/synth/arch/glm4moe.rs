@@ -1,0 +1,59 @@
+//! `glm4moe` (GLM-4.5, 4.6, 4.7 and their Air variants): a leading dense
+//! layer, then sigmoid-routed experts with an expert-selection bias and a
+//! shared expert, partial rope, q/k/v biases, and an MTP (next-n) layer
+//! after the trunk (`block_count` counts it; the main graph skips it).
+
+use super::Generator;
+use crate::synth::ModelSpec;
+use crate::synth::build::{Builder, blk};
+use crate::synth::pieces::{self, Attention, Moe, Shared};
+
+pub(super) const GENERATOR: Generator = Generator { name: "glm4moe", defaults, check, build };
+
+fn defaults(spec: &mut ModelSpec) {
+    spec.shared_experts = 1;
+    spec.dense_layers = 1;
+    spec.mtp_layers = 1;
+}
+
+fn check(spec: &ModelSpec) -> Result<(), String> {
+    if spec.shared_experts == 0 {
+        return Err("glm4moe needs a shared expert (its graph adds one unconditionally)".into());
+    }
+    if spec.mtp_layers > 1 {
+        return Err("glm4moe's MTP graph takes one next-n layer".into());
+    }
+    if spec.head_dim % 4 != 0 {
+        return Err("glm4moe ropes half of each head: the head width must be a multiple of 4".into());
+    }
+    Ok(())
+}
+
+fn build(b: &mut Builder) {
+    let s = b.spec;
+    pieces::common_keys(b);
+    b.key_u32("leading_dense_block_count", s.dense_layers);
+    b.key_u32("nextn_predict_layers", s.mtp_layers);
+    b.key_u32("expert_shared_count", s.shared_experts);
+    b.key_u32("expert_gating_func", 2);
+    b.key_bool("expert_weights_norm", true);
+    b.key_f32("expert_weights_scale", 1.0);
+    // Partial rope: half of each head, as the releases do.
+    b.key_u32("rope.dimension_count", s.head_dim / 2);
+    b.embeddings();
+    let d = b.d();
+    let shared = Some(Shared { width: pieces::shared_width(b), gated: false });
+    for l in 0..s.layers + s.mtp_layers {
+        b.norm(blk(l, "attn_norm"), d);
+        pieces::attention(b, l, Attention { qkv_bias: true, qk_norm: true, ..Attention::default() });
+        b.norm(blk(l, "post_attention_norm"), d);
+        if l < s.dense_layers {
+            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
+        } else {
+            pieces::moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
+        }
+        if l >= s.layers {
+            pieces::nextn(b, l, true);
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! `smallthinker` (SmallThinker-21B-A3B, 4B-A0.6B): the router reads the
+//! layer's input before any norm (routing can start while attention runs),
+//! ReGLU experts (softmax top-k, renormalized), sliding-window attention
+//! with every fourth layer global and without rope.
+
+use super::Generator;
+use crate::synth::ModelSpec;
+use crate::synth::build::{Builder, blk};
+use crate::synth::pieces::{self, Attention, Moe};
+
+pub(super) const GENERATOR: Generator = Generator { name: "smallthinker", defaults: |_| {}, check, build };
+
+fn check(spec: &ModelSpec) -> Result<(), String> {
+    super::only(spec, false, false, false)
+}
+
+fn build(b: &mut Builder) {
+    let s = b.spec;
+    pieces::common_keys(b);
+    b.key_u32("expert_gating_func", 1);
+    b.key_u32("rope.dimension_count", s.head_dim);
+    // Any window turns on llama.cpp's 4096-token window on 3 of 4 layers.
+    b.key_u32("attention.sliding_window", 4096);
+    b.embeddings();
+    let d = b.d();
+    for l in 0..s.layers {
+        b.norm(blk(l, "attn_norm"), d);
+        pieces::attention(b, l, Attention::default());
+        b.norm(blk(l, "ffn_norm"), d);
+        pieces::moe(b, l, Moe::SPLIT);
+    }
+}
