@@ -227,6 +227,34 @@ fn inspect_archs_and_split() {
     for a in ["qwen3moe", "qwen2moe", "qwen35moe", "gemma4", "gpt-oss", "lfm2moe", "deepseek4", "bailingmoe3"] {
         assert!(archs.contains(a), "{a}");
     }
+    assert!(archs.contains("63 MoE architectures in the pinned llama.cpp; 20 gated"), "{archs}");
+    let row = |arch: &str| archs.lines().find(|l| l.starts_with(&format!("{arch} "))).unwrap_or_default().to_string();
+    assert!(row("glm4moe").contains(" yes ") && row("glm4moe").contains("glm-4.7"), "{}", row("glm4moe"));
+    assert!(row("dbrx").contains(" - "), "{}", row("dbrx"));
+    assert!(archs.contains("grovemoe: a second expert set"), "{archs}");
+    // Features bmoe finds in a file.
+    let d = make_tiny(dir.path(), "d.gguf", &["--arch", "deepseek2"]);
+    let out = stdout(&ok(&["inspect", &d]));
+    for feature in
+        ["shared experts", "1 leading dense layer(s)", "expert-selection bias", "MLA attention", "1 MTP layer(s)"]
+    {
+        assert!(out.contains(feature), "{feature}: {out}");
+    }
+    assert!(out.contains("streamable:    yes (covered by byte-identity gates)"), "{out}");
+    let n = make_tiny(dir.path(), "n.gguf", &["--arch", "nemotron_h_moe"]);
+    let out = stdout(&ok(&["inspect", &n]));
+    assert!(
+        out.contains("up/down (no gate)") && out.contains("Mamba-2 hybrid") && out.contains("MoE on some layers only"),
+        "{out}"
+    );
+    let q = make_tiny(dir.path(), "q.gguf", &["--arch", "qwen35moe"]);
+    assert!(stdout(&ok(&["inspect", &q])).contains("gated delta-net hybrid"));
+    let l = make_tiny(dir.path(), "l.gguf", &["--arch", "lfm2moe"]);
+    assert!(stdout(&ok(&["inspect", &l])).contains("short conv hybrid"));
+    let out = bmoe(&["make-model", "--arch", "olmoe", "--shared-experts", "1", "-o", &d]);
+    assert!(!out.status.success() && stderr(&out).contains("olmoe has no shared experts"), "{}", stderr(&out));
+    let out = bmoe(&["make-model", "--arch", "grovemoe", "-o", &d]);
+    assert!(!out.status.success() && stderr(&out).contains("deepseek2"), "{}", stderr(&out));
     let split = dir.path().join("s.gguf").to_string_lossy().into_owned();
     ok(&["make-model", "--preset", "tiny", "--split", "3", "-o", &split]);
     let first = dir.path().join("s-00001-of-00003.gguf");

@@ -81,10 +81,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Template(args) => template::template(args),
         Command::MakeModel(args) => model::make_model(args),
         Command::Inspect { file } => model::inspect(&file),
-        Command::Archs => {
-            model::archs();
-            Ok(())
-        }
+        Command::Archs => print_stdout(&model::archs()),
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Bench(args) => bench::bench(args),
@@ -148,4 +145,14 @@ fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     );
     bar.set_message(what.to_string());
     bar
+}
+
+/// Prints a report on stdout; a reader that went away (`bmoe archs | head`)
+/// is not an error.
+fn print_stdout(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::anyhow!("writing to stdout: {e}")),
+        _ => Ok(()),
+    }
 }

@@ -159,8 +159,7 @@ fn mib(b: u64) -> String {
 
 pub fn inspect(file: &Path) -> Result<()> {
     let files = ModelFiles::open(file)?;
-    print!("{}", inspect_report(&files, file));
-    Ok(())
+    super::print_stdout(&inspect_report(&files, file))
 }
 
 /// What `bmoe inspect` prints about an opened model: its shape, expert and
@@ -252,14 +251,17 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
 
 /// `bmoe archs`: every MoE architecture the pinned llama.cpp runs, with its
 /// models, features, gate and chat templates.
-pub fn archs() {
+pub fn archs() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     let gated = recipe::RECIPES.iter().filter(|r| r.gated()).count();
-    println!(
+    let _ = writeln!(
+        out,
         "{} MoE architectures in the pinned llama.cpp; {gated} gated (a synthetic model of each streams bit-identical \
          to resident in `cargo test`).",
         recipe::RECIPES.len()
     );
-    println!("{:<16} {:<6} {:<12} {:<52} models", "arch", "gated", "template", "moe features");
+    let _ = writeln!(out, "{:<16} {:<6} {:<12} {:<62} models", "arch", "gated", "template", "moe features");
     let mut rows: Vec<&recipe::Recipe> = recipe::RECIPES.iter().collect();
     rows.sort_by_key(|r| (!r.gated(), r.support != recipe::Support::Capable, r.arch));
     for r in &rows {
@@ -271,21 +273,31 @@ pub fn archs() {
             recipe::Support::Capable => "-",
         };
         let features = if r.features.is_empty() { "routed experts only" } else { r.features };
-        println!("{:<16} {:<6} {:<12} {:<52} {}", r.arch, gate, template, features, r.models);
+        let _ = writeln!(out, "{:<16} {:<6} {:<12} {:<62} {}", r.arch, gate, template, features, r.models);
     }
-    println!("\ngated yes: generated and gated; -: streams by capability with a notice; NO: cannot stream:");
+    let _ =
+        writeln!(out, "\ngated yes: generated and gated; -: streams by capability with a notice; NO: cannot stream:");
     for r in rows.iter().filter(|r| matches!(r.support, recipe::Support::Refused(_))) {
         if let recipe::Support::Refused(why) = r.support {
-            println!("  {}: {why}", r.arch);
+            let _ = writeln!(out, "  {}: {why}", r.arch);
         }
     }
-    println!(
+    let _ = writeln!(
+        out,
         "\nStreaming by capability: every blk.<il>.ffn_{{gate,up,gate_up,down}}_exps.weight has three dimensions,"
     );
-    println!("the last indexing the expert; each MoE layer has down plus gate+up, gate_up or up alone; and every");
-    println!("layer that multiplies its experts shows llama.cpp's ffn_moe_topk-<il> node. Everything else");
-    println!("(attention, norms, routers, shared experts, recurrent blocks, .scale/.bias companions) stays resident.");
-    println!("`bmoe make-model --arch NAME` writes a synthetic model of a gated architecture.");
+    let _ = writeln!(
+        out,
+        "the last indexing the expert; each MoE layer has down plus gate+up, gate_up or up alone; and every"
+    );
+    let _ =
+        writeln!(out, "layer that multiplies its experts shows llama.cpp's ffn_moe_topk-<il> node. Everything else");
+    let _ = writeln!(
+        out,
+        "(attention, norms, routers, shared experts, recurrent blocks, .scale/.bias companions) stays resident."
+    );
+    let _ = writeln!(out, "`bmoe make-model --arch NAME` writes a synthetic model of a gated architecture.");
+    out
 }
 
 pub fn trace_stats(files: &[PathBuf], tokens: usize) -> Result<()> {

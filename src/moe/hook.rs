@@ -858,53 +858,7 @@ impl EvalHook for MoeHook {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use llama_cpp_sys_2 as sys;
-
-    /// Shows `nodes` (ggml graph nodes) to a capturing hook, in order.
-    fn capture(nodes: &[*mut sys::ggml_tensor]) -> MoeHook {
-        let mut hook = MoeHook::new(Arc::new(AtomicBool::new(false)));
-        for &node in nodes {
-            // SAFETY: the nodes live in a ggml context the caller keeps alive.
-            assert!(!crate::llama::EvalHook::ask(&mut hook, unsafe { Tensor::from_raw(node) }));
-        }
-        hook
-    }
-
-    /// Capture's half of the capability check, on a real ggml graph: an
-    /// expert matmul of layer 0 without llama.cpp's `ffn_moe_topk-0` node is
-    /// refused with the tensor and node named; with the node it passes.
-    #[test]
-    fn a_layer_multiplying_experts_without_a_topk_node_is_refused() {
-        let name = |t: *mut sys::ggml_tensor, n: &str| {
-            let n = std::ffi::CString::new(n).unwrap();
-            // SAFETY: `t` is a live tensor; ggml copies the name.
-            unsafe { sys::ggml_set_name(t, n.as_ptr()) };
-        };
-        // SAFETY: a context with room for a few tensor headers (no data); freed below.
-        unsafe {
-            sys::ggml_cpu_init();
-            let ctx = sys::ggml_init(sys::ggml_init_params {
-                mem_size: 1 << 20,
-                mem_buffer: std::ptr::null_mut(),
-                no_alloc: true,
-            });
-            assert!(!ctx.is_null());
-            let experts = sys::ggml_new_tensor_3d(ctx, sys::GGML_TYPE_F32, 16, 8, 4);
-            name(experts, "blk.0.ffn_up_exps.weight");
-            let x = sys::ggml_new_tensor_3d(ctx, sys::GGML_TYPE_F32, 16, 2, 1);
-            let ids = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_I32, 2, 1);
-            let matmul = sys::ggml_mul_mat_id(ctx, experts, x, ids);
-            name(matmul, "ffn_moe_up-0");
-            let gap = capture(&[ids, matmul]).routing_gap().expect("a layer without a topk node streams");
-            assert!(gap.contains("blk.0.ffn_up_exps.weight") && gap.contains("ffn_moe_topk-0"), "{gap}");
-            name(ids, "ffn_moe_topk-0");
-            assert_eq!(capture(&[ids, matmul]).routing_gap(), None);
-            let none = capture(&[ids]).routing_gap().expect("a graph without expert matmuls streams");
-            assert!(none.contains("no expert tensor"), "{none}");
-            sys::ggml_free(ctx);
-        }
-    }
+    use super::parse_moe_node;
 
     #[test]
     fn node_names() {

@@ -17,7 +17,7 @@ fn defaults(spec: &mut ModelSpec) {
 
 /// Expert groups: four, two searched per token (Ling-flash has 8 and 4).
 fn groups(spec: &ModelSpec) -> Option<(u32, u32)> {
-    (spec.experts % 4 == 0 && spec.experts >= 8).then_some((4, 2))
+    (spec.experts.is_multiple_of(4) && spec.experts >= 8).then_some((4, 2))
 }
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
@@ -25,9 +25,7 @@ fn check(spec: &ModelSpec) -> Result<(), String> {
     if spec.shared_experts == 0 {
         return Err("bailingmoe2 needs a shared expert (its graph adds one unconditionally)".into());
     }
-    if spec.head_dim % 4 != 0 {
-        return Err("bailingmoe2 ropes half of each head: the head width must be a multiple of 4".into());
-    }
+    super::partial_rope(spec, 2)?;
     if let Some((n, used)) = groups(spec)
         && spec.experts_used > used * spec.experts / n
     {

@@ -20,16 +20,14 @@ fn defaults(spec: &mut ModelSpec) {
 
 /// Expert groups: four, two of them searched per token (V3 has 8 and 4).
 fn groups(spec: &ModelSpec) -> (u32, u32) {
-    if spec.experts % 4 == 0 && spec.experts >= 8 { (4, 2) } else { (1, 1) }
+    if spec.experts.is_multiple_of(4) && spec.experts >= 8 { (4, 2) } else { (1, 1) }
 }
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
     if spec.shared_experts == 0 {
         return Err("deepseek2 as released has shared experts (use --shared-experts 1 or more)".into());
     }
-    if spec.head_dim % 4 != 0 {
-        return Err("deepseek2's rope part is half a head: the head width must be a multiple of 4".into());
-    }
+    super::partial_rope(spec, 2)?;
     let (n_group, used) = groups(spec);
     if n_group > 1 && spec.experts_used > used * spec.experts / n_group {
         return Err(format!(

@@ -23,10 +23,7 @@ fn check(spec: &ModelSpec) -> Result<(), String> {
     if spec.mtp_layers > 1 {
         return Err("glm4moe's MTP graph takes one next-n layer".into());
     }
-    if spec.head_dim % 4 != 0 {
-        return Err("glm4moe ropes half of each head: the head width must be a multiple of 4".into());
-    }
-    Ok(())
+    super::partial_rope(spec, 2)
 }
 
 fn build(b: &mut Builder) {

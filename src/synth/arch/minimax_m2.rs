@@ -10,9 +10,7 @@ use crate::synth::pieces::{self, Attention, Moe};
 pub(super) const GENERATOR: Generator = Generator { name: "minimax-m2", defaults: |_| {}, check, build };
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
-    if spec.head_dim % 4 != 0 {
-        return Err("minimax-m2 ropes half of each head: the head width must be a multiple of 4".into());
-    }
+    super::partial_rope(spec, 2)?;
     super::only(spec, false, false, false)
 }
 

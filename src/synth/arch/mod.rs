@@ -67,6 +67,20 @@ fn only(spec: &ModelSpec, shared: bool, dense: bool, mtp: bool) -> Result<(), St
     Ok(())
 }
 
+/// Refuses head widths an architecture that ropes `1/share` of each head
+/// cannot split into even rope pairs.
+fn partial_rope(spec: &ModelSpec, share: u32) -> Result<(), String> {
+    if !spec.head_dim.is_multiple_of(2 * share) {
+        return Err(format!(
+            "{} ropes 1/{share} of each head: the head width ({}) must be a multiple of {}",
+            spec.arch.name(),
+            spec.head_dim,
+            2 * share
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses shapes whose query width is not the embedding width (loaders
 /// that size `attn_q` and `attn_output` as `[d, d]`).
 fn attention_spans_embedding(spec: &ModelSpec) -> Result<(), String> {

@@ -32,15 +32,12 @@ pub(super) fn hybrid_check(spec: &ModelSpec) -> Result<(), String> {
     if spec.shared_experts != 1 {
         return Err(format!("{arch} has exactly one (gated) shared expert"));
     }
-    if spec.head_dim % 8 != 0 {
-        return Err(format!("{arch} ropes a quarter of each head: the head width must be a multiple of 8"));
-    }
-    Ok(())
+    super::partial_rope(spec, 4)
 }
 
 /// Whether layer `l` of a Qwen delta-net hybrid is recurrent.
 pub(super) fn is_recurrent(l: u32) -> bool {
-    (l + 1) % FULL_ATTENTION_INTERVAL != 0
+    !(l + 1).is_multiple_of(FULL_ATTENTION_INTERVAL)
 }
 
 /// A Qwen hybrid's gated full attention: `attn_q` carries a per-head
