@@ -185,7 +185,14 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         files.tensors().count()
     );
     let _ = writeln!(out, "architecture:  {arch}");
-    let _ = writeln!(out, "layers:        {}", n_layer.map_or("?".into(), |v| v.to_string()));
+    // MTP (next-n) layers count in block_count but never run in the main graph.
+    let mtp = meta.arch_u64("nextn_predict_layers").unwrap_or(0);
+    let trunk = n_layer.map(|n| n.saturating_sub(mtp));
+    let layers_line = match (n_layer, mtp) {
+        (Some(n), m) if m > 0 && m <= n => format!("{n} ({} + {m} MTP)", n - m),
+        (n, _) => n.map_or("?".into(), |v| v.to_string()),
+    };
+    let _ = writeln!(out, "layers:        {layers_line}");
     let _ = writeln!(
         out,
         "experts:       {n_expert} per layer, {} routed per token",
@@ -224,9 +231,13 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
             if uniform { String::new() } else { format!(" in layer {first}; varies by layer") },
             projs.join(", ")
         );
-        let _ = writeln!(out, "moe layers:    {} of {}", layers.len(), n_layer.unwrap_or(0));
+        let in_trunk = |l: &u32| trunk.is_none_or(|t| u64::from(*l) < t);
+        let trunk_moe = layers.keys().filter(|l| in_trunk(l)).count();
+        let mtp_note = if trunk_moe < layers.len() { " (an MTP layer's experts are not read while decoding)" } else { "" };
+        let _ = writeln!(out, "moe layers:    {trunk_moe} of {}{mtp_note}", trunk.unwrap_or(0));
         if let Some(k) = k {
-            let per_token: u64 = layers.values().map(|(s, _, _)| s * k.min(n_expert)).sum();
+            let per_token: u64 =
+                layers.iter().filter(|(l, _)| in_trunk(l)).map(|(_, (s, _, _))| s * k.min(n_expert)).sum();
             let _ = writeln!(out, "token demand:  {} read per token with no cache", mib(per_token));
         }
         let aligned = layers.values().all(|(_, _, a)| *a);
