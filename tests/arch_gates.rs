@@ -183,3 +183,29 @@ fn an_ungated_capable_architecture_streams_with_one_notice() {
     let (streamed, _) = run(options(&m, cached(200 << 10, 2)), N);
     assert_identical(&reference, &streamed, "qwen3vlmoe, evicting cache");
 }
+
+/// Every architecture takes the shape flags (a second shape: 6 layers,
+/// width 128, 16 experts, top-4, q8_0 experts) and streams bit-identical
+/// from a lean open (a copy of the file without its experts), which drops
+/// the MTP layers' experts with the others.
+#[test]
+fn every_architecture_takes_the_shape_flags_and_a_lean_open() {
+    use bmoe::engine::LeanOpen;
+    let dir = tempdir();
+    let lean =
+        Some(LeanOpen { dir: dir.path().join("lean"), min_expert_bytes: 0, only_when_larger_than_memory: false });
+    for &arch in Arch::ALL {
+        let m = write_tiny(dir.path(), &format!("{}-wide.gguf", arch.name()), arch, |s| {
+            (s.layers, s.embd, s.experts, s.experts_used, s.expert_ff, s.seed) = (6, 128, 16, 4, 96, 7);
+            s.expert_type = bmoe::gguf::GgmlType::Q8_0;
+            s.derive();
+        });
+        let (reference, _) = run(options(&m, None), 16);
+        let stream = cached(1 << 20, 2).map(|s| StreamOptions { lean: lean.clone(), ..s });
+        let (streamed, reports) = run(options(&m, stream), 16);
+        assert_identical(&reference, &streamed, &format!("{}, 6 layers x 16 experts, lean open", arch.name()));
+        assert!(reports.iter().map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{}", arch.name());
+    }
+    let copies = std::fs::read_dir(dir.path().join("lean")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(copies, Arch::ALL.len(), "one lean copy per architecture");
+}

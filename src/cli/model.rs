@@ -122,6 +122,7 @@ pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
     set(&mut spec.shared_experts, a.shared_experts);
     set(&mut spec.dense_layers, a.dense_layers);
     set(&mut spec.mtp_layers, a.mtp_layers);
+    spec.derive();
     if let Some(s) = a.seed {
         spec.seed = s;
     }
@@ -233,7 +234,8 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         );
         let in_trunk = |l: &u32| trunk.is_none_or(|t| u64::from(*l) < t);
         let trunk_moe = layers.keys().filter(|l| in_trunk(l)).count();
-        let mtp_note = if trunk_moe < layers.len() { " (an MTP layer's experts are not read while decoding)" } else { "" };
+        let mtp_note =
+            if trunk_moe < layers.len() { " (an MTP layer's experts are not read while decoding)" } else { "" };
         let _ = writeln!(out, "moe layers:    {trunk_moe} of {}{mtp_note}", trunk.unwrap_or(0));
         if let Some(k) = k {
             let per_token: u64 =

@@ -186,7 +186,14 @@ impl ModelSpec {
             },
         };
         (arch.generator().defaults)(&mut spec);
+        spec.derive();
         spec
+    }
+
+    /// Derives the dimensions the architecture makes follow from the shape
+    /// flags; run after changing the embedding width or heads.
+    pub fn derive(&mut self) {
+        (self.arch.generator().derive)(self);
     }
 
     /// Checks the shape for values llama.cpp or the generator cannot take.

@@ -8,7 +8,8 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Moe, Shared};
 
-pub(super) const GENERATOR: Generator = Generator { name: "bailingmoe2", defaults, check, build };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "bailingmoe2", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

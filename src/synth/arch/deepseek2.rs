@@ -10,7 +10,7 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Moe, Shared};
 
-pub(super) const GENERATOR: Generator = Generator { name: "deepseek2", defaults, check, build };
+pub(super) const GENERATOR: Generator = Generator { name: "deepseek2", defaults, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

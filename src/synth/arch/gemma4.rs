@@ -8,7 +8,7 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention};
 
-pub(super) const GENERATOR: Generator = Generator { name: "gemma4", defaults, check, build };
+pub(super) const GENERATOR: Generator = Generator { name: "gemma4", defaults, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.dense_layers = 1;

@@ -9,7 +9,8 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 use crate::synth::recurrent;
 
-pub(super) const GENERATOR: Generator = Generator { name: "granitehybrid", defaults, check, build };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "granitehybrid", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

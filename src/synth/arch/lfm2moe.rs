@@ -8,7 +8,8 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe};
 use crate::synth::recurrent;
 
-pub(super) const GENERATOR: Generator = Generator { name: "lfm2moe", defaults, check, build };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "lfm2moe", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.dense_layers = 2;

@@ -6,7 +6,7 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe};
 
-pub(super) const GENERATOR: Generator = Generator { name: "llama", defaults: |_| {}, check, build };
+pub(super) const GENERATOR: Generator = Generator { name: "llama", check, build, ..Generator::BASE };
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
     super::only(spec, false, false, false)

@@ -34,6 +34,9 @@ pub struct Generator {
     /// Adjusts a preset's shape to the architecture's usual form (shared
     /// experts, leading dense layers, MTP layers).
     pub defaults: fn(&mut ModelSpec),
+    /// Derives the dimensions that follow from the shape flags (run after
+    /// they are applied), such as a head width that must span the embedding.
+    pub derive: fn(&mut ModelSpec),
     /// Refuses shapes the architecture's loader or graph cannot take.
     pub check: fn(&ModelSpec) -> Result<(), String>,
     /// Writes the architecture's metadata keys and every tensor.
@@ -42,7 +45,8 @@ pub struct Generator {
 
 impl Generator {
     /// No defaults, no extra checks, nothing built: the base of every entry.
-    pub const BASE: Generator = Generator { name: "", defaults: |_| {}, check: no_extras, build: |_| {} };
+    pub const BASE: Generator =
+        Generator { name: "", defaults: |_| {}, derive: |_| {}, check: no_extras, build: |_| {} };
 }
 
 /// The check of an architecture with no shared experts, leading dense
@@ -79,6 +83,14 @@ fn partial_rope(spec: &ModelSpec, share: u32) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Makes the head width span the embedding (`heads x head width = embd`),
+/// for loaders that size `attn_q` and `attn_output` as `[d, d]`.
+fn head_from_embedding(spec: &mut ModelSpec) {
+    if spec.heads > 0 && spec.embd.is_multiple_of(spec.heads) {
+        spec.head_dim = spec.embd / spec.heads;
+    }
 }
 
 /// Refuses shapes whose query width is not the embedding width (loaders
