@@ -193,3 +193,34 @@ pub fn nextn(b: &mut Builder, l: u32, own_head: bool) {
     }
     b.norm(format!("blk.{l}.nextn.shared_head_norm.weight"), d);
 }
+
+/// Layer `l`'s feed-forward: a dense FFN of `dense_ff` on the leading dense
+/// layers, the MoE block `m` after them.
+pub fn ffn_or_moe(b: &mut Builder, l: u32, m: Moe) {
+    if l < b.spec.dense_layers {
+        dense_ffn(b, l, "", u64::from(b.spec.dense_ff));
+    } else {
+        moe(b, l, m);
+    }
+}
+
+/// The usual pre-norm decoder layer: `attn_norm`, attention `a`,
+/// `ffn_norm`, then [`ffn_or_moe`].
+pub fn decoder_layer(b: &mut Builder, l: u32, a: Attention, m: Moe) {
+    let d = b.d();
+    b.norm(blk(l, "attn_norm"), d);
+    attention(b, l, a);
+    b.norm(blk(l, "ffn_norm"), d);
+    ffn_or_moe(b, l, m);
+}
+
+/// The keys of DeepSeek-style routing: leading dense layers, shared experts,
+/// sigmoid gating, top-k weights renormalized and scaled by `scale`.
+pub fn sigmoid_routing_keys(b: &mut Builder, scale: f32) {
+    let s = b.spec;
+    b.key_u32("leading_dense_block_count", s.dense_layers);
+    b.key_u32("expert_shared_count", s.shared_experts);
+    b.key_u32("expert_gating_func", 2);
+    b.key_bool("expert_weights_norm", true);
+    b.key_f32("expert_weights_scale", scale);
+}

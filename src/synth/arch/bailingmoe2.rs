@@ -9,7 +9,7 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Moe, Shared};
 
 pub(super) const GENERATOR: Generator =
-    Generator { name: "bailingmoe2", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
+    Generator { name: "bailingmoe2", defaults, derive: super::head_from_embedding, check, build };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;
@@ -23,9 +23,7 @@ fn groups(spec: &ModelSpec) -> Option<(u32, u32)> {
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
     super::attention_spans_embedding(spec)?;
-    if spec.shared_experts == 0 {
-        return Err("bailingmoe2 needs a shared expert (its graph adds one unconditionally)".into());
-    }
+    super::needs_shared(spec)?;
     super::partial_rope(spec, 2)?;
     if let Some((n, used)) = groups(spec)
         && spec.experts_used > used * spec.experts / n
@@ -41,11 +39,7 @@ fn check(spec: &ModelSpec) -> Result<(), String> {
 fn build(b: &mut Builder) {
     let s = b.spec;
     pieces::common_keys(b);
-    b.key_u32("leading_dense_block_count", s.dense_layers);
-    b.key_u32("expert_shared_count", s.shared_experts);
-    b.key_u32("expert_gating_func", 2);
-    b.key_bool("expert_weights_norm", true);
-    b.key_f32("expert_weights_scale", 2.5);
+    pieces::sigmoid_routing_keys(b, 2.5);
     b.key_u32("rope.dimension_count", s.head_dim / 2);
     if let Some((n, used)) = groups(s) {
         b.key_u32("expert_group_count", n);
@@ -62,10 +56,6 @@ fn build(b: &mut Builder) {
         b.norm(blk(l, "attn_q_norm"), hd);
         b.norm(blk(l, "attn_k_norm"), hd);
         b.norm(blk(l, "ffn_norm"), d);
-        if l < s.dense_layers {
-            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
-        } else {
-            pieces::moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
-        }
+        pieces::ffn_or_moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
     }
 }

@@ -55,12 +55,8 @@ fn build(b: &mut Builder) {
     b.key_u32("attention.kv_lora_rank", kv_lora as u32);
     b.key_u32("rope.dimension_count", rope as u32);
     b.key_f32("rope.freq_base", 10_000.0);
-    b.key_u32("leading_dense_block_count", s.dense_layers);
     b.key_u32("nextn_predict_layers", s.mtp_layers);
-    b.key_u32("expert_shared_count", s.shared_experts);
-    b.key_u32("expert_gating_func", 2);
-    b.key_bool("expert_weights_norm", true);
-    b.key_f32("expert_weights_scale", 2.5);
+    pieces::sigmoid_routing_keys(b, 2.5);
     let (n_group, used) = groups(s);
     if n_group > 1 {
         b.key_u32("expert_group_count", n_group);
@@ -85,11 +81,7 @@ fn build(b: &mut Builder) {
         );
         b.out_matrix(blk(l, "attn_output"), heads * v_head, d);
         b.norm(blk(l, "ffn_norm"), d);
-        if l < s.dense_layers {
-            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
-        } else {
-            pieces::moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
-        }
+        pieces::ffn_or_moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
         if l >= s.layers {
             pieces::nextn(b, l, true);
         }

@@ -4,7 +4,7 @@
 
 use super::Generator;
 use crate::synth::ModelSpec;
-use crate::synth::build::{Builder, blk};
+use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 
 pub(super) const GENERATOR: Generator = Generator { name: "ernie4_5-moe", defaults, check, build, ..Generator::BASE };
@@ -30,16 +30,8 @@ fn build(b: &mut Builder) {
     b.key_u32("expert_shared_feed_forward_length", width as u32);
     b.key_u32("expert_shared_count", s.shared_experts);
     b.embeddings();
-    let d = b.d();
     let shared = (width > 0).then_some(Shared { width, gated: false });
     for l in 0..s.layers {
-        b.norm(blk(l, "attn_norm"), d);
-        pieces::attention(b, l, Attention::default());
-        b.norm(blk(l, "ffn_norm"), d);
-        if l < s.dense_layers {
-            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
-        } else {
-            pieces::moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
-        }
+        pieces::decoder_layer(b, l, Attention::default(), Moe { selection_bias: true, shared, ..Moe::SPLIT });
     }
 }

@@ -17,9 +17,7 @@ fn defaults(spec: &mut ModelSpec) {
 }
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
-    if spec.shared_experts == 0 {
-        return Err("glm4moe needs a shared expert (its graph adds one unconditionally)".into());
-    }
+    super::needs_shared(spec)?;
     if spec.mtp_layers > 1 {
         return Err("glm4moe's MTP graph takes one next-n layer".into());
     }
@@ -29,12 +27,8 @@ fn check(spec: &ModelSpec) -> Result<(), String> {
 fn build(b: &mut Builder) {
     let s = b.spec;
     pieces::common_keys(b);
-    b.key_u32("leading_dense_block_count", s.dense_layers);
     b.key_u32("nextn_predict_layers", s.mtp_layers);
-    b.key_u32("expert_shared_count", s.shared_experts);
-    b.key_u32("expert_gating_func", 2);
-    b.key_bool("expert_weights_norm", true);
-    b.key_f32("expert_weights_scale", 1.0);
+    pieces::sigmoid_routing_keys(b, 1.0);
     // Partial rope: half of each head, as the releases do.
     b.key_u32("rope.dimension_count", s.head_dim / 2);
     b.embeddings();
@@ -44,11 +38,7 @@ fn build(b: &mut Builder) {
         b.norm(blk(l, "attn_norm"), d);
         pieces::attention(b, l, Attention { qkv_bias: true, qk_norm: true, ..Attention::default() });
         b.norm(blk(l, "post_attention_norm"), d);
-        if l < s.dense_layers {
-            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
-        } else {
-            pieces::moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
-        }
+        pieces::ffn_or_moe(b, l, Moe { selection_bias: true, shared, ..Moe::SPLIT });
         if l >= s.layers {
             pieces::nextn(b, l, true);
         }

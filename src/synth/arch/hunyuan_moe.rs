@@ -3,7 +3,7 @@
 
 use super::Generator;
 use crate::synth::ModelSpec;
-use crate::synth::build::{Builder, blk};
+use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 
 pub(super) const GENERATOR: Generator = Generator { name: "hunyuan-moe", defaults, check, build, ..Generator::BASE };
@@ -28,12 +28,8 @@ fn build(b: &mut Builder) {
     b.key_u32("expert_shared_count", 1);
     b.key_u32("rope.dimension_count", s.head_dim);
     b.embeddings();
-    let d = b.d();
     let shared = Some(Shared { width: u64::from(s.expert_ff), gated: false });
     for l in 0..s.layers {
-        b.norm(blk(l, "attn_norm"), d);
-        pieces::attention(b, l, Attention { qk_norm: true, ..Attention::default() });
-        b.norm(blk(l, "ffn_norm"), d);
-        pieces::moe(b, l, Moe { shared, ..Moe::SPLIT });
+        pieces::decoder_layer(b, l, Attention { qk_norm: true, ..Attention::default() }, Moe { shared, ..Moe::SPLIT });
     }
 }

@@ -9,7 +9,7 @@ use crate::synth::pieces::{self, Attention, Moe};
 use crate::synth::recurrent;
 
 pub(super) const GENERATOR: Generator =
-    Generator { name: "lfm2moe", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
+    Generator { name: "lfm2moe", defaults, derive: super::head_from_embedding, check, build };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.dense_layers = 2;
@@ -43,10 +43,6 @@ fn build(b: &mut Builder) {
             recurrent::short_conv(b, l);
         }
         b.norm(blk(l, "ffn_norm"), d);
-        if l < s.dense_layers {
-            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
-        } else {
-            pieces::moe(b, l, Moe { selection_bias: true, ..Moe::SPLIT });
-        }
+        pieces::ffn_or_moe(b, l, Moe { selection_bias: true, ..Moe::SPLIT });
     }
 }

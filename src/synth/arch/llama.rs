@@ -3,7 +3,7 @@
 
 use super::Generator;
 use crate::synth::ModelSpec;
-use crate::synth::build::{Builder, blk};
+use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe};
 
 pub(super) const GENERATOR: Generator = Generator { name: "llama", check, build, ..Generator::BASE };
@@ -18,11 +18,7 @@ fn build(b: &mut Builder) {
     b.key_u32("feed_forward_length", b.spec.expert_ff);
     b.key_u32("rope.dimension_count", b.spec.head_dim);
     b.embeddings();
-    let d = b.d();
     for l in 0..b.spec.layers {
-        b.norm(blk(l, "attn_norm"), d);
-        pieces::attention(b, l, Attention::default());
-        b.norm(blk(l, "ffn_norm"), d);
-        pieces::moe(b, l, Moe::SPLIT);
+        pieces::decoder_layer(b, l, Attention::default(), Moe::SPLIT);
     }
 }

@@ -71,6 +71,15 @@ fn only(spec: &ModelSpec, shared: bool, dense: bool, mtp: bool) -> Result<(), St
     Ok(())
 }
 
+/// Refuses a shape without shared experts for an architecture whose graph
+/// adds them unconditionally.
+fn needs_shared(spec: &ModelSpec) -> Result<(), String> {
+    if spec.shared_experts == 0 {
+        return Err(format!("{} needs a shared expert (its graph adds one unconditionally)", spec.arch.name()));
+    }
+    Ok(())
+}
+
 /// Refuses head widths an architecture that ropes `1/share` of each head
 /// cannot split into even rope pairs.
 fn partial_rope(spec: &ModelSpec, share: u32) -> Result<(), String> {

@@ -4,11 +4,11 @@
 
 use super::Generator;
 use crate::synth::ModelSpec;
-use crate::synth::build::{Builder, blk};
+use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 
 pub(super) const GENERATOR: Generator =
-    Generator { name: "qwen2moe", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
+    Generator { name: "qwen2moe", defaults, derive: super::head_from_embedding, check, build };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;
@@ -24,12 +24,8 @@ fn build(b: &mut Builder) {
     let width = pieces::shared_width(b);
     b.key_u32("expert_shared_feed_forward_length", width as u32);
     b.embeddings();
-    let d = b.d();
     let shared = (b.spec.shared_experts > 0).then_some(Shared { width, gated: true });
     for l in 0..b.spec.layers {
-        b.norm(blk(l, "attn_norm"), d);
-        pieces::attention(b, l, Attention { qkv_bias: true, ..Attention::default() });
-        b.norm(blk(l, "ffn_norm"), d);
-        pieces::moe(b, l, Moe { shared, ..Moe::SPLIT });
+        pieces::decoder_layer(b, l, Attention { qkv_bias: true, ..Attention::default() }, Moe { shared, ..Moe::SPLIT });
     }
 }

@@ -5,7 +5,7 @@
 
 use super::Generator;
 use crate::synth::ModelSpec;
-use crate::synth::build::{Builder, blk};
+use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe};
 
 pub(super) const GENERATOR: Generator = Generator { name: "smallthinker", check, build, ..Generator::BASE };
@@ -22,11 +22,7 @@ fn build(b: &mut Builder) {
     // Any window turns on llama.cpp's 4096-token window on 3 of 4 layers.
     b.key_u32("attention.sliding_window", 4096);
     b.embeddings();
-    let d = b.d();
     for l in 0..s.layers {
-        b.norm(blk(l, "attn_norm"), d);
-        pieces::attention(b, l, Attention::default());
-        b.norm(blk(l, "ffn_norm"), d);
-        pieces::moe(b, l, Moe::SPLIT);
+        pieces::decoder_layer(b, l, Attention::default(), Moe::SPLIT);
     }
 }
