@@ -38,7 +38,9 @@ impl fmt::Display for Layout {
 /// Recurrent or convolutional blocks beside attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hybrid {
-    /// Mamba-2 state-space blocks (`ssm_a`, `ssm_dt`, no `ssm_beta`).
+    /// Mamba state-space blocks with an `ssm_x` projection (Jamba).
+    Mamba,
+    /// Mamba-2 state-space blocks (`ssm_a`, `ssm_dt`, no `ssm_x` or `ssm_beta`).
     Mamba2,
     /// Gated delta-net linear attention (`ssm_beta` / `ssm_ba`).
     DeltaNet,
@@ -49,6 +51,7 @@ pub enum Hybrid {
 impl fmt::Display for Hybrid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Hybrid::Mamba => "Mamba",
             Hybrid::Mamba2 => "Mamba-2",
             Hybrid::DeltaNet => "gated delta-net",
             Hybrid::ShortConv => "short conv",
@@ -118,7 +121,7 @@ pub fn check_file(files: &ModelFiles) -> Result<FileFeatures, String> {
     // Per layer: which expert suffixes it has.
     let mut layers: BTreeMap<u32, [bool; 4]> = BTreeMap::new();
     let (mut shared, mut selection_bias, mut mla) = (false, false, false);
-    let (mut mamba, mut delta, mut conv) = (false, false, false);
+    let (mut mamba, mut mamba1, mut delta, mut conv) = (false, false, false, false);
     let mut nextn_tensors = false;
     for t in files.tensors() {
         let name = t.info.name.as_str();
@@ -137,7 +140,8 @@ pub fn check_file(files: &ModelFiles) -> Result<FileFeatures, String> {
         selection_bias |= name.contains(".exp_probs_b.");
         mla |= name.contains(".attn_kv_a_mqa.");
         delta |= name.contains(".ssm_beta.") || name.contains(".ssm_ba.");
-        mamba |= name.contains(".ssm_dt.") || name.contains(".ssm_a");
+        mamba |= name.contains(".ssm_dt.") || name.ends_with(".ssm_a");
+        mamba1 |= name.contains(".ssm_x.");
         conv |= name.contains(".shortconv.conv.");
         nextn_tensors |= name.contains(".nextn.");
     }
@@ -171,6 +175,8 @@ pub fn check_file(files: &ModelFiles) -> Result<FileFeatures, String> {
     let mtp_layers = meta.arch_u64("nextn_predict_layers").unwrap_or(u64::from(nextn_tensors));
     let hybrid = if delta {
         Some(Hybrid::DeltaNet)
+    } else if mamba1 {
+        Some(Hybrid::Mamba)
     } else if mamba {
         Some(Hybrid::Mamba2)
     } else if conv {
