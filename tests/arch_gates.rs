@@ -59,6 +59,10 @@ fn arch_gate(arch: Arch, extras: Extras) {
             let evictions: u64 = decode.iter().map(|r| r.trace.evictions).sum();
             assert!(evictions > 0, "{what}: the cache never evicted");
         }
+        if what.ends_with("read-ahead") {
+            let prefetched: u64 = decode.iter().map(|r| r.trace.prefetched).sum();
+            assert!(prefetched > 0, "{what}: nothing was read ahead");
+        }
     }
     if extras.turns {
         let turns = [PROMPT, " and then", " finally, the end."];

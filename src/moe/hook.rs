@@ -220,6 +220,9 @@ pub struct MoeHook {
     last_routed: Vec<Vec<u32>>,
     /// Scratch: one token's hidden state.
     hidden: Vec<f32>,
+    /// Scratch: the streamed layers after the current one that read-ahead
+    /// and the router prediction look at.
+    ahead: Vec<usize>,
     /// Expert tensors the graph reads other than through an expert matmul.
     other_expert_uses: Vec<String>,
     /// Read each layer's applied routing weights (for route traces); the
@@ -269,6 +272,7 @@ impl MoeHook {
             predicted_far: Vec::new(),
             last_routed: Vec::new(),
             hidden: Vec::new(),
+            ahead: Vec::new(),
             predict_distance: 1,
             record_weights: true,
             other_expert_uses: Vec::new(),
@@ -572,14 +576,14 @@ impl MoeHook {
         self.trace.predictions.push(PredictionScore { layer: il as u32, routed: routed.len() as u32, right });
     }
 
-    /// Runs the routers of the next layers (as many as the read-ahead
-    /// asks) on layer `il`'s input, for each of the batch's tokens, and
-    /// remembers the union of their top-k: layer `il + 1`'s in `predicted`
-    /// (scored against its routing), farther ones in `predicted_far`.
+    /// Runs the routers of the next streamed layers (as many as the
+    /// read-ahead asks) on layer `il`'s input, for each of the batch's
+    /// tokens, and remembers the union of their top-k: the nearest one's in
+    /// `predicted` (scored against its routing), farther ones in
+    /// `predicted_far`. Layers without experts in between (dense layers of
+    /// an architecture with MoE on some layers only) are skipped.
     fn predict_next(&mut self, topk: Tensor<'_>, il: usize, k: usize, nt: usize) {
         const MAX_TOKENS: usize = 4;
-        let depth = if self.predict_distance == 0 { 0 } else { self.read_ahead.router.max(1) as usize - 1 };
-        let first = il + self.predict_distance;
         let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
         // Nothing to read ahead once the cache holds the whole bank.
         if nt > MAX_TOKENS || store.holds_whole_bank() {
@@ -590,21 +594,26 @@ impl MoeHook {
         if tokens != nt as i64 {
             return;
         }
-        // The layers predicted: from `first` on, while they stream and their
-        // routers read a hidden state of this width.
-        let Some(last) = (first..=first + depth)
-            .take_while(|&n| store.has_layer(n) && predictor.width(n).is_some_and(|w| w as i64 == width))
-            .last()
-        else {
-            return;
-        };
+        // The layers predicted: the next streamed ones (or this one, when
+        // checking the predictor), while their routers read a hidden state
+        // of this width.
+        let ahead = &mut self.ahead;
+        ahead.clear();
+        if self.predict_distance == 0 {
+            ahead.push(il);
+        } else {
+            ahead.extend(store.streamed_after(il).take(self.read_ahead.router.max(1) as usize));
+        }
+        let fits = ahead.iter().take_while(|&&n| predictor.width(n).is_some_and(|w| w as i64 == width)).count();
+        ahead.truncate(fits);
+        let (Some(&first), Some(&last)) = (ahead.first(), ahead.last()) else { return };
         let width = width as usize;
         for table in [&mut self.predicted, &mut self.predicted_far] {
             if table.len() <= last {
                 table.resize_with(last + 1, Vec::new);
             }
         }
-        for next in first..=last {
+        for &next in ahead.iter() {
             prediction_slot(&mut self.predicted, &mut self.predicted_far, first, next).clear();
         }
         // Each token's hidden state is read once for every layer predicted.
@@ -613,12 +622,12 @@ impl MoeHook {
             self.hidden.clear();
             self.hidden.extend((0..width).map(|i| input.read_f32(j * nb[1] + i * nb[0]).unwrap_or(0.0)));
             let rms = (self.hidden.iter().map(|x| x * x).sum::<f32>() / width as f32).sqrt();
-            for next in first..=last {
+            for &next in ahead.iter() {
                 let out = prediction_slot(&mut self.predicted, &mut self.predicted_far, first, next);
                 predictor.predict(next, &self.hidden, rms.max(f32::MIN_POSITIVE), k, out);
             }
         }
-        for next in first..=last {
+        for &next in ahead.iter() {
             let out = prediction_slot(&mut self.predicted, &mut self.predicted_far, first, next);
             out.sort_unstable();
             out.dedup();
@@ -636,16 +645,23 @@ impl MoeHook {
             self.last_routed.iter_mut().for_each(Vec::clear);
             return;
         }
+        // The next streamed layers, nearest first (dense layers between
+        // them have nothing to read).
+        let Some(store) = self.store.as_ref() else { return };
+        let reach = self.read_ahead.layers.max(self.read_ahead.router) as usize;
+        self.ahead.clear();
+        self.ahead.extend(store.streamed_after(il).take(reach));
         let mut targets: Vec<(usize, Vec<u32>)> = Vec::new();
-        for d in 1..=self.read_ahead.layers as usize {
-            if let Some(prev) = self.last_routed.get(il + d).filter(|p| !p.is_empty()) {
-                targets.push((il + d, prev.clone()));
+        for &layer in self.ahead.iter().take(self.read_ahead.layers as usize) {
+            if let Some(prev) = self.last_routed.get(layer).filter(|p| !p.is_empty()) {
+                targets.push((layer, prev.clone()));
             }
         }
-        let predictions = (1..=self.read_ahead.router as usize).filter_map(|d| {
-            let table = if d == 1 { &self.predicted } else { &self.predicted_far };
-            table.get(il + d).filter(|p| !p.is_empty()).map(|p| (il + d, p))
-        });
+        let predictions =
+            self.ahead.iter().take(self.read_ahead.router as usize).enumerate().filter_map(|(d, &layer)| {
+                let table = if d == 0 { &self.predicted } else { &self.predicted_far };
+                table.get(layer).filter(|p| !p.is_empty()).map(|p| (layer, p))
+            });
         for (layer, p) in predictions {
             match targets.iter_mut().find(|(t, _)| *t == layer) {
                 Some((_, experts)) => experts.extend(p.iter().filter(|e| !experts.contains(e)).collect::<Vec<_>>()),

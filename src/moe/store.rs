@@ -272,6 +272,11 @@ impl ExpertStore {
         self.layers.get(il).is_some_and(|l| !l.is_empty())
     }
 
+    /// The streamed layers after `il`, nearest first.
+    pub fn streamed_after(&self, il: usize) -> impl Iterator<Item = usize> + '_ {
+        (il + 1..self.layers.len()).filter(|&l| self.has_layer(l))
+    }
+
     /// Bytes of one (layer, expert) entry, all projections.
     pub fn entry_bytes(&self, il: usize) -> u64 {
         self.entry_bytes.get(il).copied().unwrap_or(0)
