@@ -99,8 +99,14 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
 pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
     let preset =
         Preset::from_name(&a.preset).ok_or_else(|| anyhow!("--preset {}: expected tiny, demo or bench", a.preset))?;
-    let arch =
-        Arch::from_name(&a.arch).ok_or_else(|| anyhow!("--arch {}: the generator makes {}", a.arch, Arch::names()))?;
+    let arch = Arch::from_name(&a.arch).ok_or_else(|| {
+        let known = if recipe::recipe_for(&a.arch).is_some() {
+            " (llama.cpp runs it, and bmoe streams its files by capability, but has no generator for it)"
+        } else {
+            ""
+        };
+        anyhow!("--arch {}{known}: the generator makes {}", a.arch, Arch::names())
+    })?;
     let mut spec = ModelSpec::preset(preset, arch);
     if let Some(q) = &a.quant {
         let supported = [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0];
