@@ -78,12 +78,6 @@ impl<'a> Builder<'a> {
         self.key(key, Value::Array(ValueType::U32, values));
     }
 
-    /// Sets `<arch>.<key>` to one bool per layer.
-    pub fn key_per_layer_bool(&mut self, key: &str, value: impl Fn(u32) -> bool) {
-        let values = (0..self.spec.layers).map(|l| Value::Bool(value(l))).collect();
-        self.key(key, Value::Array(ValueType::Bool, values));
-    }
-
     /// Adds a tensor.
     pub fn tensor(&mut self, name: impl Into<String>, dims: &[u64], ty: GgmlType, fill: Fill) {
         self.tensors.push((TensorSpec::new(name, dims, ty), fill));
@@ -117,12 +111,6 @@ impl<'a> Builder<'a> {
         let ty = self.spec.dense_type;
         let mix = self.spec.routing.mix;
         self.tensor(name, &[fan_in, fan_out], ty, proj(fan_in, mix));
-    }
-
-    /// A random f32 tensor of standard deviation `std` (small recurrent
-    /// parameters, convolution kernels).
-    pub fn random_f32(&mut self, name: impl Into<String>, dims: &[u64], std: f32) {
-        self.tensor(name, dims, GgmlType::F32, Fill::Random { std });
     }
 
     /// Layer `l`'s router `[d, n_expert]` with the structured fill.
