@@ -47,7 +47,8 @@ pub struct MakeModelArgs {
     /// MTP (next-token prediction) layers after the main blocks (glm4moe, deepseek2, qwen35moe).
     #[arg(long)]
     pub mtp_layers: Option<u32>,
-    /// Expert tensor type: f32, f16, q8_0 or q4_0.
+    /// Expert tensor type: f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq2_xxs, iq3_s, iq4_xs,
+    /// iq4_nl or mxfp4 (K-quants and IQ types need widths that are multiples of 256, the others of 32).
     #[arg(long)]
     pub quant: Option<String>,
     /// Random seed (same seed, same bytes).
@@ -109,10 +110,10 @@ pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
     })?;
     let mut spec = ModelSpec::preset(preset, arch);
     if let Some(q) = &a.quant {
-        let supported = [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0];
-        spec.expert_type = GgmlType::from_name(q)
-            .filter(|t| supported.contains(t))
-            .ok_or_else(|| anyhow!("--quant {q}: the generator writes f32, f16, q8_0 or q4_0 experts"))?;
+        let known = crate::synth::EXPERT_TYPES.iter().any(|t| t.eq_ignore_ascii_case(q));
+        spec.expert_type = GgmlType::from_name(q).filter(|_| known).ok_or_else(|| {
+            anyhow!("--quant {q}: the generator writes {} experts", crate::synth::EXPERT_TYPES.join(", "))
+        })?;
     }
     let set = |dst: &mut u32, v: Option<u32>| {
         if let Some(v) = v {

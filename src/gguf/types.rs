@@ -62,6 +62,8 @@ impl GgmlType {
     pub const Q4_0: GgmlType = GgmlType(2);
     /// 8-bit blocks of 32 with one f16 scale.
     pub const Q8_0: GgmlType = GgmlType(8);
+    /// bfloat16.
+    pub const BF16: GgmlType = GgmlType(30);
 
     /// The type with this numeric id, if ggml defines it.
     pub fn from_id(id: u32) -> Option<GgmlType> {

@@ -6,6 +6,7 @@ mod context;
 mod log;
 pub mod memory;
 mod model;
+pub mod quant;
 mod sampler;
 mod tensor;
 

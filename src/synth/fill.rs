@@ -27,12 +27,29 @@ pub enum Fill {
 /// Bytes per generation chunk; each chunk has its own random stream.
 const CHUNK_BYTES: u64 = 1 << 20;
 
-/// Renders `spec` filled by `fill`, using up to `threads` threads.
-pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Vec<u8> {
+/// Whether the generator encodes `ty` itself; every other type goes through
+/// ggml's quantizer, a whole row at a time.
+pub fn encodes_natively(ty: GgmlType) -> bool {
+    [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0].contains(&ty)
+}
+
+/// Renders `spec` filled by `fill`, using up to `threads` threads; fails
+/// only if ggml's quantizer refuses the rows (a shape `validate` let through).
+pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Result<Vec<u8>, String> {
     let size = spec.size() as usize;
     let block_bytes = spec.ty.block_bytes() as usize;
     let block_elems = spec.ty.block_elems() as usize;
-    let chunk = ((CHUNK_BYTES as usize) / block_bytes).max(1) * block_bytes;
+    let n_per_row = spec.dims.first().copied().unwrap_or(1) as usize;
+    // ggml quantizes whole rows: those types are rendered in row-aligned chunks.
+    let unit = if encodes_natively(spec.ty) {
+        block_bytes
+    } else {
+        spec.ty
+            .row_bytes(n_per_row as u64)
+            .ok_or_else(|| format!("{}: rows of {n_per_row} are not whole {} blocks", spec.name, spec.ty))?
+            as usize
+    };
+    let chunk = ((CHUNK_BYTES as usize) / unit).max(1) * unit;
     let mut out = vec![0u8; size];
     let chunks: Vec<(usize, &mut [u8])> = out.chunks_mut(chunk).enumerate().collect();
     let per_thread = chunks.len().div_ceil(threads.max(1));
@@ -42,31 +59,61 @@ pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Vec<
     while it.peek().is_some() {
         groups.push(it.by_ref().take(per_thread.max(1)).collect());
     }
-    std::thread::scope(|s| {
-        for group in groups {
-            s.spawn(move || {
-                for (index, bytes) in group {
-                    let first_elem = index * (chunk / block_bytes) * block_elems;
-                    let mut rng = ChaCha8Rng::seed_from_u64(mix(tensor_seed ^ index as u64));
-                    fill_chunk(spec.ty, fill, first_elem, bytes, &mut rng);
-                }
-            });
-        }
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = groups
+            .into_iter()
+            .map(|group| {
+                s.spawn(move || {
+                    for (index, bytes) in group {
+                        let first_elem = index * (chunk / block_bytes) * block_elems;
+                        let mut rng = ChaCha8Rng::seed_from_u64(mix(tensor_seed ^ index as u64));
+                        fill_chunk(spec.ty, fill, first_elem, n_per_row, bytes, &mut rng)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a fill thread panicked".into()))).collect()
     });
-    out
+    results.into_iter().collect::<Result<(), String>>().map_err(|e| format!("{}: {e}", spec.name))?;
+    Ok(out)
 }
 
-fn fill_chunk(ty: GgmlType, fill: &Fill, first_elem: usize, out: &mut [u8], rng: &mut ChaCha8Rng) {
+fn fill_chunk(
+    ty: GgmlType,
+    fill: &Fill,
+    first_elem: usize,
+    n_per_row: usize,
+    out: &mut [u8],
+    rng: &mut ChaCha8Rng,
+) -> Result<(), String> {
+    let n = out.len() / ty.block_bytes() as usize * ty.block_elems() as usize;
     match fill {
-        Fill::Random { std } => fill_random(ty, *std, out, rng),
-        Fill::Const(c) => {
-            let n = out.len() / ty.block_bytes() as usize * ty.block_elems() as usize;
-            encode(ty, &vec![*c; n], out);
+        Fill::Random { std } if encodes_natively(ty) => {
+            fill_random(ty, *std, out, rng);
+            Ok(())
         }
-        Fill::Values(values) => {
-            let n = out.len() / ty.block_bytes() as usize * ty.block_elems() as usize;
-            encode(ty, &values[first_elem..first_elem + n], out);
-        }
+        Fill::Random { std } => encode_rows(ty, &uniform(*std, n, rng), n_per_row, out),
+        Fill::Const(c) => encode_rows(ty, &vec![*c; n], n_per_row, out),
+        Fill::Values(values) => encode_rows(ty, &values[first_elem..first_elem + n], n_per_row, out),
+    }
+}
+
+/// `n` uniform values of standard deviation `std`.
+fn uniform(std: f32, n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    // Uniform on [-a, a] has std a / sqrt(3).
+    let a = std * 3f32.sqrt();
+    (0..n).map(|_| a * signed_unit(rng.next_u32())).collect()
+}
+
+/// Encodes whole rows of `n_per_row` values: natively where the generator
+/// can, else with ggml's quantizer.
+fn encode_rows(ty: GgmlType, values: &[f32], n_per_row: usize, out: &mut [u8]) -> Result<(), String> {
+    if encodes_natively(ty) {
+        encode(ty, values, out);
+        Ok(())
+    } else {
+        crate::llama::quant::quantize_rows(ty.id(), values, n_per_row, out)
     }
 }
 
@@ -88,11 +135,8 @@ fn fill_random(ty: GgmlType, std: f32, out: &mut [u8], rng: &mut ChaCha8Rng) {
             }
         }
         _ => {
-            // Uniform on [-a, a] has std a / sqrt(3).
-            let a = std * 3f32.sqrt();
             let n = out.len() / ty.block_bytes() as usize * ty.block_elems() as usize;
-            let values: Vec<f32> = (0..n).map(|_| a * signed_unit(rng.next_u32())).collect();
-            encode(ty, &values, out);
+            encode(ty, &uniform(std, n, rng), out);
         }
     }
 }
@@ -122,6 +166,11 @@ pub fn encode(ty: GgmlType, values: &[f32], out: &mut [u8]) {
         GgmlType::F16 => {
             for (v, o) in values.iter().zip(out.chunks_exact_mut(2)) {
                 o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+            }
+        }
+        GgmlType::BF16 => {
+            for (v, o) in values.iter().zip(out.chunks_exact_mut(2)) {
+                o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
             }
         }
         GgmlType::Q8_0 => {
@@ -174,17 +223,17 @@ mod tests {
     fn same_seed_same_bytes_any_thread_count() {
         let spec = TensorSpec::new("blk.0.ffn_up_exps.weight", &[64, 64, 40], GgmlType::Q4_0);
         let fill = Fill::Random { std: 0.02 };
-        let a = render(&spec, &fill, 7, 1);
-        let b = render(&spec, &fill, 7, 3);
+        let a = render(&spec, &fill, 7, 1).unwrap();
+        let b = render(&spec, &fill, 7, 3).unwrap();
         assert_eq!(a, b);
-        assert_ne!(a, render(&spec, &fill, 8, 1));
+        assert_ne!(a, render(&spec, &fill, 8, 1).unwrap());
     }
 
     #[test]
     fn random_quants_are_zero_mean() {
         for (ty, bias) in [(GgmlType::Q4_0, 8i64), (GgmlType::Q8_0, 0)] {
             let spec = TensorSpec::new("w", &[256, 256], ty);
-            let bytes = render(&spec, &Fill::Random { std: 1.0 }, 1, 2);
+            let bytes = render(&spec, &Fill::Random { std: 1.0 }, 1, 2).unwrap();
             let mut sum = 0i64;
             let mut n = 0i64;
             for block in bytes.chunks(ty.block_bytes() as usize) {

@@ -31,6 +31,14 @@ pub use write::{WriteReport, write_model, write_plan};
 
 use crate::gguf::GgmlType;
 
+/// The expert types the generator writes: the ones releases use for experts.
+/// f32, f16, bf16, q8_0 and q4_0 are encoded here; the K-quants, IQ types
+/// and MXFP4 by ggml's own quantizer (real, validated blocks).
+pub const EXPERT_TYPES: &[&str] = &[
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq2_xxs", "iq3_s", "iq4_xs",
+    "iq4_nl", "mxfp4",
+];
+
 /// Changes whenever the same spec would produce different bytes.
 pub const GENERATOR_VERSION: u32 = 3;
 
@@ -205,8 +213,8 @@ impl ModelSpec {
                 Ok(())
             }
         };
-        if ![GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0].contains(&self.expert_type) {
-            return Err(format!("expert type {} is not supported (f32, f16, q8_0, q4_0)", self.expert_type));
+        if !EXPERT_TYPES.iter().any(|t| GgmlType::from_name(t) == Some(self.expert_type)) {
+            return Err(format!("expert type {} is not supported ({})", self.expert_type, EXPERT_TYPES.join(", ")));
         }
         if ![GgmlType::F32, GgmlType::F16].contains(&self.dense_type) {
             return Err(format!("dense type {} is not supported (f32, f16)", self.dense_type));

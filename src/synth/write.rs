@@ -94,7 +94,7 @@ pub fn write_plan(
     }
 
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(1);
+    let (tx, rx) = mpsc::sync_channel::<Result<Vec<u8>, String>>(1);
     let tensors = &planned.tensors;
     let seed = spec.seed;
     let mut done = 0u64;
@@ -119,7 +119,7 @@ pub fn write_plan(
             out.write_all(&header).with_context(|| format!("writing {}", partial.display()))?;
             done += header.len() as u64;
             for t in w.tensors() {
-                let bytes = rx.recv().context("tensor generator stopped")?;
+                let bytes = rx.recv().context("tensor generator stopped")?.map_err(|e| anyhow::anyhow!(e))?;
                 crate::gguf::write_tensor_padded(&mut out, t, &bytes)
                     .with_context(|| format!("writing {}", partial.display()))?;
                 done += t.size().next_multiple_of(32);
