@@ -9,15 +9,12 @@ use llama_cpp_sys_2 as sys;
 /// importance matrix (iq2_xxs, iq2_xs, iq1_s) get a uniform one. The result
 /// is validated: finite scales, values in range.
 pub fn quantize_rows(type_id: u32, values: &[f32], n_per_row: usize, out: &mut [u8]) -> Result<(), String> {
-    let ty = type_id as sys::ggml_type;
-    // SAFETY: pure lookups in ggml's type table; ids come from the caller's
-    // GgmlType table and are range-checked first.
-    let (block, row_bytes) = unsafe {
-        if type_id >= sys::GGML_TYPE_COUNT as u32 {
-            return Err(format!("ggml type {type_id} does not exist"));
-        }
-        (sys::ggml_blck_size(ty) as usize, sys::ggml_row_size(ty, n_per_row as i64))
-    };
+    if type_id >= sys::GGML_TYPE_COUNT {
+        return Err(format!("ggml type {type_id} does not exist"));
+    }
+    let ty: sys::ggml_type = type_id;
+    // SAFETY: pure lookups in ggml's type table for an id in its range.
+    let (block, row_bytes) = unsafe { (sys::ggml_blck_size(ty) as usize, sys::ggml_row_size(ty, n_per_row as i64)) };
     if n_per_row == 0 || block == 0 || !n_per_row.is_multiple_of(block) || !values.len().is_multiple_of(n_per_row) {
         return Err(format!("{} values in rows of {n_per_row} are not whole blocks of {block}", values.len()));
     }
