@@ -15,17 +15,52 @@ use common::*;
 const N: u32 = 16;
 
 fn type_gate(arch: Arch, ty: &str) {
-    let dir = tempdir();
     let ty = GgmlType::from_name(ty).unwrap();
-    // Widths of 256: whole blocks of every K-quant and IQ type.
-    let m = write_tiny(dir.path(), "m.gguf", arch, |s| {
-        (s.embd, s.expert_ff, s.expert_type) = (256, 256, ty);
-        s.derive();
-    });
     let what = format!("{} {ty} experts", arch.name());
+    gate_with(
+        arch,
+        &what,
+        |s| s.expert_type = ty,
+        |files| {
+            let expert = files.tensors().find(|t| t.info.name == "blk.1.ffn_down_exps.weight").unwrap();
+            assert_eq!(expert.info.ty, ty, "{what}");
+        },
+    );
+}
+
+fn mix_gate(arch: Arch, mix: &str) {
+    let what = format!("{} {mix} mix", arch.name());
+    gate_with(
+        arch,
+        &what,
+        |s| s.quant_mix = bmoe::synth::QuantMix::from_name(mix),
+        |files| {
+            let types: std::collections::BTreeSet<String> =
+                files.tensors().map(|t| t.info.ty.name().to_string()).collect();
+            assert!(types.len() >= 3, "{what}: a mix has several types, the file has {types:?}");
+        },
+    );
+}
+
+/// Writes the tiny model of `arch` with `edit` applied (and widths of 256:
+/// whole blocks of every K-quant and IQ type), checks the file, then gates
+/// it: finite resident logits, streamed bitwise equal with the cache off
+/// and with an evicting cache.
+fn gate_with(
+    arch: Arch,
+    what: &str,
+    edit: impl FnOnce(&mut bmoe::synth::ModelSpec),
+    check: impl FnOnce(&bmoe::gguf::ModelFiles),
+) {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", arch, |s| {
+        (s.embd, s.expert_ff) = (256, 256);
+        s.derive();
+        edit(s);
+    });
     let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    check(&files);
     let expert = files.tensors().find(|t| t.info.name == "blk.1.ffn_down_exps.weight").unwrap();
-    assert_eq!(expert.info.ty, ty, "{what}");
     let (reference, _) = run(options(&m, None), N);
     for (step, logits) in reference.logits.iter().enumerate() {
         assert!(logits.iter().all(|x| x.is_finite()), "{what}: resident logits at step {step} are not finite");
@@ -86,4 +121,16 @@ type_gates! {
 #[test]
 fn gate_gpt_oss_mxfp4() {
     type_gate(Arch::GptOss, "mxfp4");
+}
+
+/// Each llama.cpp recipe, applied per tensor as releases are made, on
+/// qwen3moe; MXFP4_MOE also on gpt-oss (its releases) and Q4_K_M on
+/// deepseek2 (MLA tensors whose rows fall back to 32-blocks).
+#[test]
+fn gate_quant_mixes() {
+    for (_, mix) in bmoe::synth::QuantMix::ALL {
+        mix_gate(Arch::Qwen3Moe, mix);
+    }
+    mix_gate(Arch::GptOss, "mxfp4");
+    mix_gate(Arch::Deepseek2, "q4_k_m");
 }

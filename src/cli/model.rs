@@ -51,6 +51,10 @@ pub struct MakeModelArgs {
     /// iq4_nl or mxfp4 (K-quants and IQ types need widths that are multiples of 256, the others of 32).
     #[arg(long)]
     pub quant: Option<String>,
+    /// A llama.cpp quantization recipe applied per tensor, as releases are made: q4_k_m, q5_k_m, q6_k, q3_k_m,
+    /// iq2_xxs or mxfp4 (MXFP4_MOE: experts in MXFP4, the rest q8_0). Replaces --quant.
+    #[arg(long, value_name = "RECIPE")]
+    pub quant_mix: Option<String>,
     /// Random seed (same seed, same bytes).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -82,12 +86,12 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
         eprintln!("wrote {}", p.display());
     }
     eprintln!(
-        "{} {} layers, {} experts (top-{}), {} experts: {:.1} MiB in {:.2} s ({:.0} MiB/s); random weights",
+        "{} {} layers, {} experts (top-{}), {}: {:.1} MiB in {:.2} s ({:.0} MiB/s); random weights",
         spec.arch.name(),
         spec.layers,
         spec.experts,
         spec.experts_used,
-        spec.expert_type,
+        spec.quant_mix.map_or_else(|| format!("{} experts", spec.expert_type), |m| format!("{} mix", m.name())),
         report.bytes as f64 / 1048576.0,
         report.seconds,
         report.bytes as f64 / 1048576.0 / report.seconds.max(1e-9)
@@ -114,6 +118,16 @@ pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
         spec.expert_type = GgmlType::from_name(q).filter(|_| known).ok_or_else(|| {
             anyhow!("--quant {q}: the generator writes {} experts", crate::synth::EXPERT_TYPES.join(", "))
         })?;
+    }
+    if let Some(m) = &a.quant_mix {
+        if a.quant.is_some() {
+            bail!("give --quant (one type for the experts) or --quant-mix (a recipe for every tensor), not both");
+        }
+        let names: Vec<&str> = crate::synth::QuantMix::ALL.iter().map(|(_, n)| *n).collect();
+        spec.quant_mix = Some(
+            crate::synth::QuantMix::from_name(m)
+                .ok_or_else(|| anyhow!("--quant-mix {m}: the recipes are {}", names.join(", ")))?,
+        );
     }
     let set = |dst: &mut u32, v: Option<u32>| {
         if let Some(v) = v {

@@ -217,6 +217,7 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         dense_layers: int("dense_layers")?,
         mtp_layers: int("mtp_layers")?,
         quant: text("quant"),
+        quant_mix: text("quant_mix"),
         seed: int("seed")?.map(u64::from),
         split: None,
         token_corr: float("token_corr")?,

@@ -16,6 +16,7 @@
 pub mod arch;
 pub mod build;
 mod fill;
+pub mod mix;
 pub mod pieces;
 mod plan;
 pub mod recurrent;
@@ -25,6 +26,7 @@ mod write;
 
 pub use arch::{Arch, Generator};
 pub use fill::{Fill, mix};
+pub use mix::QuantMix;
 pub use plan::{Planned, plan};
 pub use vocab::{BOS_ID, EOS_ID, Vocab, template_markers};
 pub use write::{WriteReport, write_model, write_plan};
@@ -122,6 +124,9 @@ pub struct ModelSpec {
     pub expert_type: GgmlType,
     /// Type of the large dense matrices (attention, embeddings).
     pub dense_type: GgmlType,
+    /// A llama.cpp quantization recipe applied per tensor after the plan
+    /// (it replaces `expert_type` and `dense_type` where it applies).
+    pub quant_mix: Option<QuantMix>,
     /// Random seed: same seed, same bytes.
     pub seed: u64,
     /// Number of shard files (1 = a single file).
@@ -156,6 +161,7 @@ impl ModelSpec {
             ctx: 4096,
             expert_type: GgmlType::F32,
             dense_type: GgmlType::F32,
+            quant_mix: None,
             seed: 42,
             split: 1,
             pieces: true,
@@ -256,8 +262,11 @@ impl ModelSpec {
         if !(0.0..1.0).contains(&r.token_corr) {
             return Err(format!("token correlation must be in [0, 1) (got {})", r.token_corr));
         }
-        blocks("embedding width", self.embd, self.expert_type)?;
-        blocks("expert width", self.expert_ff, self.expert_type)?;
+        if self.quant_mix.is_none() {
+            // A mix falls back to a type whose blocks fit, as llama.cpp's quantizer does.
+            blocks("embedding width", self.embd, self.expert_type)?;
+            blocks("expert width", self.expert_ff, self.expert_type)?;
+        }
         blocks("embedding width", self.embd, self.dense_type)?;
         (self.arch.generator().check)(self)
     }

@@ -4,6 +4,7 @@
 use super::ModelSpec;
 use super::build::Builder;
 use super::fill::Fill;
+use super::mix::{MixModel, apply};
 use super::structure::Structure;
 use super::vocab::{Vocab, template_markers};
 use crate::gguf::{TensorSpec, Value};
@@ -34,5 +35,18 @@ pub fn plan(spec: &ModelSpec) -> Planned {
     if let Some(template) = &spec.chat_template {
         metadata.push(("tokenizer.chat_template".to_string(), Value::String(template.clone())));
     }
-    Planned { metadata, tensors: builder.tensors }
+    let mut tensors = builder.tensors;
+    if let Some(quant_mix) = spec.quant_mix {
+        let model = MixModel {
+            n_layer: spec.layers + spec.mtp_layers,
+            n_expert: spec.experts,
+            n_gqa: spec.heads / spec.kv_heads.max(1),
+        };
+        let mut specs: Vec<TensorSpec> = tensors.iter().map(|(t, _)| t.clone()).collect();
+        apply(quant_mix, model, &mut specs);
+        for ((t, _), mixed) in tensors.iter_mut().zip(specs) {
+            t.ty = mixed.ty;
+        }
+    }
+    Planned { metadata, tensors }
 }
