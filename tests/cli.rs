@@ -253,6 +253,17 @@ fn inspect_archs_and_split() {
     assert!(stdout(&ok(&["inspect", &l])).contains("short conv hybrid"));
     let out = bmoe(&["make-model", "--arch", "olmoe", "--shared-experts", "1", "-o", &d]);
     assert!(!out.status.success() && stderr(&out).contains("olmoe has no shared experts"), "{}", stderr(&out));
+    // --plan prints the plan and writes nothing; its file size is the written file's.
+    let plan = stdout(&ok(&["make-model", "--preset", "tiny", "--arch", "deepseek2", "--plan"]));
+    for group in ["routed experts", "shared experts", "vocabulary matrices", "attention", "file "] {
+        assert!(plan.contains(group), "{group}: {plan}");
+    }
+    let size = std::fs::metadata(&d).unwrap().len() as f64 / 1048576.0;
+    assert!(plan.contains(&format!("file {size:.2} MiB")), "{size}: {plan}");
+    let mix = stdout(&ok(&["make-model", "--embd", "256", "--expert-ff", "256", "--quant-mix", "q4_k_m", "--plan"]));
+    assert!(mix.contains("q4_k_m mix") && mix.contains("q6_K"), "{mix}");
+    let out = bmoe(&["make-model", "--quant", "q4_K", "--quant-mix", "q4_k_m", "--plan"]);
+    assert!(!out.status.success() && stderr(&out).contains("not both"), "{}", stderr(&out));
     let out = bmoe(&["make-model", "--arch", "grovemoe", "-o", &d]);
     assert!(!out.status.success() && stderr(&out).contains("deepseek2"), "{}", stderr(&out));
     let split = dir.path().join("s.gguf").to_string_lossy().into_owned();
@@ -261,8 +272,11 @@ fn inspect_archs_and_split() {
     assert!(stdout(&ok(&["inspect", first.to_str().unwrap()])).contains("shards:        3"));
     let g = make_tiny(dir.path(), "g.gguf", &["--arch", "gemma4"]);
     assert!(stdout(&ok(&["inspect", &g])).contains("ffn_gate_up_exps"));
+    // A type releases do not use for experts, and a K-quant whose blocks do not fit the widths.
+    let out = bmoe(&["make-model", "--preset", "tiny", "--quant", "q4_1", "-o", &split]);
+    assert!(!out.status.success() && stderr(&out).contains("--quant q4_1"), "{}", stderr(&out));
     let out = bmoe(&["make-model", "--preset", "tiny", "--quant", "q5_k", "-o", &split]);
-    assert!(!out.status.success() && stderr(&out).contains("--quant"), "{}", stderr(&out));
+    assert!(!out.status.success() && stderr(&out).contains("must be a multiple of 256 for q5_K"), "{}", stderr(&out));
 }
 
 #[test]

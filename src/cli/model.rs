@@ -15,8 +15,12 @@ use crate::telemetry::trace;
 #[derive(Args, Debug, Default)]
 pub struct MakeModelArgs {
     /// Output file (with --split N: the name before -0000i-of-0000N.gguf).
-    #[arg(short, long)]
-    pub output: PathBuf,
+    #[arg(short, long, required_unless_present = "plan")]
+    pub output: Option<PathBuf>,
+    /// Print the plan (tensors by group, bytes of experts, dense weights and vocabulary matrices, the
+    /// file size) and write nothing.
+    #[arg(long)]
+    pub plan: bool,
     /// Starting shape: tiny (<5 MB, tests), demo (~220 MB), bench (Qwen3-30B-A3B layers, >5 GB).
     #[arg(long, default_value = "tiny")]
     pub preset: String,
@@ -81,7 +85,12 @@ pub struct MakeModelArgs {
 
 pub fn make_model(a: MakeModelArgs) -> Result<()> {
     let spec = model_spec(&a)?;
-    let report = write_model_with_progress(&spec, &a.output, "writing")?;
+    if a.plan {
+        spec.validate().map_err(|e| anyhow!("invalid model shape: {e}"))?;
+        return super::print_stdout(&plan_report(&spec));
+    }
+    let output = a.output.as_deref().context("give -o FILE (or --plan)")?;
+    let report = write_model_with_progress(&spec, output, "writing")?;
     for p in &report.paths {
         eprintln!("wrote {}", p.display());
     }
@@ -97,6 +106,84 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
         report.bytes as f64 / 1048576.0 / report.seconds.max(1e-9)
     );
     Ok(())
+}
+
+/// What `make-model --plan` prints: the tensors of `spec` by group (count,
+/// types, bytes), the experts against the dense weights and the file size.
+pub fn plan_report(spec: &ModelSpec) -> String {
+    use std::collections::BTreeMap;
+    use std::fmt::Write as _;
+    let planned = crate::synth::plan(spec);
+    let group = |name: &str| -> &'static str {
+        if parse_expert_tensor(name).is_some() {
+            "routed experts"
+        } else if name.starts_with("token_embd.")
+            || name.starts_with("output.")
+            || name.contains("nextn.embed_tokens")
+            || name.contains("nextn.shared_head_head")
+        {
+            "vocabulary matrices"
+        } else if name.contains("norm.") {
+            "norms and other"
+        } else if name.contains("_shexp") {
+            "shared experts"
+        } else if name.contains("ffn_gate_inp") || name.contains("exp_probs_b") {
+            "routers"
+        } else if name.contains(".ssm_") || name.contains(".shortconv.") {
+            "recurrent blocks"
+        } else if name.contains(".attn_") {
+            "attention"
+        } else if name.contains(".ffn_") {
+            "dense FFNs"
+        } else {
+            "norms and other"
+        }
+    };
+    // group -> (tensors, bytes, types)
+    let mut groups: BTreeMap<&str, (usize, u64, BTreeMap<String, u64>)> = BTreeMap::new();
+    let mut writer = crate::gguf::GgufWriter::new();
+    for (k, v) in &planned.metadata {
+        writer.set(k, v.clone());
+    }
+    for (t, _) in &planned.tensors {
+        let g = groups.entry(group(&t.name)).or_default();
+        g.0 += 1;
+        g.1 += t.size();
+        *g.2.entry(t.ty.name().to_string()).or_default() += t.size();
+        writer.add_tensor(t.clone());
+    }
+    let total: u64 = planned.tensors.iter().map(|(t, _)| t.size()).sum();
+    let experts = groups.get("routed experts").map_or(0, |g| g.1);
+    let mut out = String::new();
+    let what = spec.quant_mix.map_or_else(|| format!("{} experts", spec.expert_type), |m| format!("{} mix", m.name()));
+    let _ = writeln!(
+        out,
+        "{} {} layers, {} experts (top-{}), {what}: {} tensors",
+        spec.arch.name(),
+        spec.layers,
+        spec.experts,
+        spec.experts_used,
+        planned.tensors.len()
+    );
+    let _ = writeln!(out, "{:<22} {:>7} {:>12} {:>7}  types", "group", "tensors", "MiB", "share");
+    for (name, (count, bytes, types)) in &groups {
+        let types: Vec<String> = types.iter().map(|(t, b)| format!("{t} {:.1}", *b as f64 / 1048576.0)).collect();
+        let _ = writeln!(
+            out,
+            "{name:<22} {count:>7} {:>12.2} {:>6.1}%  {}",
+            *bytes as f64 / 1048576.0,
+            100.0 * *bytes as f64 / total.max(1) as f64,
+            types.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "experts {:.2} MiB, dense weights {:.2} MiB (resident while streaming), file {:.2} MiB",
+        experts as f64 / 1048576.0,
+        (total - experts) as f64 / 1048576.0,
+        writer.file_size() as f64 / 1048576.0
+    );
+    out
 }
 
 /// The model `bmoe make-model` (and a script's `make_model`) would write

@@ -205,7 +205,8 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
             .transpose()
     };
     let args = crate::cli::MakeModelArgs {
-        output: full.clone(),
+        output: Some(full.clone()),
+        plan: false,
         preset: text("preset").unwrap_or_else(|| "tiny".into()),
         arch: text("arch").unwrap_or_else(|| "qwen3moe".into()),
         layers: int("layers")?,
