@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(ts[17].ty.name(), "q4_K"); // token embeddings
         assert_eq!(ts[18].ty, GgmlType::F16); // norms are not touched
         assert_eq!(ts[19].ty, GgmlType::F16); // nor routers
-        assert_eq!(ts[20].ty.name(), "q5_0"); // 8 experts: q5_K, rows of 64 fall back
+        assert_eq!(ts[20].ty.name(), "q5_1"); // 8 experts: q5_K, rows of 64 fall back to q5_1
     }
 
     #[test]
