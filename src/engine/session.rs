@@ -1047,10 +1047,20 @@ fn holdings(banks: &Banks, files: &ModelFiles, info: &OpenReport, n_ctx: u32) ->
     let k = u64::from(info.n_expert_used.min(info.n_expert));
     let working_set = banks.layers.iter().map(|l| entry(l) * k).sum();
     let meta = files.meta();
-    let kv_width = meta.arch_u64("attention.head_count_kv").unwrap_or(0)
-        * (meta.arch_u64("attention.key_length").unwrap_or(0) + meta.arch_u64("attention.value_length").unwrap_or(0));
-    // f16 keys and values for every position of every layer.
-    let kv = u64::from(n_ctx) * u64::from(info.n_layer) * kv_width * 2;
+    let head_width =
+        meta.arch_u64("attention.key_length").unwrap_or(0) + meta.arch_u64("attention.value_length").unwrap_or(0);
+    // KV heads summed over the layers: one count for all, or one per layer
+    // (hybrids give their recurrent layers 0).
+    let kv_heads: u64 = match meta.get(&format!("{}.attention.head_count_kv", info.arch)) {
+        Some(v) => match v.as_array() {
+            Some(per_layer) => per_layer.iter().filter_map(|h| h.as_u64()).sum(),
+            None => v.as_u64().unwrap_or(0) * u64::from(info.n_layer),
+        },
+        // llama.cpp's default: as many KV heads as heads.
+        None => meta.arch_u64("attention.head_count").unwrap_or(0) * u64::from(info.n_layer),
+    };
+    // f16 keys and values for every position of every attending layer.
+    let kv = u64::from(n_ctx) * kv_heads * head_width * 2;
     let own = MemSnapshot::now().rss_anon_mib.map_or(0, |m| (m * 1048576.0) as u64);
     Holdings { bank, working_set, dense: files.total_bytes().saturating_sub(bank), context: own + kv }
 }
