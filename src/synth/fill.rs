@@ -50,10 +50,24 @@ pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Resu
             as usize
     };
     let chunk = ((CHUNK_BYTES as usize) / unit).max(1) * unit;
+    let tensor_seed = mix(seed ^ name_hash(&spec.name));
+    // Random rows of ggml-quantized types come from a pool quantized once:
+    // the tensor then fills at memory speed instead of the quantizer's.
+    let rows = size / unit;
+    let pool = match fill {
+        Fill::Random { std } if !encodes_natively(spec.ty) && rows > POOL_ROWS => {
+            let mut rng = ChaCha8Rng::seed_from_u64(mix(tensor_seed ^ POOL_SEED));
+            let mut rows = vec![0u8; POOL_ROWS * unit];
+            encode_rows(spec.ty, &uniform(*std, POOL_ROWS * n_per_row, &mut rng), n_per_row, &mut rows)
+                .map_err(|e| format!("{}: {e}", spec.name))?;
+            Some(rows)
+        }
+        _ => None,
+    };
+    let pool = pool.as_deref();
     let mut out = vec![0u8; size];
     let chunks: Vec<(usize, &mut [u8])> = out.chunks_mut(chunk).enumerate().collect();
     let per_thread = chunks.len().div_ceil(threads.max(1));
-    let tensor_seed = mix(seed ^ name_hash(&spec.name));
     let mut groups: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
     let mut it = chunks.into_iter().peekable();
     while it.peek().is_some() {
@@ -67,7 +81,10 @@ pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Resu
                     for (index, bytes) in group {
                         let first_elem = index * (chunk / block_bytes) * block_elems;
                         let mut rng = ChaCha8Rng::seed_from_u64(mix(tensor_seed ^ index as u64));
-                        fill_chunk(spec.ty, fill, first_elem, n_per_row, bytes, &mut rng)?;
+                        match pool {
+                            Some(pool) => fill_from_pool(pool, unit, bytes, &mut rng),
+                            None => fill_chunk(spec.ty, fill, first_elem, n_per_row, bytes, &mut rng)?,
+                        }
                     }
                     Ok(())
                 })
@@ -77,6 +94,21 @@ pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Resu
     });
     results.into_iter().collect::<Result<(), String>>().map_err(|e| format!("{}: {e}", spec.name))?;
     Ok(out)
+}
+
+/// Rows quantized once per tensor for its random fill (see [`render`]).
+const POOL_ROWS: usize = 256;
+/// Mixed into the tensor's seed for the pool's random stream.
+const POOL_SEED: u64 = 0x9001_0000;
+
+/// Fills `out`, whole rows of `row_bytes`, with rows drawn at random from
+/// `pool`.
+fn fill_from_pool(pool: &[u8], row_bytes: usize, out: &mut [u8], rng: &mut ChaCha8Rng) {
+    let pool_rows = pool.len() / row_bytes;
+    for row in out.chunks_exact_mut(row_bytes) {
+        let pick = rng.next_u32() as usize % pool_rows;
+        row.copy_from_slice(&pool[pick * row_bytes..][..row_bytes]);
+    }
 }
 
 fn fill_chunk(
