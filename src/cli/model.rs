@@ -353,18 +353,18 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         let aligned = layers.values().all(|(_, _, a)| *a);
         let _ = writeln!(out, "page-aligned:  {}", if aligned { "yes" } else { "no (O_DIRECT reads aligned windows)" });
     }
-    let verdict = match crate::moe::capability::check_file(files) {
-        _ if recipe::refusal(arch).is_some() => format!("no: {}", recipe::refusal(arch).unwrap_or_default()),
-        Err(e) => format!("no: {e}"),
-        Ok(features) => {
-            let _ = writeln!(out, "moe features:  {}", features.describe().join(", "));
-            let gate = match recipe::recipe_for(arch) {
-                Some(r) if r.gated() => "covered by byte-identity gates",
-                Some(_) => "by capability; no byte-identity gate covers this architecture yet",
-                None => "by capability; an architecture bmoe's registry does not list",
-            };
-            format!("yes ({gate})")
-        }
+    let checked = crate::moe::capability::check_file(files);
+    if let Ok(features) = &checked {
+        let _ = writeln!(out, "moe features:  {}", features.describe().join(", "));
+    }
+    let verdict = match (recipe::refusal(arch), checked) {
+        (Some(why), _) => format!("no: {why}"),
+        (None, Err(e)) => format!("no: {e}"),
+        (None, Ok(_)) => match recipe::recipe_for(arch) {
+            Some(r) if r.gated() => "yes (covered by byte-identity gates)".to_string(),
+            Some(_) => "yes (by capability; no byte-identity gate covers this architecture yet)".to_string(),
+            None => "yes (by capability; an architecture bmoe's registry does not list)".to_string(),
+        },
     };
     let _ = writeln!(out, "streamable:    {verdict}");
     out

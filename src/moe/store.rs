@@ -158,6 +158,8 @@ pub struct ExpertStore {
     n_expert: usize,
     /// Projections by layer (empty for layers without experts).
     layers: Vec<Vec<Projection>>,
+    /// The layers with experts, ascending (what read-ahead looks ahead to).
+    streamed: Vec<usize>,
     /// Destination region of each (layer, projection).
     regions: Vec<Vec<Arc<Region>>>,
     entry_bytes: Vec<u64>,
@@ -243,8 +245,10 @@ impl ExpertStore {
             && memory::mappings_fit(2 * windows + regions.iter().map(Vec::len).sum::<usize>());
         let n_layers = layers.len();
         let entry_bytes = layers.iter().map(|l| l.iter().map(|p| p.slice_bytes as u64).sum()).collect();
+        let streamed = (0..n_layers).filter(|&l| !layers[l].is_empty()).collect();
         Ok(ExpertStore {
             n_expert,
+            streamed,
             seen: vec![0; n_expert],
             layers,
             regions,
@@ -274,7 +278,7 @@ impl ExpertStore {
 
     /// The streamed layers after `il`, nearest first.
     pub fn streamed_after(&self, il: usize) -> impl Iterator<Item = usize> + '_ {
-        (il + 1..self.layers.len()).filter(|&l| self.has_layer(l))
+        self.streamed[self.streamed.partition_point(|&l| l <= il)..].iter().copied()
     }
 
     /// Bytes of one (layer, expert) entry, all projections.
