@@ -1,8 +1,10 @@
 # Sourced by the bench scripts once they are in the repository root with
-# `work` set: builds bmoe (release) and makes the bench preset model in
-# $work unless it is there. Sets `bmoe` and `model`.
+# `work` set: builds bmoe (release) and makes the model of preset $PRESET
+# (default: bench; a full-size one such as qwen3-30b-a3b works too) in $work
+# unless it is there. Sets `bmoe` and `model`.
 mkdir -p "$work"
 cargo build --release --quiet
 bmoe=target/release/bmoe
-model=$work/bench.gguf
-[ -f "$model" ] || $bmoe make-model --preset bench -o "$model"
+preset=${PRESET:-bench}
+model=$work/$preset.gguf
+[ -f "$model" ] || $bmoe make-model --preset "$preset" -o "$model"

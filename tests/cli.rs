@@ -262,6 +262,17 @@ fn inspect_archs_and_split() {
     assert!(plan.contains(&format!("file {size:.2} MiB")), "{size}: {plan}");
     let mix = stdout(&ok(&["make-model", "--embd", "256", "--expert-ff", "256", "--quant-mix", "q4_k_m", "--plan"]));
     assert!(mix.contains("q4_k_m mix") && mix.contains("q6_K"), "{mix}");
+    // A full-size preset: its real vocabulary, its release mix, compared with the release file.
+    let full = stdout(&ok(&["make-model", "--preset", "qwen3-30b-a3b", "--plan"]));
+    assert!(full.contains("151936 tokens in the vocabulary") && full.contains("30.53 B parameters"), "{full}");
+    assert!(full.contains("release: Qwen3-30B-A3B-Q4_K_M.gguf"), "{full}");
+    let out = bmoe(&["make-model", "--preset", "gpt-oss-20b", "--arch", "qwen3moe", "--plan"]);
+    assert!(!out.status.success() && stderr(&out).contains("is a gpt-oss model"), "{}", stderr(&out));
+    let out = bmoe(&["make-model", "--preset", "qwen3-31b", "--plan"]);
+    assert!(!out.status.success() && stderr(&out).contains("deepseek-v2-lite"), "{}", stderr(&out));
+    let v = make_tiny(dir.path(), "v.gguf", &["--vocab", "20000"]);
+    let out = stdout(&ok(&["inspect", &v]));
+    assert!(out.contains("vocabulary:    20000 tokens: token_embd"), "{out}");
     let out = bmoe(&["make-model", "--quant", "q4_K", "--quant-mix", "q4_k_m", "--plan"]);
     assert!(!out.status.success() && stderr(&out).contains("not both"), "{}", stderr(&out));
     let out = bmoe(&["make-model", "--arch", "grovemoe", "-o", &d]);

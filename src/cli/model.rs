@@ -21,12 +21,15 @@ pub struct MakeModelArgs {
     /// file size) and write nothing.
     #[arg(long)]
     pub plan: bool,
-    /// Starting shape: tiny (<5 MB, tests), demo (~220 MB), bench (Qwen3-30B-A3B layers, >5 GB).
+    /// Starting shape: tiny (<5 MB, tests), demo (~220 MB), bench (Qwen3-30B-A3B layers, >5 GB), or a
+    /// real model's full shape with its real vocabulary and its release's quantization mix: qwen3-30b-a3b,
+    /// gpt-oss-20b, qwen3.5-35b-a3b, glm-4.5-air, lfm2-8b-a1b, deepseek-v2-lite (see --plan).
     #[arg(long, default_value = "tiny")]
     pub preset: String,
-    /// Architecture, by llama.cpp's `general.architecture` name (`bmoe archs` lists those the generator makes).
-    #[arg(long, default_value = "qwen3moe")]
-    pub arch: String,
+    /// Architecture, by llama.cpp's `general.architecture` name (`bmoe archs` lists those the generator makes;
+    /// default qwen3moe, or the full-size preset's own).
+    #[arg(long)]
+    pub arch: Option<String>,
     /// Transformer layers.
     #[arg(long)]
     pub layers: Option<u32>,
@@ -59,6 +62,10 @@ pub struct MakeModelArgs {
     /// iq2_xxs or mxfp4 (MXFP4_MOE: experts in MXFP4, the rest q8_0). Replaces --quant.
     #[arg(long, value_name = "RECIPE")]
     pub quant_mix: Option<String>,
+    /// Vocabulary size: byte and letter tokens, the template's markers, then filler tokens up to this many
+    /// (the full-size presets use their model's real size).
+    #[arg(long)]
+    pub vocab: Option<u32>,
     /// Random seed (same seed, same bytes).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -153,6 +160,7 @@ pub fn plan_report(spec: &ModelSpec) -> String {
         writer.add_tensor(t.clone());
     }
     let total: u64 = planned.tensors.iter().map(|(t, _)| t.size()).sum();
+    let params: u64 = planned.tensors.iter().map(|(t, _)| t.dims.iter().product::<u64>()).sum();
     let experts = groups.get("routed experts").map_or(0, |g| g.1);
     let mut out = String::new();
     let what = spec.quant_mix.map_or_else(|| format!("{} experts", spec.expert_type), |m| format!("{} mix", m.name()));
@@ -183,28 +191,75 @@ pub fn plan_report(spec: &ModelSpec) -> String {
         (total - experts) as f64 / 1048576.0,
         writer.file_size() as f64 / 1048576.0
     );
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let _ = writeln!(
+        out,
+        "tensors {:.2} GiB, {:.2} B parameters, {} tokens in the vocabulary",
+        gib(total),
+        params as f64 / 1e9,
+        planned.n_vocab
+    );
+    if let Some(model) = crate::synth::MODEL_PRESETS.iter().find(|m| same_shape(spec, &m.spec())) {
+        let r = &model.release;
+        let _ = writeln!(
+            out,
+            "release: {} has {:.2} GiB of tensors, {:.2} B parameters; this plan: {:+.1}% bytes, {:+.1}% parameters\n\
+             (source: {})",
+            r.file,
+            r.gib,
+            r.params_b,
+            100.0 * (total as f64 / r.bytes() as f64 - 1.0),
+            100.0 * (params as f64 / (r.params_b * 1e9) - 1.0),
+            r.source
+        );
+    }
     out
+}
+
+/// Whether `a` and `b` plan the same tensors: equal but for the seed, the
+/// shard count, the routing shape and the chat template (whose markers
+/// take natural vocabulary rows but leave a padded vocabulary's size).
+fn same_shape(a: &ModelSpec, b: &ModelSpec) -> bool {
+    let b = ModelSpec {
+        seed: a.seed,
+        split: a.split,
+        routing: a.routing,
+        chat_template: a.chat_template.clone(),
+        pieces: a.pieces,
+        ..b.clone()
+    };
+    *a == b && a.vocab > 0
 }
 
 /// The model `bmoe make-model` (and a script's `make_model`) would write
 /// for `a`: the preset, then every option given.
 pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
-    let preset =
-        Preset::from_name(&a.preset).ok_or_else(|| anyhow!("--preset {}: expected tiny, demo or bench", a.preset))?;
-    let arch = Arch::from_name(&a.arch).ok_or_else(|| {
-        let known = if recipe::recipe_for(&a.arch).is_some() {
+    let preset = Preset::from_name(&a.preset)
+        .ok_or_else(|| anyhow!("--preset {}: the presets are {}", a.preset, Preset::names()))?;
+    let arch_name = a.arch.as_deref().unwrap_or("qwen3moe");
+    let arch = Arch::from_name(arch_name).ok_or_else(|| {
+        let known = if recipe::recipe_for(arch_name).is_some() {
             " (llama.cpp runs it, and bmoe streams its files by capability, but has no generator for it)"
         } else {
             ""
         };
-        anyhow!("--arch {}{known}: the generator makes {}", a.arch, Arch::names())
+        anyhow!("--arch {arch_name}{known}: the generator makes {}", Arch::names())
     })?;
+    if let (Preset::Model(model), Some(_)) = (preset, &a.arch)
+        && model.arch != arch
+    {
+        bail!("--preset {} is a {} model; leave out --arch {arch_name}", model.name, model.arch.name());
+    }
     let mut spec = ModelSpec::preset(preset, arch);
     if let Some(q) = &a.quant {
         let known = crate::synth::EXPERT_TYPES.iter().any(|t| t.eq_ignore_ascii_case(q));
         spec.expert_type = GgmlType::from_name(q).filter(|_| known).ok_or_else(|| {
             anyhow!("--quant {q}: the generator writes {} experts", crate::synth::EXPERT_TYPES.join(", "))
         })?;
+        if spec.quant_mix.take().is_some() {
+            // A full-size preset's mix gives way: experts of one type, the dense weights in f16.
+            spec.dense_type = GgmlType::F16;
+        }
     }
     if let Some(m) = &a.quant_mix {
         if a.quant.is_some() {
@@ -230,6 +285,7 @@ pub fn model_spec(a: &MakeModelArgs) -> Result<ModelSpec> {
     set(&mut spec.shared_experts, a.shared_experts);
     set(&mut spec.dense_layers, a.dense_layers);
     set(&mut spec.mtp_layers, a.mtp_layers);
+    set(&mut spec.vocab, a.vocab);
     spec.derive();
     if let Some(s) = a.seed {
         spec.seed = s;
@@ -331,6 +387,9 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         100.0 * expert_bytes as f64 / total.max(1) as f64
     );
     let _ = writeln!(out, "dense bytes:   {} (stay resident while streaming)", mib(dense_bytes));
+    if let Some(line) = vocabulary_line(files) {
+        let _ = writeln!(out, "vocabulary:    {line}");
+    }
     if let Some((first, (slice, projs, _))) = layers.iter().next() {
         let uniform = layers.values().all(|(s, _, _)| s == slice);
         let _ = writeln!(
@@ -368,6 +427,20 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
     };
     let _ = writeln!(out, "streamable:    {verdict}");
     out
+}
+
+/// What the vocabulary matrices cost: the embedding is gathered a row per
+/// token (mapped, only the rows used become resident), the output head is
+/// read whole every token (or is the embedding, when tied).
+fn vocabulary_line(files: &ModelFiles) -> Option<String> {
+    let find = |name: &str| files.tensors().find(|t| t.info.name == name);
+    let embd = find("token_embd.weight")?;
+    let rows = embd.info.dims.get(1).copied().unwrap_or(0);
+    let head = match find("output.weight") {
+        Some(o) => format!("output {} {} (read whole every token)", mib(o.info.size), o.info.ty),
+        None => "output tied to token_embd (read whole every token)".to_string(),
+    };
+    Some(format!("{rows} tokens: token_embd {} {} (read a row per token), {head}", mib(embd.info.size), embd.info.ty))
 }
 
 /// `bmoe archs`: every MoE architecture the pinned llama.cpp runs, with its

@@ -934,7 +934,8 @@ fn attach_stream(
     hook.set_read_ahead(read_ahead).map_err(EngineError::Unsupported)?;
     // Measured before the dense weights move into anonymous memory: they
     // are counted once, as dense weights, not again as the process's own.
-    let held = holdings(&banks, files, info, n_ctx);
+    let dense_bytes = resident_dense_bytes(hook.dense(), files, stream.dense, n_ctx);
+    let held = holdings(&banks, dense_bytes, files, info, n_ctx);
     let (tensors, bytes) = dense::apply(stream.dense, hook, files, &lanes).map_err(EngineError::Stream)?;
     if tensors > 0 {
         let what = if stream.dense == DenseWeights::Anon { "copied into bmoe's memory" } else { "made resident" };
@@ -1038,10 +1039,36 @@ fn finish_lean_open(ctx: &mut Context<MoeHook>, copy: &lean::LeanCopy) -> Result
     Ok(())
 }
 
+/// The bytes of dense weights that stay resident while streaming: those the
+/// graph reads (not an MTP layer's, which decoding never runs). Held in
+/// llama.cpp's mapping, the token embeddings are only gathered row by row,
+/// so they cost at most one row per context position; a real vocabulary's
+/// embedding matrix (150-600 MiB) would otherwise shrink the cache for
+/// nothing. The output head is read whole every token and counts whole.
+fn resident_dense_bytes(
+    used: &std::collections::BTreeMap<String, crate::llama::TensorHandle>,
+    files: &ModelFiles,
+    mode: DenseWeights,
+    n_ctx: u32,
+) -> u64 {
+    files
+        .tensors()
+        .filter(|t| used.contains_key(&t.info.name))
+        .map(|t| {
+            let rows = t.info.dims.get(1).copied().unwrap_or(1).max(1);
+            if t.info.name == "token_embd.weight" && mode == DenseWeights::Mmap {
+                t.info.size.min(t.info.size / rows * u64::from(n_ctx))
+            } else {
+                t.info.size
+            }
+        })
+        .sum()
+}
+
 /// What the cache budget must leave room for: the bank, one token's working
-/// set, the dense weights (the file minus the experts) and the context (the
-/// process's own memory now plus a KV cache filled to `n_ctx`).
-fn holdings(banks: &Banks, files: &ModelFiles, info: &OpenReport, n_ctx: u32) -> Holdings {
+/// set, the `dense` bytes that stay resident and the context (the process's
+/// own memory now plus a KV cache filled to `n_ctx`).
+fn holdings(banks: &Banks, dense: u64, files: &ModelFiles, info: &OpenReport, n_ctx: u32) -> Holdings {
     let entry = |l: &Vec<Projection>| l.iter().map(|p| p.slice_bytes as u64).sum::<u64>();
     let bank: u64 = banks.layers.iter().map(|l| entry(l) * banks.n_expert as u64).sum();
     let k = u64::from(info.n_expert_used.min(info.n_expert));
@@ -1062,7 +1089,7 @@ fn holdings(banks: &Banks, files: &ModelFiles, info: &OpenReport, n_ctx: u32) ->
     // f16 keys and values for every position of every attending layer.
     let kv = u64::from(n_ctx) * kv_heads * head_width * 2;
     let own = MemSnapshot::now().rss_anon_mib.map_or(0, |m| (m * 1048576.0) as u64);
-    Holdings { bank, working_set, dense: files.total_bytes().saturating_sub(bank), context: own + kv }
+    Holdings { bank, working_set, dense, context: own + kv }
 }
 
 /// Hands generated tokens to the caller: text, events, end-of-generation.

@@ -181,8 +181,8 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
 }
 
 /// `make_model(path, #{preset, arch, layers, embd, experts, experts_used,
-/// expert_ff, quant, seed, chat_template, token_corr, skew, skew_first,
-/// mix})`: what `bmoe make-model` writes, under the output directory;
+/// expert_ff, shared_experts, dense_layers, mtp_layers, vocab, quant,
+/// quant_mix, seed, chat_template, token_corr, skew, skew_first, mix})`: what `bmoe make-model` writes, under the output directory;
 /// returns its path.
 fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
     let full = out.resolve(path).map_err(|e| fail("make_model", e))?;
@@ -208,7 +208,7 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         output: Some(full.clone()),
         plan: false,
         preset: text("preset").unwrap_or_else(|| "tiny".into()),
-        arch: text("arch").unwrap_or_else(|| "qwen3moe".into()),
+        arch: text("arch"),
         layers: int("layers")?,
         embd: int("embd")?,
         experts: int("experts")?,
@@ -217,6 +217,7 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         shared_experts: int("shared_experts")?,
         dense_layers: int("dense_layers")?,
         mtp_layers: int("mtp_layers")?,
+        vocab: int("vocab")?,
         quant: text("quant"),
         quant_mix: text("quant_mix"),
         seed: int("seed")?.map(u64::from),

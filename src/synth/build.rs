@@ -139,9 +139,11 @@ impl<'a> Builder<'a> {
     /// it `token_embd_norm`).
     pub fn embeddings_with_norm(&mut self, norm: &str) {
         let (d, ty) = (self.d(), self.spec.dense_type);
-        self.tensor("token_embd.weight", &[d, self.n_vocab], ty, Fill::Values(self.structure.embedding.clone()));
+        self.tensor("token_embd.weight", &[d, self.n_vocab], ty, self.structure.embedding.clone());
         self.norm(norm, d);
-        self.tensor("output.weight", &[d, self.n_vocab], ty, Fill::Values(self.structure.output.clone()));
+        if !self.spec.tied_embeddings {
+            self.tensor("output.weight", &[d, self.n_vocab], ty, self.structure.output.clone());
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Turning a fill rule into tensor bytes: deterministic per (seed, tensor,
 //! chunk), so the same seed gives the same file whatever the thread count.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use half::f16;
 use rand::{RngCore, SeedableRng};
@@ -22,6 +23,15 @@ pub enum Fill {
     },
     /// Exact values, row-major in ggml order (`ne[0]` fastest).
     Values(Arc<Vec<f32>>),
+    /// Exact leading rows, then every later row one of `filler`'s rows
+    /// (picked by a hash of the row index): a vocabulary matrix whose
+    /// filler tokens share a few rows.
+    Rows {
+        /// The first rows, row-major.
+        head: Arc<Vec<f32>>,
+        /// The rows later ones repeat, row-major (at least one).
+        filler: Arc<Vec<f32>>,
+    },
 }
 
 /// Bytes per generation chunk; each chunk has its own random stream.
@@ -35,8 +45,67 @@ pub fn encodes_natively(ty: GgmlType) -> bool {
 
 /// Renders `spec` filled by `fill`, using up to `threads` threads; fails
 /// only if ggml's quantizer refuses the rows (a shape `validate` let through).
+#[cfg(test)]
 pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    render_into(spec, fill, seed, threads, &RowPools::new(seed), &mut out)?;
+    Ok(out)
+}
+
+/// The pools of quantized random rows a model's tensors draw their random
+/// rows from: one per (type, row width, scale), quantized by ggml once per
+/// model, so that ggml's quantizer (a few MiB/s) stays off the write path.
+pub struct RowPools {
+    seed: u64,
+    pools: Mutex<HashMap<PoolKey, Arc<Vec<u8>>>>,
+}
+
+/// A pool's type, row width and scale (as f32 bits).
+type PoolKey = (GgmlType, usize, u32);
+
+impl RowPools {
+    /// No pools yet, for a model of seed `seed`.
+    pub fn new(seed: u64) -> RowPools {
+        RowPools { seed, pools: Mutex::default() }
+    }
+
+    /// The pool of `POOL_ROWS` rows of `n_per_row` uniform values of
+    /// standard deviation `std`, encoded in `ty`.
+    fn get(&self, ty: GgmlType, n_per_row: usize, std: f32) -> Result<Arc<Vec<u8>>, String> {
+        let key = (ty, n_per_row, std.to_bits());
+        let mut pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(pool) = pools.get(&key) {
+            return Ok(pool.clone());
+        }
+        let stream = name_hash(&format!("{ty}/{n_per_row}/{:08x}", key.2));
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed ^ POOL_SEED ^ stream));
+        let row_bytes = ty.row_bytes(n_per_row as u64).ok_or("rows are not whole blocks")? as usize;
+        let mut rows = vec![0u8; POOL_ROWS * row_bytes];
+        encode_rows(ty, &uniform(std, POOL_ROWS * n_per_row, &mut rng), n_per_row, &mut rows)?;
+        let pool = Arc::new(rows);
+        pools.insert(key, pool.clone());
+        Ok(pool)
+    }
+}
+
+/// Renders `spec` filled by `fill` into `out` (resized to the tensor's
+/// bytes; a buffer used before is reused, which spares the page faults of a
+/// fresh allocation), using up to `threads` threads; fails only if ggml's
+/// quantizer refuses the rows (a shape `validate` let through).
+pub fn render_into(
+    spec: &TensorSpec,
+    fill: &Fill,
+    seed: u64,
+    threads: usize,
+    pools: &RowPools,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     let size = spec.size() as usize;
+    out.clear();
+    out.resize(size, 0);
+    if let Fill::Rows { head, filler } = fill {
+        return render_rows(spec, head, filler, out).map_err(|e| format!("{}: {e}", spec.name));
+    }
     let block_bytes = spec.ty.block_bytes() as usize;
     let block_elems = spec.ty.block_elems() as usize;
     let n_per_row = spec.dims.first().copied().unwrap_or(1) as usize;
@@ -56,16 +125,11 @@ pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Resu
     let rows = size / unit;
     let pool = match fill {
         Fill::Random { std } if !encodes_natively(spec.ty) && rows > POOL_ROWS => {
-            let mut rng = ChaCha8Rng::seed_from_u64(mix(tensor_seed ^ POOL_SEED));
-            let mut rows = vec![0u8; POOL_ROWS * unit];
-            encode_rows(spec.ty, &uniform(*std, POOL_ROWS * n_per_row, &mut rng), n_per_row, &mut rows)
-                .map_err(|e| format!("{}: {e}", spec.name))?;
-            Some(rows)
+            Some(pools.get(spec.ty, n_per_row, *std).map_err(|e| format!("{}: {e}", spec.name))?)
         }
         _ => None,
     };
     let pool = pool.as_deref();
-    let mut out = vec![0u8; size];
     let chunks: Vec<(usize, &mut [u8])> = out.chunks_mut(chunk).enumerate().collect();
     let per_thread = chunks.len().div_ceil(threads.max(1));
     let mut groups: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
@@ -92,13 +156,35 @@ pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Resu
             .collect();
         workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a fill thread panicked".into()))).collect()
     });
-    results.into_iter().collect::<Result<(), String>>().map_err(|e| format!("{}: {e}", spec.name))?;
-    Ok(out)
+    results.into_iter().collect::<Result<(), String>>().map_err(|e| format!("{}: {e}", spec.name))
 }
 
-/// Rows quantized once per tensor for its random fill (see [`render`]).
+/// Renders a [`Fill::Rows`] tensor into `out` (sized): its head and filler
+/// rows are encoded once, and each filler row is a copy.
+fn render_rows(spec: &TensorSpec, head: &[f32], filler: &[f32], out: &mut [u8]) -> Result<(), String> {
+    let n_per_row = spec.dims.first().copied().unwrap_or(1) as usize;
+    let row_bytes = spec.ty.row_bytes(n_per_row as u64).ok_or("rows are not whole blocks")? as usize;
+    let head_rows = (head.len() / n_per_row).min(out.len() / row_bytes);
+    let filler_rows = filler.len() / n_per_row;
+    let (head_out, rest) = out.split_at_mut(head_rows * row_bytes);
+    encode_rows(spec.ty, &head[..head_rows * n_per_row], n_per_row, head_out)?;
+    if !rest.is_empty() {
+        if filler_rows == 0 {
+            return Err("no filler rows for the rows after the head".into());
+        }
+        let mut pool = vec![0u8; filler_rows * row_bytes];
+        encode_rows(spec.ty, &filler[..filler_rows * n_per_row], n_per_row, &mut pool)?;
+        for (i, row) in rest.chunks_exact_mut(row_bytes).enumerate() {
+            let pick = mix((head_rows + i) as u64) as usize % filler_rows;
+            row.copy_from_slice(&pool[pick * row_bytes..][..row_bytes]);
+        }
+    }
+    Ok(())
+}
+
+/// Rows in each pool of [`RowPools`].
 const POOL_ROWS: usize = 256;
-/// Mixed into the tensor's seed for the pool's random stream.
+/// Mixed into the model's seed for the pools' random streams.
 const POOL_SEED: u64 = 0x9001_0000;
 
 /// Fills `out`, whole rows of `row_bytes`, with rows drawn at random from
@@ -128,6 +214,7 @@ fn fill_chunk(
         Fill::Random { std } => encode_rows(ty, &uniform(*std, n, rng), n_per_row, out),
         Fill::Const(c) => encode_rows(ty, &vec![*c; n], n_per_row, out),
         Fill::Values(values) => encode_rows(ty, &values[first_elem..first_elem + n], n_per_row, out),
+        Fill::Rows { .. } => unreachable!("rendered by render_rows"),
     }
 }
 
@@ -259,6 +346,39 @@ mod tests {
         let b = render(&spec, &fill, 7, 3).unwrap();
         assert_eq!(a, b);
         assert_ne!(a, render(&spec, &fill, 8, 1).unwrap());
+    }
+
+    /// A vocabulary matrix: its head renders exactly as the same values
+    /// would, every later row is one of the filler rows, and a reused
+    /// buffer renders the same bytes as a fresh one.
+    #[test]
+    fn rows_render_the_head_exactly_and_repeat_the_fillers() {
+        let (d, head_rows, total) = (32usize, 5usize, 40u64);
+        let head: Vec<f32> = (0..head_rows * d).map(|i| (i as f32 * 0.37).sin()).collect();
+        let filler: Vec<f32> = (0..2 * d).map(|i| (i as f32 * 0.11).cos()).collect();
+        for ty in [GgmlType::F16, GgmlType::Q8_0] {
+            let spec = TensorSpec::new("token_embd.weight", &[d as u64, total], ty);
+            let fill = Fill::Rows { head: Arc::new(head.clone()), filler: Arc::new(filler.clone()) };
+            let bytes = render(&spec, &fill, 3, 2).unwrap();
+            let row = ty.row_bytes(d as u64).unwrap() as usize;
+            let exact = render(
+                &TensorSpec::new("h", &[d as u64, head_rows as u64], ty),
+                &Fill::Values(Arc::new(head.clone())),
+                3,
+                1,
+            )
+            .unwrap();
+            assert_eq!(bytes[..head_rows * row], exact[..], "{ty}");
+            let fillers =
+                render(&TensorSpec::new("f", &[d as u64, 2], ty), &Fill::Values(Arc::new(filler.clone())), 3, 1)
+                    .unwrap();
+            for r in bytes[head_rows * row..].chunks(row) {
+                assert!(r == &fillers[..row] || r == &fillers[row..], "{ty}: a filler row is not one of the pool's");
+            }
+            let mut reused = vec![7u8; 3 * bytes.len()];
+            render_into(&spec, &fill, 3, 2, &RowPools::new(3), &mut reused).unwrap();
+            assert_eq!(reused, bytes, "{ty}: a reused buffer");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod fill;
 pub mod mix;
 pub mod pieces;
 mod plan;
+pub mod presets;
 pub mod recurrent;
 mod structure;
 mod vocab;
@@ -28,6 +29,7 @@ pub use arch::{Arch, Generator};
 pub use fill::{Fill, mix};
 pub use mix::QuantMix;
 pub use plan::{Planned, plan};
+pub use presets::{MODEL_PRESETS, ModelPreset};
 pub use vocab::{BOS_ID, EOS_ID, Vocab, template_markers};
 pub use write::{WriteReport, write_model, write_plan};
 
@@ -42,7 +44,7 @@ pub const EXPERT_TYPES: &[&str] = &[
 ];
 
 /// Changes whenever the same spec would produce different bytes.
-pub const GENERATOR_VERSION: u32 = 3;
+pub const GENERATOR_VERSION: u32 = 4;
 
 /// Named model sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +55,9 @@ pub enum Preset {
     Demo,
     /// Qwen3-30B-A3B-shaped layers, over 5 GB: for benchmarks.
     Bench,
+    /// A real model's full shape (its own architecture, real vocabulary,
+    /// its release's quantization mix).
+    Model(&'static ModelPreset),
 }
 
 impl Preset {
@@ -62,8 +67,14 @@ impl Preset {
             "tiny" => Some(Preset::Tiny),
             "demo" => Some(Preset::Demo),
             "bench" => Some(Preset::Bench),
-            _ => None,
+            _ => ModelPreset::from_name(name).map(Preset::Model),
         }
+    }
+
+    /// Every preset name, comma-separated (for help and errors).
+    pub fn names() -> String {
+        let models = MODEL_PRESETS.iter().map(|p| p.name);
+        ["tiny", "demo", "bench"].into_iter().chain(models).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -86,6 +97,22 @@ impl Default for RoutingShape {
     fn default() -> RoutingShape {
         RoutingShape { token_corr: 0.3, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03 }
     }
+}
+
+/// Widths an architecture sizes apart from its attention heads; `None`
+/// derives them from the heads. Presets of real models set them to the
+/// release's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Widths {
+    /// Gated delta-net (Qwen hybrids): key head width, key heads, value
+    /// heads (derived: head width, KV heads, heads).
+    pub delta_net: Option<(u32, u32, u32)>,
+    /// Multi-head latent attention (deepseek2): the compressed KV latent's
+    /// width (derived: twice the head width).
+    pub kv_lora: Option<u32>,
+    /// Which layers attend in a hybrid whose pattern is not periodic (LFM2),
+    /// one bit per layer from layer 0 (derived: every odd layer).
+    pub attention_layers: Option<u64>,
 }
 
 /// Everything that determines a synthetic model file.
@@ -120,6 +147,18 @@ pub struct ModelSpec {
     pub mtp_layers: u32,
     /// Training context length written to metadata.
     pub ctx: u32,
+    /// Vocabulary size: the natural vocabulary (bytes, letter pieces, the
+    /// template's markers) padded with filler tokens up to this many
+    /// (0: the natural vocabulary only).
+    pub vocab: u32,
+    /// Widths some architectures size apart from the heads (default:
+    /// derived from the heads, as the generators always have).
+    pub widths: Widths,
+    /// No `output.weight`: the output head is `token_embd` (tied
+    /// embeddings). The synthetic token walk needs its own output head, so
+    /// a tied model's greedy output repeats itself; presets of releases that
+    /// tie set it for their size.
+    pub tied_embeddings: bool,
     /// Type of the expert tensors.
     pub expert_type: GgmlType,
     /// Type of the large dense matrices (attention, embeddings).
@@ -142,8 +181,12 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    /// The spec of a preset for `arch`.
+    /// The spec of a preset for `arch` (a full-size model's preset has its
+    /// own architecture and ignores `arch`).
     pub fn preset(preset: Preset, arch: Arch) -> ModelSpec {
+        if let Preset::Model(model) = preset {
+            return model.spec();
+        }
         let tiny = ModelSpec {
             arch,
             layers: 4,
@@ -159,6 +202,9 @@ impl ModelSpec {
             dense_layers: 0,
             mtp_layers: 0,
             ctx: 4096,
+            vocab: 0,
+            widths: Widths::default(),
+            tied_embeddings: false,
             expert_type: GgmlType::F32,
             dense_type: GgmlType::F32,
             quant_mix: None,
@@ -184,6 +230,7 @@ impl ModelSpec {
                 dense_type: GgmlType::F16,
                 ..tiny
             },
+            Preset::Model(_) => unreachable!("returned above"),
             Preset::Bench => ModelSpec {
                 layers: 16,
                 embd: 2048,
@@ -254,6 +301,12 @@ impl ModelSpec {
         }
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(format!("head width must be even and positive (got {})", self.head_dim));
+        }
+        if self.tied_embeddings && !self.arch.generator().ties_embeddings {
+            return Err(format!("{} files carry their own output head (no tied embeddings)", self.arch.name()));
+        }
+        if self.vocab > vocab::Vocab::MAX_SIZE {
+            return Err(format!("vocabulary must be at most {} tokens (got {})", vocab::Vocab::MAX_SIZE, self.vocab));
         }
         if self.split == 0 || self.split > 99 {
             return Err(format!("split must be in 1..=99 (got {})", self.split));

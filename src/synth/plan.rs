@@ -15,13 +15,16 @@ pub struct Planned {
     pub metadata: Vec<(String, Value)>,
     /// Tensors in write order with their fill rule.
     pub tensors: Vec<(TensorSpec, Fill)>,
+    /// Tokens in the vocabulary.
+    pub n_vocab: usize,
 }
 
 /// Builds the full plan for `spec`.
 pub fn plan(spec: &ModelSpec) -> Planned {
     let markers = spec.chat_template.as_deref().map(template_markers).unwrap_or_default();
-    let vocab = Vocab::new(spec.pieces, &markers);
+    let vocab = Vocab::new(spec.pieces, &markers, spec.vocab);
     let structure = Structure::new(spec, &vocab);
+    let n_vocab = vocab.len();
     let arch = spec.arch.name();
     let mut metadata = vec![
         ("general.architecture".to_string(), Value::String(arch.into())),
@@ -48,5 +51,5 @@ pub fn plan(spec: &ModelSpec) -> Planned {
             t.ty = mixed.ty;
         }
     }
-    Planned { metadata, tensors }
+    Planned { metadata, tensors, n_vocab }
 }

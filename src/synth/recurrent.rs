@@ -11,10 +11,12 @@ use crate::gguf::GgmlType;
 pub const CONV_KERNEL: u32 = 4;
 
 /// Gated delta-net widths: `(key head width, key heads, value heads)`,
-/// from the attention shape (head width, KV heads, heads).
+/// as the spec's widths give them, else from the attention shape (head
+/// width, KV heads, heads).
 pub fn delta_net_dims(b: &Builder) -> (u64, u64, u64) {
     let s = b.spec;
-    (u64::from(s.head_dim), u64::from(s.kv_heads), u64::from(s.heads))
+    let (dk, nk, nv) = s.widths.delta_net.unwrap_or((s.head_dim, s.kv_heads, s.heads));
+    (u64::from(dk), u64::from(nk), u64::from(nv))
 }
 
 /// The `ssm.*` keys of a gated delta-net.

@@ -8,21 +8,31 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::ModelSpec;
-use super::fill::mix;
+use super::fill::{Fill, mix};
 use super::vocab::{EOS_ID, Vocab};
 
 /// The structured tensors: embeddings, output head and routers.
+///
+/// Only the natural vocabulary's rows are shaped one by one; the rows of
+/// filler tokens (see [`Vocab::new`]) repeat a few shaped rows, so a real
+/// vocabulary of 150-260k tokens costs no more memory or time than the
+/// natural one, and its matrices render at memory speed.
 pub(super) struct Structure {
     /// Shared unit direction `u`.
     common: Vec<f32>,
-    pub(super) embedding: Arc<Vec<f32>>,
-    pub(super) output: Arc<Vec<f32>>,
+    /// `token_embd`: the natural tokens' rows, then a pool of filler rows.
+    pub(super) embedding: Fill,
+    /// `output`: the natural tokens' rows, then the one filler row.
+    pub(super) output: Fill,
 }
+
+/// Distinct embedding rows the filler tokens draw from.
+const FILLER_POOL: usize = 256;
 
 impl Structure {
     pub(super) fn new(spec: &ModelSpec, vocab: &Vocab) -> Structure {
         let d = spec.embd as usize;
-        let n = vocab.len();
+        let n = vocab.natural_len();
         let mut rng = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x5eed_0001));
         let common = unit(&mut rng, d);
         // Token-specific parts: independent for specials and bytes, an AR(1)
@@ -58,7 +68,21 @@ impl Structure {
         for (x, u) in output[EOS_ID as usize * d..][..d].iter_mut().zip(&common) {
             *x = -16.0 / sqrt_d * u;
         }
-        Structure { common, embedding: Arc::new(embedding), output: Arc::new(output) }
+        // Filler rows: an embedding like any token's (its own random part
+        // plus `u`), and an output row that, like end-of-sequence's, is never
+        // preferred, so fillers neither steer routing nor get sampled.
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x5eed_0002));
+        let embedding_filler: Vec<f32> = (0..FILLER_POOL)
+            .flat_map(|_| {
+                gaussian_vec(&mut rng, d).into_iter().zip(&common).map(|(a, u)| a + sqrt_d * u).collect::<Vec<_>>()
+            })
+            .collect();
+        let output_filler: Vec<f32> = common.iter().map(|u| -16.0 / sqrt_d * u).collect();
+        Structure {
+            embedding: Fill::Rows { head: Arc::new(embedding), filler: Arc::new(embedding_filler) },
+            output: Fill::Rows { head: Arc::new(output), filler: Arc::new(output_filler) },
+            common,
+        }
     }
 
     /// Router of layer `l`, the first MoE layer being `first_moe`: a

@@ -1,6 +1,7 @@
 //! A small SentencePiece-style ("llama") vocabulary with byte fallback, so any
 //! text prompt tokenizes, plus letter pieces so generated text reads as
-//! word-like fragments rather than raw bytes.
+//! word-like fragments rather than raw bytes, and filler pieces up to a real
+//! model's vocabulary size.
 
 use crate::gguf::{Value, ValueType};
 
@@ -23,14 +24,25 @@ pub struct Vocab {
     pub tokens: Vec<String>,
     scores: Vec<f32>,
     types: Vec<i32>,
+    /// Tokens before the filler pieces.
+    natural: usize,
 }
+
+/// Letters in a filler piece: 26^4 names, more than any real vocabulary.
+const FILLER_LETTERS: u32 = 4;
 
 impl Vocab {
     /// Builds the vocabulary: specials, 256 byte tokens, printable ASCII,
     /// `▁`, then `▁x`, `xy` letter pieces when `pieces` is set, then
-    /// `markers` as special (control) tokens.
-    pub fn new(pieces: bool, markers: &[String]) -> Vocab {
-        let mut v = Vocab { tokens: Vec::new(), scores: Vec::new(), types: Vec::new() };
+    /// `markers` as special (control) tokens, then filler pieces `▁xxxx`
+    /// up to `size` tokens (0, or a size below the natural one: none).
+    ///
+    /// A filler piece is a normal token no text tokenizes to (no merge of
+    /// shorter pieces reaches four letters), so prompts tokenize exactly as
+    /// with the natural vocabulary; the fillers give the embedding and output
+    /// matrices a real model's row count.
+    pub fn new(pieces: bool, markers: &[String], size: u32) -> Vocab {
+        let mut v = Vocab { tokens: Vec::new(), scores: Vec::new(), types: Vec::new(), natural: 0 };
         v.push("<unk>", 0.0, UNKNOWN);
         v.push("<s>", 0.0, CONTROL);
         v.push("</s>", 0.0, CONTROL);
@@ -55,7 +67,24 @@ impl Vocab {
         for m in markers {
             v.push(m, 0.0, CONTROL);
         }
+        v.natural = v.len();
+        for i in 0..(size as usize).saturating_sub(v.natural) as u32 {
+            let mut name = String::from("\u{2581}");
+            for p in (0..FILLER_LETTERS).rev() {
+                name.push(char::from(b'a' + (i / 26u32.pow(p) % 26) as u8));
+            }
+            v.push(&name, -4.0, NORMAL);
+        }
         v
+    }
+
+    /// The largest vocabulary [`Vocab::new`] can build.
+    pub const MAX_SIZE: u32 = 26u32.pow(FILLER_LETTERS);
+
+    /// Tokens before the filler pieces: the rows the model's structure
+    /// shapes one by one (see [`super::structure`]).
+    pub fn natural_len(&self) -> usize {
+        self.natural
     }
 
     fn push(&mut self, s: &str, score: f32, ty: i32) {
@@ -75,9 +104,9 @@ impl Vocab {
     }
 
     /// Ids of the tokens a generated sequence should walk through: every
-    /// normal (text) token.
+    /// normal (text) token before the fillers.
     pub fn text_tokens(&self) -> Vec<u32> {
-        (0..self.len() as u32).filter(|&i| self.types[i as usize] == NORMAL).collect()
+        (0..self.natural as u32).filter(|&i| self.types[i as usize] == NORMAL).collect()
     }
 
     /// The `tokenizer.ggml.*` metadata entries.
@@ -126,6 +155,21 @@ pub fn template_markers(source: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fillers_reach_the_size_and_stay_out_of_the_walk() {
+        let small = Vocab::new(true, &["<|im_start|>".into()], 0);
+        let big = Vocab::new(true, &["<|im_start|>".into()], 151_936);
+        assert_eq!(big.len(), 151_936);
+        assert_eq!(big.natural_len(), small.len());
+        assert_eq!(big.tokens[..small.len()], small.tokens[..]);
+        assert_eq!(big.text_tokens(), small.text_tokens());
+        assert_eq!(big.tokens[small.len()], "\u{2581}aaaa");
+        let distinct: std::collections::HashSet<&String> = big.tokens.iter().collect();
+        assert_eq!(distinct.len(), big.len(), "token strings must be unique");
+        // A size below the natural one adds nothing.
+        assert_eq!(Vocab::new(false, &[], 10).len(), Vocab::new(false, &[], 0).len());
+    }
 
     #[test]
     fn markers_of_real_templates() {

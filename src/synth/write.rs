@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use super::ModelSpec;
-use super::fill::render;
+use super::fill::{RowPools, render_into};
 use super::plan::{Planned, plan};
 use crate::gguf::{GgufWriter, Value, split_path};
 
@@ -94,7 +94,11 @@ pub fn write_plan(
     }
 
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (tx, rx) = mpsc::sync_channel::<Result<Vec<u8>, String>>(1);
+    // Two tensors may wait rendered, so that a slow one to render (the
+    // quantizer's pools) and a slow one to write overlap.
+    let (tx, rx) = mpsc::sync_channel::<Result<Vec<u8>, String>>(2);
+    // Written buffers go back to the generator to be filled again.
+    let (recycle, recycled) = mpsc::channel::<Vec<u8>>();
     let tensors = &planned.tensors;
     let seed = spec.seed;
     let mut done = 0u64;
@@ -103,8 +107,11 @@ pub fn write_plan(
         // generator's next send fails instead of blocking the scope forever.
         let rx = rx;
         scope.spawn(move || {
+            let pools = RowPools::new(seed);
             for (t, fill) in tensors {
-                if tx.send(render(t, fill, seed, threads)).is_err() {
+                let mut bytes = recycled.try_recv().unwrap_or_default();
+                let rendered = render_into(t, fill, seed, threads, &pools, &mut bytes).map(|()| bytes);
+                if tx.send(rendered).is_err() {
                     return; // the writer stopped on an error
                 }
             }
@@ -122,6 +129,7 @@ pub fn write_plan(
                 let bytes = rx.recv().context("tensor generator stopped")?.map_err(|e| anyhow::anyhow!(e))?;
                 crate::gguf::write_tensor_padded(&mut out, t, &bytes)
                     .with_context(|| format!("writing {}", partial.display()))?;
+                let _ = recycle.send(bytes);
                 done += t.size().next_multiple_of(32);
                 index += 1;
                 if progress(done.min(total), total).is_break() {

@@ -9,7 +9,7 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Moe, Shared};
 
 pub(super) const GENERATOR: Generator =
-    Generator { name: "bailingmoe2", defaults, derive: super::head_from_embedding, check, build };
+    Generator { name: "bailingmoe2", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

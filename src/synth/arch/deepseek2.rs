@@ -38,20 +38,30 @@ fn check(spec: &ModelSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether llama.cpp loads this shape as a "lite" model (DeepSeek-V2-Lite
+/// and its relatives): queries straight from the embedding, no q latent.
+/// llama.cpp decides it by the trunk's depth and the vocabulary size.
+fn is_lite(spec: &ModelSpec, n_vocab: u64) -> bool {
+    matches!(spec.layers, 26 | 27) || (spec.layers == 48 && n_vocab == 128_256)
+}
+
 fn build(b: &mut Builder) {
     let s = b.spec;
     let d = b.d();
     let heads = u64::from(s.heads);
     // MLA widths: a no-rope and a rope part per head, and the two latents.
     let (nope, rope, v_head) = (u64::from(s.head_dim), u64::from(s.head_dim / 2), u64::from(s.head_dim));
-    let (q_lora, kv_lora) = ((d / 2).max(16), 2 * nope);
+    let q_lora = if is_lite(s, b.n_vocab) { 0 } else { (d / 2).max(16) };
+    let kv_lora = s.widths.kv_lora.map_or(2 * nope, u64::from);
     pieces::common_keys(b);
     b.key_u32("attention.head_count_kv", 1);
     b.key_u32("attention.key_length", (kv_lora + rope) as u32);
     b.key_u32("attention.value_length", kv_lora as u32);
     b.key_u32("attention.key_length_mla", (nope + rope) as u32);
     b.key_u32("attention.value_length_mla", v_head as u32);
-    b.key_u32("attention.q_lora_rank", q_lora as u32);
+    if q_lora > 0 {
+        b.key_u32("attention.q_lora_rank", q_lora as u32);
+    }
     b.key_u32("attention.kv_lora_rank", kv_lora as u32);
     b.key_u32("rope.dimension_count", rope as u32);
     b.key_f32("rope.freq_base", 10_000.0);
@@ -67,10 +77,16 @@ fn build(b: &mut Builder) {
     let ty = s.dense_type;
     for l in 0..s.layers + s.mtp_layers {
         b.norm(blk(l, "attn_norm"), d);
-        b.norm(blk(l, "attn_q_a_norm"), q_lora);
+        if q_lora > 0 {
+            b.norm(blk(l, "attn_q_a_norm"), q_lora);
+        }
         b.norm(blk(l, "attn_kv_a_norm"), kv_lora);
-        b.matrix(blk(l, "attn_q_a"), d, q_lora);
-        b.matrix(blk(l, "attn_q_b"), q_lora, heads * (nope + rope));
+        if q_lora > 0 {
+            b.matrix(blk(l, "attn_q_a"), d, q_lora);
+            b.matrix(blk(l, "attn_q_b"), q_lora, heads * (nope + rope));
+        } else {
+            b.matrix(blk(l, "attn_q"), d, heads * (nope + rope));
+        }
         b.matrix(blk(l, "attn_kv_a_mqa"), d, kv_lora + rope);
         b.tensor(blk(l, "attn_k_b"), &[nope, kv_lora, heads], ty, Fill::Random { std: 1.0 / (nope as f32).sqrt() });
         b.tensor(

@@ -10,7 +10,7 @@ use crate::synth::pieces::{self, Attention, Moe, Shared};
 use crate::synth::recurrent;
 
 pub(super) const GENERATOR: Generator =
-    Generator { name: "granitehybrid", defaults, derive: super::head_from_embedding, check, build };
+    Generator { name: "granitehybrid", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

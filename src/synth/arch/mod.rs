@@ -41,12 +41,21 @@ pub struct Generator {
     pub check: fn(&ModelSpec) -> Result<(), String>,
     /// Writes the architecture's metadata keys and every tensor.
     pub build: fn(&mut Builder),
+    /// Whether the loader takes `token_embd` as the output head when a file
+    /// has no `output.weight` (tied embeddings, as some releases ship).
+    pub ties_embeddings: bool,
 }
 
 impl Generator {
     /// No defaults, no extra checks, nothing built: the base of every entry.
-    pub const BASE: Generator =
-        Generator { name: "", defaults: |_| {}, derive: |_| {}, check: no_extras, build: |_| {} };
+    pub const BASE: Generator = Generator {
+        name: "",
+        defaults: |_| {},
+        derive: |_| {},
+        check: no_extras,
+        build: |_| {},
+        ties_embeddings: false,
+    };
 }
 
 /// The check of an architecture with no shared experts, leading dense

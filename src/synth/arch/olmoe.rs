@@ -8,7 +8,7 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe};
 
 pub(super) const GENERATOR: Generator =
-    Generator { name: "olmoe", defaults, derive: super::head_from_embedding, check, build };
+    Generator { name: "olmoe", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.kv_heads = spec.heads;
