@@ -105,12 +105,20 @@ type_gates! {
     gate_bf16: "bf16";
     gate_q8_0: "q8_0";
     gate_q4_0: "q4_0";
+    gate_q4_1: "q4_1";
+    gate_q5_0: "q5_0";
+    gate_q5_1: "q5_1";
     gate_q2_k: "q2_K";
     gate_q3_k: "q3_K";
     gate_q4_k: "q4_K";
     gate_q5_k: "q5_K";
     gate_q6_k: "q6_K";
+    gate_iq1_s: "iq1_s";
+    gate_iq1_m: "iq1_m";
     gate_iq2_xxs: "iq2_xxs";
+    gate_iq2_xs: "iq2_xs";
+    gate_iq2_s: "iq2_s";
+    gate_iq3_xxs: "iq3_xxs";
     gate_iq3_s: "iq3_s";
     gate_iq4_xs: "iq4_xs";
     gate_iq4_nl: "iq4_nl";
@@ -121,6 +129,31 @@ type_gates! {
 #[test]
 fn gate_gpt_oss_mxfp4() {
     type_gate(Arch::GptOss, "mxfp4");
+}
+
+/// Widths that are not whole K-quant blocks (GLM-4.5-Air's and
+/// DeepSeek-V2-Lite's experts are 1408 wide) fall back as llama-quantize
+/// does: under Q4_K_M their down projections become q5_0 (for q4_K) and
+/// q8_0 (for q6_K), as in those releases.
+#[test]
+fn gate_mix_fallbacks() {
+    let what = "glm4moe q4_k_m mix, experts 352 wide";
+    gate_with(
+        Arch::Glm4Moe,
+        what,
+        |s| {
+            s.expert_ff = 352;
+            s.quant_mix = Some(bmoe::synth::QuantMix::Q4KM);
+        },
+        |files| {
+            let types: std::collections::BTreeSet<String> = files
+                .tensors()
+                .filter(|t| t.info.name.ends_with("ffn_down_exps.weight"))
+                .map(|t| t.info.ty.name().to_string())
+                .collect();
+            assert_eq!(types, ["q5_0", "q8_0"].map(String::from).into(), "{what}");
+        },
+    );
 }
 
 /// Each llama.cpp recipe, applied per tensor as releases are made, on

@@ -54,8 +54,9 @@ pub struct MakeModelArgs {
     /// MTP (next-token prediction) layers after the main blocks (glm4moe, deepseek2, qwen35moe).
     #[arg(long)]
     pub mtp_layers: Option<u32>,
-    /// Expert tensor type: f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq2_xxs, iq3_s, iq4_xs,
-    /// iq4_nl or mxfp4 (K-quants and IQ types need widths that are multiples of 256, the others of 32).
+    /// Expert tensor type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, the K-quants q2_K..q6_K, iq1_s, iq1_m,
+    /// iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_xs, iq4_nl or mxfp4 (K-quants and most IQ types need widths
+    /// that are multiples of 256, the others of 32).
     #[arg(long)]
     pub quant: Option<String>,
     /// A llama.cpp quantization recipe applied per tensor, as releases are made: q4_k_m, q5_k_m, q6_k, q3_k_m,

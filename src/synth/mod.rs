@@ -35,12 +35,13 @@ pub use write::{WriteReport, write_model, write_plan};
 
 use crate::gguf::GgmlType;
 
-/// The expert types the generator writes: the ones releases use for experts.
-/// f32, f16, bf16, q8_0 and q4_0 are encoded here; the K-quants, IQ types
-/// and MXFP4 by ggml's own quantizer (real, validated blocks).
+/// The expert types the generator writes: the ones releases use for experts
+/// (q5_0, q8_0 and q5_1 also as the recipes' fallbacks for widths that are
+/// not whole K-quant blocks). f32, f16, bf16, q8_0 and q4_0 are encoded
+/// here; the others by ggml's own quantizer (real, validated blocks).
 pub const EXPERT_TYPES: &[&str] = &[
-    "f32", "f16", "bf16", "q8_0", "q4_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq2_xxs", "iq3_s", "iq4_xs",
-    "iq4_nl", "mxfp4",
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq1_s",
+    "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq4_xs", "iq4_nl", "mxfp4",
 ];
 
 /// Changes whenever the same spec would produce different bytes.
