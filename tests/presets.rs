@@ -119,6 +119,17 @@ fn a_real_vocabulary_streams_bit_identical() {
     let files = ModelFiles::open(&m).unwrap();
     let output = files.tensors().find(|t| t.info.name == "output.weight").unwrap();
     assert_eq!(output.info.dims, [256, 151_936]);
+    // Mapped, the embedding costs the rows a context can touch: the budget's
+    // dense weights leave out all but 4096 of its 151,936 rows.
+    let embd = files.tensors().find(|t| t.info.name == "token_embd.weight").unwrap().info.size;
+    let dense = files.total_bytes()
+        - files.tensors().filter(|t| t.info.name.contains("_exps.")).map(|t| t.info.size).sum::<u64>();
+    let held = {
+        let _serial = llama_lock();
+        let s = bmoe::engine::Session::open(options(&m, stream0(1, true))).unwrap();
+        s.info().holdings.expect("streaming holdings")
+    };
+    assert!(held.dense < dense - embd + embd / 30, "dense {} of {dense}, embedding {embd}", held.dense);
     let natural = synth::plan(&ModelSpec::preset(synth::Preset::Tiny, Arch::Qwen3Moe)).n_vocab as u32;
     let (generation, _) = run(options(&m, None), N);
     assert!(generation.tokens.iter().all(|&t| (t as u32) < natural), "a filler was generated: {:?}", generation.tokens);
@@ -141,16 +152,29 @@ fn deepseek_lite_attention_streams_bit_identical() {
 }
 
 /// LFM2-8B-A1B's layout: attention on listed layers only, and tied
-/// embeddings (no `output.weight`).
+/// embeddings (no `output.weight`), which inspect and the cache budget
+/// count as the output head.
 #[test]
 fn listed_attention_layers_and_tied_embeddings_stream_bit_identical() {
     let (_dir, m) = gate(Arch::Lfm2Moe, "lfm2moe, attention on layers 2 and 5, tied", |s| {
         s.layers = 6;
         s.widths.attention_layers = Some(1 << 2 | 1 << 5);
         s.tied_embeddings = true;
+        // More rows than the context has positions: only a tied head keeps them all counted.
+        s.vocab = 20_000;
     });
     let files = ModelFiles::open(&m).unwrap();
     assert!(!files.tensors().any(|t| t.info.name == "output.weight"), "tied: no output head");
+    let report = bmoe::cli::inspect_report(&files, &m);
+    assert!(report.contains("tied: also the output head"), "{report}");
+    // Tied, the embedding is read whole every token and counts whole in the budget.
+    let embd = files.tensors().find(|t| t.info.name == "token_embd.weight").unwrap().info.size;
+    let held = {
+        let _serial = llama_lock();
+        let s = bmoe::engine::Session::open(options(&m, stream0(1, true))).unwrap();
+        s.info().holdings.expect("streaming holdings")
+    };
+    assert!(held.dense >= embd, "dense {} below the tied embedding's {embd}", held.dense);
     let attends: Vec<u32> =
         (0..6).filter(|l| files.tensors().any(|t| t.info.name == format!("blk.{l}.attn_q.weight"))).collect();
     assert_eq!(attends, [2, 5]);

@@ -437,11 +437,15 @@ fn vocabulary_line(files: &ModelFiles) -> Option<String> {
     let find = |name: &str| files.tensors().find(|t| t.info.name == name);
     let embd = find("token_embd.weight")?;
     let rows = embd.info.dims.get(1).copied().unwrap_or(0);
-    let head = match find("output.weight") {
-        Some(o) => format!("output {} {} (read whole every token)", mib(o.info.size), o.info.ty),
-        None => "output tied to token_embd (read whole every token)".to_string(),
-    };
-    Some(format!("{rows} tokens: token_embd {} {} (read a row per token), {head}", mib(embd.info.size), embd.info.ty))
+    let embd_size = format!("{} {}", mib(embd.info.size), embd.info.ty);
+    Some(match find("output.weight") {
+        Some(o) => format!(
+            "{rows} tokens: token_embd {embd_size} (read a row per token), output {} {} (read whole every token)",
+            mib(o.info.size),
+            o.info.ty
+        ),
+        None => format!("{rows} tokens: token_embd {embd_size}, tied: also the output head (read whole every token)"),
+    })
 }
 
 /// `bmoe archs`: every MoE architecture the pinned llama.cpp runs, with its

@@ -1044,19 +1044,21 @@ fn finish_lean_open(ctx: &mut Context<MoeHook>, copy: &lean::LeanCopy) -> Result
 /// llama.cpp's mapping, the token embeddings are only gathered row by row,
 /// so they cost at most one row per context position; a real vocabulary's
 /// embedding matrix (150-600 MiB) would otherwise shrink the cache for
-/// nothing. The output head is read whole every token and counts whole.
+/// nothing. The output head is read whole every token and counts whole, and
+/// so do tied embeddings (no `output.weight`: the embeddings are the head).
 fn resident_dense_bytes(
     used: &std::collections::BTreeMap<String, crate::llama::TensorHandle>,
     files: &ModelFiles,
     mode: DenseWeights,
     n_ctx: u32,
 ) -> u64 {
+    let tied = !files.tensors().any(|t| t.info.name == "output.weight");
     files
         .tensors()
         .filter(|t| used.contains_key(&t.info.name))
         .map(|t| {
             let rows = t.info.dims.get(1).copied().unwrap_or(1).max(1);
-            if t.info.name == "token_embd.weight" && mode == DenseWeights::Mmap {
+            if t.info.name == "token_embd.weight" && mode == DenseWeights::Mmap && !tied {
                 t.info.size.min(t.info.size / rows * u64::from(n_ctx))
             } else {
                 t.info.size
