@@ -25,11 +25,24 @@ pub use plugin::PluginCommand;
 /// bmoe runs Mixture-of-Experts models larger than RAM by reading only the
 /// routed experts from disk, with output identical to a fully resident run.
 #[derive(Parser, Debug)]
-#[command(name = "bmoe", version, about, long_about = None)]
+#[command(name = "bmoe", version, long_version = LONG_VERSION.as_str(), about, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `bmoe --version`: the version, then how its llama.cpp was built for this
+/// CPU (the features it uses), so a slow build shows itself.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(long_version);
+
+fn long_version() -> String {
+    let build = match env!("BMOE_GGML_NATIVE") {
+        "ON" => "for this host's CPU (GGML_NATIVE=ON)",
+        "OFF" => "portable (GGML_NATIVE=OFF; see the README to build for the host CPU)",
+        _ => "unknown",
+    };
+    format!("{}\nllama.cpp build: {build}\nllama.cpp CPU: {}", env!("CARGO_PKG_VERSION"), crate::llama::cpu_features())
 }
 
 /// Subcommands.

@@ -32,6 +32,19 @@ pub fn init() {
     });
 }
 
+/// The CPU features the linked llama.cpp was built to use, as it reports
+/// them (`AVX2 = 1 | FMA = 1 | ...`): only those it uses.
+pub fn cpu_features() -> String {
+    init();
+    // SAFETY: returns a pointer to a static, NUL-terminated buffer llama.cpp
+    // owns; it is copied out before any other call.
+    let text = unsafe { std::ffi::CStr::from_ptr(sys::llama_print_system_info()) };
+    let text = text.to_string_lossy();
+    let used: Vec<&str> =
+        text.split('|').map(|f| f.trim().trim_start_matches("CPU : ")).filter_map(|f| f.strip_suffix(" = 1")).collect();
+    used.join(" ")
+}
+
 /// (elements per block, bytes per block) of a ggml type, from the linked ggml.
 pub fn ggml_type_geometry(type_id: u32) -> (u64, u64) {
     // SAFETY: pure table lookups; ids come from our own table of valid types.
