@@ -2,7 +2,7 @@
 //! chunk), so the same seed gives the same file whatever the thread count.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use half::f16;
 use rand::{RngCore, SeedableRng};
@@ -48,7 +48,7 @@ pub fn encodes_natively(ty: GgmlType) -> bool {
 #[cfg(test)]
 pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    render_into(spec, fill, seed, threads, &RowPools::new(seed), &mut out)?;
+    render_into(spec, fill, seed, threads, &mut RowPools::new(seed), &mut out)?;
     Ok(out)
 }
 
@@ -57,7 +57,7 @@ pub fn render(spec: &TensorSpec, fill: &Fill, seed: u64, threads: usize) -> Resu
 /// model, so that ggml's quantizer (a few MiB/s) stays off the write path.
 pub struct RowPools {
     seed: u64,
-    pools: Mutex<HashMap<PoolKey, Arc<Vec<u8>>>>,
+    pools: HashMap<PoolKey, Arc<Vec<u8>>>,
 }
 
 /// A pool's type, row width and scale (as f32 bits).
@@ -66,15 +66,14 @@ type PoolKey = (GgmlType, usize, u32);
 impl RowPools {
     /// No pools yet, for a model of seed `seed`.
     pub fn new(seed: u64) -> RowPools {
-        RowPools { seed, pools: Mutex::default() }
+        RowPools { seed, pools: HashMap::new() }
     }
 
     /// The pool of `POOL_ROWS` rows of `n_per_row` uniform values of
     /// standard deviation `std`, encoded in `ty`.
-    fn get(&self, ty: GgmlType, n_per_row: usize, std: f32) -> Result<Arc<Vec<u8>>, String> {
+    fn get(&mut self, ty: GgmlType, n_per_row: usize, std: f32) -> Result<Arc<Vec<u8>>, String> {
         let key = (ty, n_per_row, std.to_bits());
-        let mut pools = self.pools.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(pool) = pools.get(&key) {
+        if let Some(pool) = self.pools.get(&key) {
             return Ok(pool.clone());
         }
         let stream = name_hash(&format!("{ty}/{n_per_row}/{:08x}", key.2));
@@ -83,7 +82,7 @@ impl RowPools {
         let mut rows = vec![0u8; POOL_ROWS * row_bytes];
         encode_rows(ty, &uniform(std, POOL_ROWS * n_per_row, &mut rng), n_per_row, &mut rows)?;
         let pool = Arc::new(rows);
-        pools.insert(key, pool.clone());
+        self.pools.insert(key, pool.clone());
         Ok(pool)
     }
 }
@@ -97,7 +96,7 @@ pub fn render_into(
     fill: &Fill,
     seed: u64,
     threads: usize,
-    pools: &RowPools,
+    pools: &mut RowPools,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
     let size = spec.size() as usize;
@@ -376,7 +375,7 @@ mod tests {
                 assert!(r == &fillers[..row] || r == &fillers[row..], "{ty}: a filler row is not one of the pool's");
             }
             let mut reused = vec![7u8; 3 * bytes.len()];
-            render_into(&spec, &fill, 3, 2, &RowPools::new(3), &mut reused).unwrap();
+            render_into(&spec, &fill, 3, 2, &mut RowPools::new(3), &mut reused).unwrap();
             assert_eq!(reused, bytes, "{ty}: a reused buffer");
         }
     }

@@ -107,10 +107,10 @@ pub fn write_plan(
         // generator's next send fails instead of blocking the scope forever.
         let rx = rx;
         scope.spawn(move || {
-            let pools = RowPools::new(seed);
+            let mut pools = RowPools::new(seed);
             for (t, fill) in tensors {
                 let mut bytes = recycled.try_recv().unwrap_or_default();
-                let rendered = render_into(t, fill, seed, threads, &pools, &mut bytes).map(|()| bytes);
+                let rendered = render_into(t, fill, seed, threads, &mut pools, &mut bytes).map(|()| bytes);
                 if tx.send(rendered).is_err() {
                     return; // the writer stopped on an error
                 }
