@@ -229,6 +229,10 @@ pub struct MoeConfig {
     /// How many next layers' routers `predict` runs (1-4): two let the
     /// reads of a layer start one layer earlier.
     pub predict_layers: u32,
+    /// With `predict` on, read ahead during prompt processing too: the next
+    /// layer's router runs on every token of the ubatch and the union of
+    /// its choices is read while the layer computes.
+    pub prefill_read_ahead: bool,
     /// While streaming a model larger than the memory available, load a
     /// lean copy of it (expert bytes left as holes, kept in the cache
     /// directory) so opening reads only the dense weights.
@@ -253,6 +257,7 @@ impl Default for MoeConfig {
             prefetch: 0,
             predict: true,
             predict_layers: 2,
+            prefill_read_ahead: true,
             lean_open: true,
             recycle_pages: true,
         }
@@ -445,7 +450,11 @@ impl RunConfig {
                 dense: DenseWeights::from_name(&m.dense_weights).unwrap_or_default(),
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
-                read_ahead: ReadAhead { layers: m.prefetch, router: if m.predict { m.predict_layers } else { 0 } },
+                read_ahead: ReadAhead {
+                    layers: m.prefetch,
+                    router: if m.predict { m.predict_layers } else { 0 },
+                    prefill: m.predict && m.prefill_read_ahead,
+                },
                 lean: m.lean_open.then(|| LeanOpen {
                     dir: lean_dir(),
                     min_expert_bytes: LEAN_MIN_EXPERT_BYTES,
@@ -644,6 +653,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 1 + 9 + 14 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 1 + 9 + 15 + 7 + 4 + 3);
     }
 }

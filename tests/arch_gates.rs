@@ -45,7 +45,8 @@ fn arch_gate(arch: Arch, extras: Extras) {
         s.info().bank_bytes
     };
     let evicting = cached(bank / 6, 2);
-    let read_ahead = cached(bank / 3, 3).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 1, router: 2 }, ..s });
+    let read_ahead = cached(bank / 3, 3)
+        .map(|s| StreamOptions { read_ahead: ReadAhead { layers: 1, router: 2, prefill: true }, ..s });
     for (what, stream) in
         [("cache off", stream0(2, true)), ("evicting cache", evicting.clone()), ("read-ahead", read_ahead)]
     {

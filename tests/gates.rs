@@ -115,7 +115,7 @@ fn recycled_pages_are_lossless() {
         s.expert_ff = 256;
     });
     let f32 = write_tiny(dir.path(), "f32.gguf", Arch::Qwen3Moe, |_| {});
-    let ahead = ReadAhead { layers: 1, router: 1 };
+    let ahead = ReadAhead { layers: 1, router: 1, prefill: true };
     for (m, budget) in [(&q8, 400 << 10), (&f32, 300 << 10)] {
         for read_ahead in [ReadAhead::default(), ahead] {
             let what = format!("{}, cache {budget} bytes, {read_ahead:?}", m.display());
@@ -166,7 +166,8 @@ fn o_direct_is_really_used() {
     }
     // Unaligned slices read whole 4 KiB windows, straight into place (no
     // bounce copy): slots, cache, and the cache with read-ahead.
-    let ahead = cached(100 * 1024, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 1, router: 1 }, ..s });
+    let ahead = cached(100 * 1024, 2)
+        .map(|s| StreamOptions { read_ahead: ReadAhead { layers: 1, router: 1, prefill: true }, ..s });
     for (stream, what) in [
         (stream0(2, true), "O_DIRECT on"),
         (cached(100 * 1024, 2), "O_DIRECT on, cache"),
@@ -205,6 +206,40 @@ fn prompt_prefilled_in_several_ubatches() {
         assert_identical(&reference[0], &streamed[0], "ubatch 7, batch 40");
         let prefills = reports.iter().filter(|r| r.phase == Phase::Prefill).count();
         assert!(prefills >= 2, "prompt should take several batches, took {prefills}");
+    }
+}
+
+/// Prompt chunks read the next layer's predicted experts while a layer
+/// computes: output stays the resident run's, what is read ahead is used,
+/// and the cache never grows past its budget to make room for it.
+#[test]
+fn prompt_read_ahead_is_lossless_and_within_budget() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let prompt = "A longer prompt, long enough to need several micro-batches of seven tokens each, and two batches.";
+    let small = |stream| SessionOptions { batch: 40, ubatch: 7, ..options(&m, stream) };
+    let (reference, _) = run_turns(small(None), &[prompt], 8);
+    // 400 KiB holds a whole layer (8 entries of 48 KiB), so every load fits, but not two
+    // layers' worth of a 7-token ubatch: the read-ahead must stop at the room left.
+    for (budget, prefill) in [(400 << 10, true), (400 << 10, false), (64 << 20, true)] {
+        let what = format!("cache {budget} bytes, prompt read-ahead {prefill}");
+        let read_ahead = ReadAhead { layers: 0, router: 1, prefill };
+        let stream = cached(budget, 3).map(|s| StreamOptions { read_ahead, ..s });
+        let (streamed, reports) = run_turns(small(stream), &[prompt], 8);
+        assert_identical(&reference[0], &streamed[0], &what);
+        let prompt_reports: Vec<_> = reports.iter().filter(|r| r.phase == Phase::Prefill).collect();
+        let ahead: u64 = prompt_reports.iter().map(|r| r.trace.prefetched).sum();
+        let used: u64 = prompt_reports.iter().map(|r| r.trace.prefetch_used).sum();
+        let scored = prompt_reports.iter().map(|r| r.trace.predictions.len()).sum::<usize>();
+        if prefill {
+            assert!(ahead > 0 && used > 0, "{what}: {used} of {ahead} entries read ahead were used");
+            assert!(scored > 0, "{what}: no prompt layer was predicted");
+        } else {
+            assert_eq!((ahead, scored), (0, 0), "{what}");
+        }
+        for r in &reports {
+            assert!(r.trace.cache_peak <= budget, "{what}: {} bytes held over {budget}", r.trace.cache_peak);
+        }
     }
 }
 
@@ -315,18 +350,19 @@ fn poisoned_slice_is_detected() {
     );
 }
 
-/// Read-ahead changes only what is read early, never the routing: every
-/// mode on every architecture, with a cache that evicts every token, one
-/// holding about a third of the bank and one holding all of it.
+/// Read-ahead changes only what is read early, never the routing, and reads
+/// only into the room the budget leaves: every mode on every architecture,
+/// with a cache that evicts every token, one holding about a third of the
+/// bank and one holding all of it.
 #[test]
 fn read_ahead_is_lossless() {
     let dir = tempdir();
     let modes = [
-        ReadAhead { layers: 1, router: 0 },
-        ReadAhead { layers: 3, router: 0 },
-        ReadAhead { layers: 0, router: 1 },
-        ReadAhead { layers: 0, router: 2 },
-        ReadAhead { layers: 2, router: 3 },
+        ReadAhead { layers: 1, router: 0, prefill: true },
+        ReadAhead { layers: 3, router: 0, prefill: true },
+        ReadAhead { layers: 0, router: 1, prefill: true },
+        ReadAhead { layers: 0, router: 2, prefill: true },
+        ReadAhead { layers: 2, router: 3, prefill: true },
     ];
     for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
         let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
@@ -336,7 +372,7 @@ fn read_ahead_is_lossless() {
             bmoe::engine::Session::open(options(&m, stream0(1, true))).unwrap().info().streamed_layers as usize
         };
         for read_ahead in modes {
-            for budget in [100 << 10, 600 << 10, 64 << 20] {
+            for budget in [200 << 10, 600 << 10, 64 << 20] {
                 let what = format!("{arch:?}, {read_ahead:?}, cache {budget} bytes");
                 let stream = cached(budget, 3).map(|s| StreamOptions { read_ahead, ..s });
                 let (streamed, reports) = run(options(&m, stream), N);
@@ -345,10 +381,14 @@ fn read_ahead_is_lossless() {
                 let prefetched: u64 = decode.iter().map(|r| r.trace.prefetched).sum();
                 let used: u64 = decode.iter().map(|r| r.trace.prefetch_used).sum();
                 assert!(used <= prefetched, "{what}: {used} of {prefetched} read-ahead entries used");
-                if budget == 100 << 10 {
-                    // Two entries fit: whatever is read ahead was evicted since the last token.
+                if budget == 200 << 10 {
+                    // Four entries fit: a load holds two, which leaves room for two read ahead,
+                    // and whatever is read ahead was evicted since the last token.
                     assert!(prefetched > 0, "{what}: nothing was read ahead");
                 }
+                // (The prompt's own load may pass a budget this small; a decode step's fits.)
+                let peak = decode.iter().map(|r| r.trace.cache_peak).max().unwrap_or(0);
+                assert!(peak <= budget, "{what}: the cache held {peak} bytes");
                 let scores: Vec<_> = decode.iter().flat_map(|r| &r.trace.predictions).collect();
                 if read_ahead.router > 0 {
                     // Every streamed layer but the first is predicted from the one before, every
@@ -374,7 +414,8 @@ fn router_prediction_rests_when_everything_is_cached() {
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
     let (reference, _) = run(options(&m, None), N);
     let _serial = llama_lock();
-    let stream = cached(64 << 20, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 1 }, ..s });
+    let stream = cached(64 << 20, 2)
+        .map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 1, prefill: true }, ..s });
     let mut session = bmoe::engine::Session::open(options(&m, stream)).unwrap();
     let store = session.store().unwrap();
     let all: Vec<i32> = (0..store.n_expert() as i32).collect();
@@ -400,7 +441,8 @@ fn router_prediction_rests_while_everything_routed_is_cached() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
     let (reference, _) = run(options(&m, None), N);
-    let stream = cached(64 << 20, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 2 }, ..s });
+    let stream = cached(64 << 20, 2)
+        .map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 2, prefill: true }, ..s });
     // An expert this prompt never routes stays out of the cache.
     let (_, probe) = run(options(&m, stream.clone()), N);
     let routed: std::collections::BTreeSet<(u32, u32)> =
@@ -435,8 +477,8 @@ fn router_predictor_reproduces_the_routing_of_its_own_layer() {
         let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
         let _serial = llama_lock();
         // Less than the bank: with everything cached the predictor rests.
-        let stream =
-            cached(600 << 10, 2).map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 1 }, ..s });
+        let stream = cached(600 << 10, 2)
+            .map(|s| StreamOptions { read_ahead: ReadAhead { layers: 0, router: 1, prefill: true }, ..s });
         let mut session = bmoe::engine::Session::open(options(&m, stream)).unwrap();
         session.hook_mut().unwrap().predict_own_layer();
         let layers = session.info().streamed_layers;
@@ -463,7 +505,7 @@ fn polling_threads_do_not_change_results() {
         let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
         let (sleeping, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, N);
         let _serial = llama_lock();
-        let read_ahead = ReadAhead { layers: 1, router: 1 };
+        let read_ahead = ReadAhead { layers: 1, router: 1, prefill: true };
         for stream in [None, cached(600 << 10, 2).map(|s| StreamOptions { read_ahead, ..s })] {
             let streamed = stream.is_some();
             let mut session =
@@ -492,7 +534,7 @@ fn thread_count_does_not_change_results() {
         let (one, _) = run(options(&m, None), STEPS);
         let (two, _) = run(SessionOptions { threads: 2, ..options(&m, None) }, STEPS);
         assert_identical(&one, &two, &format!("{arch:?}: one thread against two"));
-        let read_ahead = ReadAhead { layers: 1, router: 1 };
+        let read_ahead = ReadAhead { layers: 1, router: 1, prefill: true };
         let stream = cached(600 << 10, 2).map(|s| StreamOptions { read_ahead, ..s });
         let tuned = SessionOptions { threads: 2, tune: true, ..options(&m, stream) };
         let (streamed, reports) = {

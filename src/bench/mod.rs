@@ -28,6 +28,9 @@ pub struct Config {
     pub name: String,
     /// Flags added to `bmoe generate`.
     pub flags: Vec<String>,
+    /// Runs inside the memory cap (false: a baseline run outside it, such
+    /// as the resident model the capped runs are compared with).
+    pub capped: bool,
 }
 
 impl Config {
@@ -37,21 +40,34 @@ impl Config {
         if name.trim().is_empty() {
             return Err(format!("`{spec}` has no name"));
         }
-        Ok(Config { name: name.trim().into(), flags: flags.split_whitespace().map(str::to_string).collect() })
+        Ok(Config {
+            name: name.trim().into(),
+            flags: flags.split_whitespace().map(str::to_string).collect(),
+            capped: true,
+        })
+    }
+
+    /// The same configuration, run outside the memory cap.
+    pub fn uncapped(self) -> Config {
+        Config { capped: false, ..self }
     }
 }
 
 /// The default matrix: plain mmap, streaming without a cache, with a fixed
 /// cache of `fixed_mb`, and with the automatic budget.
 pub fn default_matrix(fixed_mb: u64) -> Vec<Config> {
-    let c =
-        |name: &str, flags: &[&str]| Config { name: name.into(), flags: flags.iter().map(|f| f.to_string()).collect() };
+    let c = |name: &str, flags: &[&str]| Config {
+        name: name.into(),
+        flags: flags.iter().map(|f| f.to_string()).collect(),
+        capped: true,
+    };
     vec![
         c("mmap", &[]),
         c("stream-cache0", &["--moe-stream", "--cache-mb", "0"]),
         Config {
             name: format!("stream-cache{fixed_mb}"),
             flags: vec!["--moe-stream".into(), "--cache-mb".into(), fixed_mb.to_string()],
+            capped: true,
         },
         c("stream-auto", &["--moe-stream", "--cache-mb", "auto"]),
     ]
@@ -99,6 +115,8 @@ pub struct RunResult {
     pub oom_killed: bool,
     /// Why it failed, when it did.
     pub error: Option<String>,
+    /// It ran outside the memory cap.
+    pub uncapped: bool,
     /// `# summary` and `# open` fields of its CSV.
     pub fields: BTreeMap<String, String>,
     /// Peak memory of the cgroup during the run, bytes.
@@ -151,7 +169,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&RunResult, usize, usize)) -> R
     let mut results = Vec::with_capacity(total);
     for rep in 1..=plan.reps {
         for config in &plan.configs {
-            let result = run_one(plan, config, rep, cgroup.as_ref());
+            let result = run_one(plan, config, rep, cgroup.as_ref().filter(|_| config.capped));
             progress(&result, results.len() + 1, total);
             results.push(result);
             if crate::cli::interrupt::requested() {
@@ -166,7 +184,13 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&RunResult, usize, usize)) -> R
 fn run_one(plan: &Plan, config: &Config, rep: usize, cgroup: Option<&Cgroup>) -> RunResult {
     let csv = plan.work.join(format!("{}-{}-{rep}.csv", plan.pass, config.name));
     let _ = std::fs::remove_file(&csv);
-    let mut result = RunResult { pass: plan.pass.clone(), config: config.name.clone(), rep, ..RunResult::default() };
+    let mut result = RunResult {
+        pass: plan.pass.clone(),
+        config: config.name.clone(),
+        rep,
+        uncapped: !config.capped,
+        ..RunResult::default()
+    };
     drop_page_cache();
     let oom_before = cgroup.map_or(0, Cgroup::oom_kills);
     if let Some(cg) = cgroup {
@@ -296,6 +320,7 @@ mod tests {
         let c = Config::parse("anon=--moe-stream --dense-weights anon").unwrap();
         assert_eq!(c.name, "anon");
         assert_eq!(c.flags, ["--moe-stream", "--dense-weights", "anon"]);
+        assert!(c.capped && !c.uncapped().capped);
         assert!(Config::parse("no-equals").is_err());
         let text = "# open arch=qwen3moe load_s=1.5 open_read_mib=600.00\nturn,phase\n0,1\n# summary tokens=64 decode_tok_s=6.390 hit_pct=nan\n";
         let f = csv_fields(text);

@@ -15,6 +15,8 @@ pub struct Summary {
     pub pass: String,
     /// Configuration name.
     pub config: String,
+    /// Its runs were outside the memory cap.
+    pub uncapped: bool,
     /// Runs that finished / all runs.
     pub ok: usize,
     /// All runs.
@@ -115,6 +117,7 @@ pub fn summarize(results: &[RunResult]) -> Vec<Summary> {
                 load_s: med("load_s"),
                 cache_budget_mib: med("cache_budget_mib"),
                 error: runs.iter().find_map(|r| r.error.clone()),
+                uncapped: runs.iter().any(|r| r.uncapped),
                 pass,
                 config,
             }
@@ -179,7 +182,7 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
             out,
             "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
             s.pass,
-            s.config,
+            if s.uncapped { format!("{} (no cap)", s.config) } else { s.config.clone() },
             format!("{}/{}", s.ok, s.runs),
             decode,
             ratio,
@@ -198,6 +201,33 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
         );
         if let Some(e) = s.error.as_ref().filter(|_| s.ok < s.runs) {
             let _ = writeln!(out, "       {}: {e}", s.config);
+        }
+    }
+    out.push_str(&against_baseline(summaries));
+    out
+}
+
+/// Each capped configuration's decode and prefill speed as a fraction of
+/// the pass's first uncapped one (the baseline), when the pass has one.
+fn against_baseline(summaries: &[Summary]) -> String {
+    let mut out = String::new();
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "-".into(),
+    };
+    for base in summaries.iter().filter(|s| s.uncapped) {
+        if summaries.iter().find(|s| s.uncapped && s.pass == base.pass).is_some_and(|first| first != base) {
+            continue;
+        }
+        let _ = writeln!(out, "{}: against {} (no cap)", base.pass, base.config);
+        for s in summaries.iter().filter(|s| s.pass == base.pass && !s.uncapped) {
+            let _ = writeln!(
+                out,
+                "  {:<18} decode {:>6}  prefill {:>6}",
+                s.config,
+                ratio(s.decode.map(|d| d.0), base.decode.map(|d| d.0)),
+                ratio(s.prefill_tok_s, base.prefill_tok_s),
+            );
         }
     }
     out
@@ -284,6 +314,17 @@ mod tests {
         let t = table(&s, &probes);
         assert!(t.contains("24.0x"), "6.0 / median(0.3, 0.2) = 24x:\n{t}");
         assert!(t.contains("50%") && t.contains("killed by the OOM killer"), "{t}");
+        assert!(!t.contains("no cap"), "no baseline, no ratios:\n{t}");
+        let mut with_base = results.clone();
+        let mut base = run("resident", 1, "12.0", true);
+        base.uncapped = true;
+        base.fields.insert("prefill_tok_s".into(), "40".into());
+        with_base.push(base);
+        with_base[1].fields.insert("prefill_tok_s".into(), "30".into());
+        let t = table(&summarize(&with_base), &probes);
+        assert!(t.contains("resident (no cap)"), "{t}");
+        let line = t.lines().find(|l| l.trim_start().starts_with("stream ")).unwrap();
+        assert!(line.contains("decode  0.50x") && line.contains("prefill  0.75x"), "6/12 and 30/40:\n{t}");
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("b.csv");
         write_csv(&csv, &results).unwrap();

@@ -30,6 +30,12 @@ pub struct BenchArgs {
     /// "c1000=--moe-stream --cache-mb 1000". Default: mmap, stream-cache0, stream-cacheFIXED, stream-auto.
     #[arg(long = "config", value_name = "NAME=FLAGS")]
     pub configs: Vec<String>,
+    /// A configuration run outside the memory cap, interleaved with the others, NAME=FLAGS
+    /// (repeatable): the baseline the capped runs are compared with, e.g. "resident=" for the
+    /// plain model with all the memory it wants. The table then gives each configuration's
+    /// decode and prefill speed as a fraction of the first one's.
+    #[arg(long = "uncapped", value_name = "NAME=FLAGS")]
+    pub uncapped: Vec<String>,
     /// The fixed cache budget of the default matrix, MiB [default: half the cap, or 1000].
     #[arg(long)]
     pub fixed_mb: Option<u64>,
@@ -57,11 +63,19 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bail!("{}: no such model file", args.model.display());
     }
     let fixed = args.fixed_mb.unwrap_or(if args.cap_mb > 0 { args.cap_mb / 2 } else { 1000 });
-    let configs = if args.configs.is_empty() {
+    let mut configs = if args.configs.is_empty() {
         bench::default_matrix(fixed)
     } else {
         args.configs.iter().map(|c| Config::parse(c)).collect::<Result<Vec<_>, _>>().map_err(|e| anyhow!(e))?
     };
+    for spec in &args.uncapped {
+        configs.push(Config::parse(spec).map_err(|e| anyhow!(e))?.uncapped());
+    }
+    let mut names: Vec<&str> = configs.iter().map(|c| c.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        bail!("two configurations are named `{}`: each needs its own name", w[0]);
+    }
     let lanes = crate::config::RunConfig::default().moe.io_threads as usize;
     eprintln!("bench: probing the disk at the model's slice size (1 and {lanes} lanes)...");
     let probes = bench::probe_disk(&args.model, lanes).map_err(|e| anyhow!(e))?;

@@ -88,6 +88,11 @@ pub struct RunFlags {
     /// [moe.predict_layers, default 2].
     #[arg(long, value_name = "N")]
     pub predict_layers: Option<u32>,
+    /// Do not read ahead while processing a prompt (by default the next layer's router runs on
+    /// every prompt token of the micro-batch and the union of its choices is read while the
+    /// layer computes; lossless either way) [moe.prefill_read_ahead = false].
+    #[arg(long)]
+    pub no_prefill_read_ahead: bool,
     /// While streaming, load the model file itself instead of a lean copy with the expert bytes
     /// left out (made when the model is larger than the memory available and has 1 GiB of
     /// experts or more, so opening reads only the dense weights; kept in the cache directory)
@@ -181,6 +186,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
          n_expert_used => m.n_expert_used, prefetch => m.prefetch, predict_layers => m.predict_layers);
     if args.no_predict {
         m.predict = false;
+    }
+    if args.no_prefill_read_ahead {
+        m.prefill_read_ahead = false;
     }
     if args.no_lean_open {
         m.lean_open = false;

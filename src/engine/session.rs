@@ -979,6 +979,9 @@ fn attach_stream(
         if ra.router > 0 {
             what.push(format!("the choice of the next {} layer(s)' routers", ra.router));
         }
+        if ra.router > 0 && ra.prefill {
+            what.push("in prompts, the next layer's router's picks for every prompt token".into());
+        }
         notices.push(format!("read-ahead: {}", what.join(", and ")));
     }
     info.notices = notices;

@@ -47,6 +47,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("moe.predict", Apply::Reopen, "read ahead the experts the next layer's router picks, run early (needs the cache)"),
     ("moe.predict_layers", Apply::Reopen, "how many next layers' routers run early (1-4)"),
     (
+        "moe.prefill_read_ahead",
+        Apply::Reopen,
+        "with predict on, read ahead in prompt chunks too: the next layer's picks for every prompt token",
+    ),
+    (
         "moe.lean_open",
         Apply::Reopen,
         "a model larger than memory loads from a copy without its expert bytes: opening reads the dense weights only",

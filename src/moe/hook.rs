@@ -145,6 +145,8 @@ pub struct StepTrace {
     pub prefetch_used: u64,
     /// Per layer, how well the router prediction named the routed experts.
     pub predictions: Vec<PredictionScore>,
+    /// The most bytes the expert cache held at any point of the call.
+    pub cache_peak: u64,
 }
 
 enum Mode {
@@ -551,8 +553,11 @@ impl MoeHook {
         if self.decode_phase {
             let resting = self.layers_all_resident >= PREDICT_REST_LAYERS;
             if self.predictor.is_some() && !self.read_ahead_paused && !resting {
-                self.predict_next(node, il, k, nt);
+                self.predict_next(node, il, k, nt, false);
             }
+            self.score_prediction(il);
+        } else if self.reads_ahead_in_prompts() {
+            self.predict_next(node, il, k, nt, true);
             self.score_prediction(il);
         }
         if self.dropper.is_some() && self.decode_phase {
@@ -562,6 +567,7 @@ impl MoeHook {
         let first_row = self.trace.rows.len();
         self.load_and_record(il, k, nt, first_token);
         self.read_ahead_after(il);
+        self.read_ahead_in_prompt(il);
         self.pending = Some((il, first_row, nt, k));
     }
 
@@ -576,17 +582,30 @@ impl MoeHook {
         self.trace.predictions.push(PredictionScore { layer: il as u32, routed: routed.len() as u32, right });
     }
 
+    /// True when prompt chunks read ahead (router prediction on, the store
+    /// able to read in the background).
+    fn reads_ahead_in_prompts(&self) -> bool {
+        self.read_ahead.prefill
+            && self.predictor.is_some()
+            && self.error.is_none()
+            && self.store.as_ref().is_some_and(|s| s.can_prefetch() && !s.holds_whole_bank())
+    }
+
     /// Runs the routers of the next streamed layers (as many as the
     /// read-ahead asks) on layer `il`'s input, for each of the batch's
     /// tokens, and remembers the union of their top-k: the nearest one's in
     /// `predicted` (scored against its routing), farther ones in
     /// `predicted_far`. Layers without experts in between (dense layers of
-    /// an architecture with MoE on some layers only) are skipped.
-    fn predict_next(&mut self, topk: Tensor<'_>, il: usize, k: usize, nt: usize) {
+    /// an architecture with MoE on some layers only) are skipped. A decode
+    /// step predicts for up to a few tokens; a prompt chunk (`prompt`)
+    /// predicts the next layer only, for every token of the ubatch, and
+    /// never the last streamed layer, where llama.cpp computes only the rows
+    /// whose logits are asked for.
+    fn predict_next(&mut self, topk: Tensor<'_>, il: usize, k: usize, nt: usize, prompt: bool) {
         const MAX_TOKENS: usize = 4;
         let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
         // Nothing to read ahead once the cache holds the whole bank.
-        if nt > MAX_TOKENS || store.holds_whole_bank() {
+        if (nt > MAX_TOKENS && !prompt) || store.holds_whole_bank() {
             return;
         }
         let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };
@@ -601,6 +620,11 @@ impl MoeHook {
         ahead.clear();
         if self.predict_distance == 0 {
             ahead.push(il);
+        } else if prompt {
+            let mut next = store.streamed_after(il).peekable();
+            if let Some(n) = next.next().filter(|_| next.peek().is_some()) {
+                ahead.push(n);
+            }
         } else {
             ahead.extend(store.streamed_after(il).take(self.read_ahead.router.max(1) as usize));
         }
@@ -683,7 +707,30 @@ impl MoeHook {
         let Some(store) = self.store.as_mut().filter(|_| !targets.is_empty()) else { return };
         match store.prefetch(&targets) {
             Ok(r) => {
+                self.trace.cache_peak = self.trace.cache_peak.max(store.resident_bytes());
                 self.layers_all_resident = if r.entries == 0 { self.layers_all_resident + 1 } else { 0 };
+                self.trace.prefetched += r.entries;
+                self.trace.evictions += r.evictions;
+                self.trace.recycled_bytes += r.recycled_bytes;
+                self.trace.mgmt_ns += r.mgmt_ns;
+            }
+            Err(e) => self.fail(format!("expert read-ahead failed after layer {il}: {e}")),
+        }
+    }
+
+    /// In a prompt chunk, starts reading what the next layer's router picks
+    /// for the ubatch's tokens (predicted at this layer's routing) while
+    /// this layer computes.
+    fn read_ahead_in_prompt(&mut self, il: usize) {
+        if self.decode_phase || !self.reads_ahead_in_prompts() {
+            return;
+        }
+        let Some(store) = self.store.as_mut() else { return };
+        let Some(next) = store.streamed_after(il).next() else { return };
+        let Some(experts) = self.predicted.get(next).filter(|p| !p.is_empty()) else { return };
+        match store.prefetch(&[(next, experts.clone())]) {
+            Ok(r) => {
+                self.trace.cache_peak = self.trace.cache_peak.max(store.resident_bytes());
                 self.trace.prefetched += r.entries;
                 self.trace.evictions += r.evictions;
                 self.trace.recycled_bytes += r.recycled_bytes;
@@ -793,6 +840,7 @@ impl MoeHook {
         };
         let entry = store.entry_bytes(il);
         let t = &mut self.trace;
+        t.cache_peak = t.cache_peak.max(store.resident_bytes());
         t.bytes_read += report.read.bytes;
         t.window_bytes += report.read.window_bytes;
         t.bounced_slices += report.read.bounced;

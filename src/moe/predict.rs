@@ -18,10 +18,15 @@ pub struct ReadAhead {
     /// read their choice (0 = off): 1 gives the next layer's reads the time
     /// of one layer's compute, 2 lets them start a layer earlier.
     pub router: u32,
+    /// In prompt chunks too (needs `router`): run the next layer's router on
+    /// every token of the ubatch and read the union of their choices while
+    /// the layer computes. A long ubatch routes to most of each layer's
+    /// bank, so this is where a prompt's reads hide behind its compute.
+    pub prefill: bool,
 }
 
 impl ReadAhead {
-    /// True when anything is read ahead.
+    /// True when anything is read ahead during decode.
     pub fn any(&self) -> bool {
         self.layers > 0 || self.router > 0
     }

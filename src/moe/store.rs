@@ -413,7 +413,8 @@ impl ExpertStore {
     /// for that layer's entries, so no layer computes over a slice in
     /// flight. Entries already resident or in flight are skipped; room is
     /// made by evicting in the policy's order, never the entries of the load
-    /// just done nor any being read. Does nothing with the cache off (its
+    /// just done nor any being read, and targets past the room that leaves
+    /// are not read (the budget holds). Does nothing with the cache off (its
     /// slots are shared by every layer) or with a single lane (nothing could
     /// read in the background).
     pub fn prefetch(&mut self, targets: &[(usize, Vec<u32>)]) -> io::Result<PrefetchReport> {
@@ -424,6 +425,7 @@ impl ExpertStore {
         }
         let protect = self.generation;
         let n_expert = self.n_expert;
+        let mut room = self.room(protect);
         let mut jobs = Vec::new();
         let mut incoming = Vec::new();
         for (il, experts) in targets {
@@ -435,9 +437,10 @@ impl ExpertStore {
                 let e = e as usize;
                 let id = il * n_expert + e;
                 let Residency::Cache(cache) = &mut self.residency else { break };
-                if e >= n_expert || cache.valid[id] {
+                if e >= n_expert || cache.valid[id] || room < self.entry_bytes[il] {
                     continue;
                 }
+                room -= self.entry_bytes[il];
                 cache.valid[id] = true;
                 cache.stamp[id] = protect;
                 cache.resident += self.entry_bytes[il];
@@ -458,6 +461,17 @@ impl ExpertStore {
         report.recycled_bytes = self.recycled_bytes - recycled;
         report.mgmt_ns = t0.elapsed().as_nanos() as u64;
         Ok(report)
+    }
+
+    /// Bytes the cache can take beyond the entries no eviction may touch
+    /// now: those stamped `protect` (the load in flight) and those being read.
+    fn room(&self, protect: u64) -> u64 {
+        let Residency::Cache(cache) = &self.residency else { return 0 };
+        let held: u64 = (0..cache.valid.len())
+            .filter(|&id| cache.valid[id] && (cache.stamp[id] == protect || self.in_flight[id]))
+            .map(|id| self.entry_bytes[id / self.n_expert])
+            .sum();
+        cache.budget.saturating_sub(held)
     }
 
     /// True when [`Self::prefetch`] can read ahead: the cache is on and a
