@@ -17,8 +17,13 @@ tokens=${2:-128}
 reps=${3:-3}
 threads=${4:-$(nproc)}
 work=bench-work
-source scripts/bench-model.sh
-model=${1:-$model}
+if [ -n "${1:-}" ]; then
+  cargo build --release --quiet
+  bmoe=target/release/bmoe
+  model=$1
+else
+  source scripts/bench-model.sh
+fi
 
 # The vendored llama.cpp of the pinned llama-cpp-sys-2.
 version=$(grep -A1 '^name = "llama-cpp-sys-2"' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')
@@ -32,7 +37,7 @@ if [ ! -x "$ref/reference-decode" ]; then
 fi
 
 prompt="The capital of Japan is"
-speed() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s).*/\1/p'; }
+speed() { sed -n 's/^decode: *[0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p'; }
 echo "model $model, $tokens tokens, $threads threads, $reps alternations"
 echo "reference $("$ref/reference-decode" "$model" "$prompt" 2 "$threads" | sed -n 's/^cpu: *//p')"
 echo "bmoe      $($bmoe --version | sed -n 's/^llama.cpp CPU: *//p')"
