@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::predict::{PredictionScore, ReadAhead, RouterPredictor, RouterWeights};
 use super::recipe::parse_expert_tensor;
-use super::store::ExpertStore;
+use super::store::{ExpertStore, PrefetchReport};
 use crate::llama::{EvalHook, Tensor, TensorBinding, TensorHandle};
 use crate::policy::{DropCall, Dropper};
 
@@ -705,16 +705,29 @@ impl MoeHook {
             routed.dedup();
         }
         let Some(store) = self.store.as_mut().filter(|_| !targets.is_empty()) else { return };
-        match store.prefetch(&targets) {
-            Ok(r) => {
-                self.trace.cache_peak = self.trace.cache_peak.max(store.resident_bytes());
-                self.layers_all_resident = if r.entries == 0 { self.layers_all_resident + 1 } else { 0 };
-                self.trace.prefetched += r.entries;
-                self.trace.evictions += r.evictions;
-                self.trace.recycled_bytes += r.recycled_bytes;
-                self.trace.mgmt_ns += r.mgmt_ns;
+        let result = store.prefetch(&targets).map(|r| (r, store.resident_bytes()));
+        if let Some(r) = self.record_prefetch(il, result) {
+            self.layers_all_resident = if r.entries == 0 { self.layers_all_resident + 1 } else { 0 };
+        }
+    }
+
+    /// Adds what a read-ahead started to the step's trace (or fails the
+    /// step on its error); `resident` is the cache's size right after it.
+    fn record_prefetch(&mut self, il: usize, result: std::io::Result<(PrefetchReport, u64)>) -> Option<PrefetchReport> {
+        match result {
+            Ok((r, resident)) => {
+                let t = &mut self.trace;
+                t.cache_peak = t.cache_peak.max(resident);
+                t.prefetched += r.entries;
+                t.evictions += r.evictions;
+                t.recycled_bytes += r.recycled_bytes;
+                t.mgmt_ns += r.mgmt_ns;
+                Some(r)
             }
-            Err(e) => self.fail(format!("expert read-ahead failed after layer {il}: {e}")),
+            Err(e) => {
+                self.fail(format!("expert read-ahead failed after layer {il}: {e}"));
+                None
+            }
         }
     }
 
@@ -728,16 +741,8 @@ impl MoeHook {
         let Some(store) = self.store.as_mut() else { return };
         let Some(next) = store.streamed_after(il).next() else { return };
         let Some(experts) = self.predicted.get(next).filter(|p| !p.is_empty()) else { return };
-        match store.prefetch(&[(next, experts.clone())]) {
-            Ok(r) => {
-                self.trace.cache_peak = self.trace.cache_peak.max(store.resident_bytes());
-                self.trace.prefetched += r.entries;
-                self.trace.evictions += r.evictions;
-                self.trace.recycled_bytes += r.recycled_bytes;
-                self.trace.mgmt_ns += r.mgmt_ns;
-            }
-            Err(e) => self.fail(format!("expert read-ahead failed after layer {il}: {e}")),
-        }
+        let result = store.prefetch(&[(next, experts.clone())]).map(|r| (r, store.resident_bytes()));
+        self.record_prefetch(il, result);
     }
 
     fn on_weights(&mut self, node: Tensor<'_>, il: usize) {
