@@ -215,12 +215,16 @@ fn against_baseline(summaries: &[Summary]) -> String {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
         _ => "-".into(),
     };
-    for base in summaries.iter().filter(|s| s.uncapped) {
-        if summaries.iter().find(|s| s.uncapped && s.pass == base.pass).is_some_and(|first| first != base) {
-            continue;
+    let mut passes: Vec<&str> = Vec::new();
+    for s in summaries {
+        if !passes.contains(&s.pass.as_str()) {
+            passes.push(&s.pass);
         }
+    }
+    for pass in passes {
+        let Some(base) = summaries.iter().find(|s| s.uncapped && s.pass == pass) else { continue };
         let _ = writeln!(out, "{}: against {} (no cap)", base.pass, base.config);
-        for s in summaries.iter().filter(|s| s.pass == base.pass && !s.uncapped) {
+        for s in summaries.iter().filter(|s| s.pass == pass && !s.uncapped) {
             let _ = writeln!(
                 out,
                 "  {:<18} decode {:>6}  prefill {:>6}",
