@@ -194,15 +194,22 @@ fn three_turn_session() {
     }
 }
 
+/// A prompt that takes several ubatches of [`in_small_ubatches`].
+const LONG_PROMPT: &str =
+    "A longer prompt, long enough to need several micro-batches of seven tokens each, and two batches.";
+
+/// Options that split a prompt into batches of 40 tokens and ubatches of 7.
+fn in_small_ubatches(model: &std::path::Path, stream: Option<StreamOptions>) -> SessionOptions {
+    SessionOptions { batch: 40, ubatch: 7, ..options(model, stream) }
+}
+
 #[test]
 fn prompt_prefilled_in_several_ubatches() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
-    let prompt = "A longer prompt, long enough to need several micro-batches of seven tokens each, and two batches.";
-    let small = |stream| SessionOptions { batch: 40, ubatch: 7, ..options(&m, stream) };
-    let (reference, _) = run_turns(small(None), &[prompt], 24);
+    let (reference, _) = run_turns(in_small_ubatches(&m, None), &[LONG_PROMPT], 24);
     for stream in [stream0(1, true), cached(100 * 1024, 4)] {
-        let (streamed, reports) = run_turns(small(stream), &[prompt], 24);
+        let (streamed, reports) = run_turns(in_small_ubatches(&m, stream), &[LONG_PROMPT], 24);
         assert_identical(&reference[0], &streamed[0], "ubatch 7, batch 40");
         let prefills = reports.iter().filter(|r| r.phase == Phase::Prefill).count();
         assert!(prefills >= 2, "prompt should take several batches, took {prefills}");
@@ -216,16 +223,14 @@ fn prompt_prefilled_in_several_ubatches() {
 fn prompt_read_ahead_is_lossless_and_within_budget() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
-    let prompt = "A longer prompt, long enough to need several micro-batches of seven tokens each, and two batches.";
-    let small = |stream| SessionOptions { batch: 40, ubatch: 7, ..options(&m, stream) };
-    let (reference, _) = run_turns(small(None), &[prompt], 8);
+    let (reference, _) = run_turns(in_small_ubatches(&m, None), &[LONG_PROMPT], 8);
     // 400 KiB holds a whole layer (8 entries of 48 KiB), so every load fits, but not two
     // layers' worth of a 7-token ubatch: the read-ahead must stop at the room left.
     for (budget, prefill) in [(400 << 10, true), (400 << 10, false), (64 << 20, true)] {
         let what = format!("cache {budget} bytes, prompt read-ahead {prefill}");
         let read_ahead = ReadAhead { layers: 0, router: 1, prefill };
         let stream = cached(budget, 3).map(|s| StreamOptions { read_ahead, ..s });
-        let (streamed, reports) = run_turns(small(stream), &[prompt], 8);
+        let (streamed, reports) = run_turns(in_small_ubatches(&m, stream), &[LONG_PROMPT], 8);
         assert_identical(&reference[0], &streamed[0], &what);
         let prompt_reports: Vec<_> = reports.iter().filter(|r| r.phase == Phase::Prefill).collect();
         let ahead: u64 = prompt_reports.iter().map(|r| r.trace.prefetched).sum();

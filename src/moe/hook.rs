@@ -705,19 +705,19 @@ impl MoeHook {
             routed.dedup();
         }
         let Some(store) = self.store.as_mut().filter(|_| !targets.is_empty()) else { return };
-        let result = store.prefetch(&targets).map(|r| (r, store.resident_bytes()));
+        let result = store.prefetch(&targets);
         if let Some(r) = self.record_prefetch(il, result) {
             self.layers_all_resident = if r.entries == 0 { self.layers_all_resident + 1 } else { 0 };
         }
     }
 
     /// Adds what a read-ahead started to the step's trace (or fails the
-    /// step on its error); `resident` is the cache's size right after it.
-    fn record_prefetch(&mut self, il: usize, result: std::io::Result<(PrefetchReport, u64)>) -> Option<PrefetchReport> {
+    /// step on its error).
+    fn record_prefetch(&mut self, il: usize, result: std::io::Result<PrefetchReport>) -> Option<PrefetchReport> {
         match result {
-            Ok((r, resident)) => {
+            Ok(r) => {
                 let t = &mut self.trace;
-                t.cache_peak = t.cache_peak.max(resident);
+                t.cache_peak = t.cache_peak.max(r.resident);
                 t.prefetched += r.entries;
                 t.evictions += r.evictions;
                 t.recycled_bytes += r.recycled_bytes;
@@ -741,7 +741,7 @@ impl MoeHook {
         let Some(store) = self.store.as_mut() else { return };
         let Some(next) = store.streamed_after(il).next() else { return };
         let Some(experts) = self.predicted.get(next).filter(|p| !p.is_empty()) else { return };
-        let result = store.prefetch(&[(next, experts.clone())]).map(|r| (r, store.resident_bytes()));
+        let result = store.prefetch(&[(next, experts.clone())]);
         self.record_prefetch(il, result);
     }
 

@@ -79,6 +79,8 @@ pub struct PrefetchReport {
     pub recycled_bytes: u64,
     /// Nanoseconds of bookkeeping (the reads themselves run on other lanes).
     pub mgmt_ns: u64,
+    /// Bytes the cache holds once these reads are started.
+    pub resident: u64,
 }
 
 /// The byte-budgeted cache over (layer, expert) entries.
@@ -183,6 +185,9 @@ pub struct ExpertStore {
     /// Bytes of pages moved from evicted entries to new ones so far (the
     /// reports carry the difference each call makes).
     recycled_bytes: u64,
+    /// Bytes of the entries the last load uses: stamped with its
+    /// generation, no eviction touches them until the next load.
+    loaded_bytes: u64,
 }
 
 impl ExpertStore {
@@ -263,6 +268,7 @@ impl ExpertStore {
             spare: Vec::new(),
             recycle,
             recycled_bytes: 0,
+            loaded_bytes: 0,
         })
     }
 
@@ -389,6 +395,7 @@ impl ExpertStore {
         if let Residency::Cache(cache) = &mut self.residency {
             cache.loads += 1;
         }
+        self.loaded_bytes = report.experts.len() as u64 * self.entry_bytes[il];
         let recycled = self.recycled_bytes;
         report.evictions = self.make_room(generation, &missed)?;
         report.recycled_bytes = self.recycled_bytes - recycled;
@@ -419,13 +426,13 @@ impl ExpertStore {
     /// read in the background).
     pub fn prefetch(&mut self, targets: &[(usize, Vec<u32>)]) -> io::Result<PrefetchReport> {
         let t0 = Instant::now();
-        let mut report = PrefetchReport::default();
+        let mut report = PrefetchReport { resident: self.resident_bytes(), ..PrefetchReport::default() };
         if targets.is_empty() || !self.can_prefetch() {
             return Ok(report);
         }
         let protect = self.generation;
         let n_expert = self.n_expert;
-        let mut room = self.room(protect);
+        let mut room = self.room();
         let mut jobs = Vec::new();
         let mut incoming = Vec::new();
         for (il, experts) in targets {
@@ -460,18 +467,18 @@ impl ExpertStore {
         self.pending.extend(incoming.into_iter().map(|id| (id, ticket)));
         report.recycled_bytes = self.recycled_bytes - recycled;
         report.mgmt_ns = t0.elapsed().as_nanos() as u64;
+        report.resident = self.resident_bytes();
         Ok(report)
     }
 
     /// Bytes the cache can take beyond the entries no eviction may touch
-    /// now: those stamped `protect` (the load in flight) and those being read.
-    fn room(&self, protect: u64) -> u64 {
+    /// now: the last load's and those read ahead since (every entry stamped
+    /// with the current generation is one or the other: read-ahead entries
+    /// stay pending until a load waits for them), and any still being read.
+    fn room(&self) -> u64 {
         let Residency::Cache(cache) = &self.residency else { return 0 };
-        let held: u64 = (0..cache.valid.len())
-            .filter(|&id| cache.valid[id] && (cache.stamp[id] == protect || self.in_flight[id]))
-            .map(|id| self.entry_bytes[id / self.n_expert])
-            .sum();
-        cache.budget.saturating_sub(held)
+        let pending: u64 = self.pending.iter().map(|&(id, _)| self.entry_bytes[id as usize / self.n_expert]).sum();
+        cache.budget.saturating_sub(self.loaded_bytes + pending)
     }
 
     /// True when [`Self::prefetch`] can read ahead: the cache is on and a
