@@ -10,6 +10,7 @@ use crate::engine::{CacheBudget, DenseWeights, LeanOpen, SessionOptions, StreamO
 use crate::llama::Sampling;
 use crate::moe::evict::CachePolicy;
 use crate::moe::predict::ReadAhead;
+use crate::moe::repack::Repack;
 
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -95,11 +96,20 @@ impl Default for ChatConfig {
 }
 
 /// `[model]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
     /// GGUF file (first shard of a split set); empty = the built-in demo model.
     pub path: PathBuf,
+    /// Expert banks for the CPU's repacked kernels: `auto` (streamed, and
+    /// resident when the file fits in memory), `on` or `off`.
+    pub repack: String,
+}
+
+impl Default for ModelConfig {
+    fn default() -> ModelConfig {
+        ModelConfig { path: PathBuf::new(), repack: Repack::default().name().into() }
+    }
 }
 
 /// `[generate]`
@@ -364,6 +374,9 @@ impl RunConfig {
         if let Err(e) = m.cache_policy.parse::<CachePolicy>() {
             return Err(bad("moe.cache_policy", e));
         }
+        if Repack::from_name(&self.model.repack).is_none() {
+            return Err(bad("model.repack", format!("`{}` is not auto, on or off", self.model.repack)));
+        }
         match DenseWeights::from_name(&m.dense_weights) {
             None => {
                 return Err(bad("moe.dense_weights", format!("`{}` is not mmap, warm or anon", m.dense_weights)));
@@ -462,6 +475,7 @@ impl RunConfig {
                 }),
                 recycle_pages: m.recycle_pages,
             }),
+            repack: Repack::from_name(&self.model.repack).unwrap_or_default(),
         }
     }
 
@@ -653,6 +667,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 1 + 9 + 15 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 2 + 9 + 15 + 7 + 4 + 3);
     }
 }

@@ -176,7 +176,9 @@ fn chat_in_a_real_terminal() {
     // Fewer tokens per turn through the settings popup, then a second turn.
     t.keys(&["F2"]);
     t.wait_text("Settings (Enter edits");
-    t.keys(&["Down", "Enter", "C-u"]);
+    let row = bmoe::host::SETTINGS.iter().position(|s| s.0 == "generate.n_predict").unwrap();
+    t.keys(&vec!["Down"; row]);
+    t.keys(&["Enter", "C-u"]);
     t.type_text("6");
     t.keys(&["Enter"]);
     t.wait_text("generate.n_predict = 6");

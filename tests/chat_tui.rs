@@ -131,7 +131,10 @@ fn a_setting_changed_in_the_popup_reaches_the_host() {
     let _serial = llama_lock();
     let (mut host, mut app) = chatted(dir.path());
     key(&mut app, KeyCode::F(2));
-    key(&mut app, KeyCode::Down);
+    let row = bmoe::host::SETTINGS.iter().position(|s| s.0 == "generate.n_predict").unwrap();
+    for _ in 0..row {
+        key(&mut app, KeyCode::Down);
+    }
     key(&mut app, KeyCode::Enter);
     app.on_terminal(Event::Key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL)));
     app.on_terminal(Event::Paste("3".into()));

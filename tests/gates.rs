@@ -634,3 +634,43 @@ fn lean_open_is_lossless_and_reused() {
     assert!(!open_notices(&small, fits).iter().any(|n| n.contains("lean")));
     assert_eq!(std::fs::read_dir(&lean_dir).unwrap().count(), 3);
 }
+
+/// Expert banks repacked for the CPU's interleaved kernels: llama.cpp
+/// repacks the resident banks as it loads them, bmoe each streamed slice
+/// as it reads it, and the two agree bit for bit; with repacking off on
+/// both sides they agree too. The repacked kernels really run: their
+/// logits differ from the file layout's.
+#[test]
+fn repacked_experts_stream_like_resident_ones() {
+    use bmoe::engine::Repack;
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "q4.gguf", Arch::Qwen3Moe, |s| s.expert_type = GgmlType::Q4_0);
+    if bmoe::llama::Repacker::new(GgmlType::Q4_0.id(), 64, 64).is_none() {
+        eprintln!("this CPU has no repacked q4_0 kernel: the repacking gate has nothing to compare");
+        return;
+    }
+    let with = |repack, stream| SessionOptions { repack, ..options(&m, stream) };
+    let banks = |opts| {
+        let _serial = llama_lock();
+        bmoe::engine::Session::open(opts).unwrap().info().repacked_banks
+    };
+    // Three projections in each of the tiny model's layers.
+    let layers =
+        bmoe::gguf::ModelFiles::open(&m).unwrap().tensors().filter(|t| t.info.name.ends_with("_exps.weight")).count();
+    assert!(layers >= 3);
+    assert_eq!(banks(with(Repack::Auto, None)), layers as u32, "resident banks repacked at load");
+    assert_eq!(banks(with(Repack::On, stream0(2, true))), layers as u32, "streamed banks repacked as read");
+    assert_eq!(banks(with(Repack::Off, None)), 0);
+    assert_eq!(banks(with(Repack::Off, stream0(2, true))), 0);
+    let (repacked, _) = run(with(Repack::On, None), N);
+    let (plain, _) = run(with(Repack::Off, None), N);
+    assert!(first_difference(&repacked, &plain).is_some(), "repacked kernels gave the file layout's exact logits");
+    for (repack, reference) in [(Repack::On, &repacked), (Repack::Off, &plain)] {
+        for (how, stream) in [("cache off", stream0(2, true)), ("evicting cache", cached(20 * 1024, 2))] {
+            let (streamed, reports) = run(with(repack, stream), N);
+            let what = format!("repack {}, {how}", repack.name());
+            assert_identical(reference, &streamed, &what);
+            assert!(reports.iter().map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{what}: nothing read");
+        }
+    }
+}

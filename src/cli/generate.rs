@@ -66,6 +66,11 @@ pub struct RunFlags {
     /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction) [moe.dense_weights].
     #[arg(long, value_name = "mmap|warm|anon")]
     pub dense_weights: Option<String>,
+    /// Expert banks for the CPU's faster repacked kernels (q4_0, q4_K, iq4_nl, mxfp4 with AVX2):
+    /// auto (streamed experts always, resident ones when the file fits in memory), on, off
+    /// [model.repack]. Output is identical streamed and resident with the same setting.
+    #[arg(long, value_name = "auto|on|off")]
+    pub repack: Option<String>,
     /// Parallel read lanes [default 4].
     #[arg(long)]
     pub io_threads: Option<u32>,
@@ -174,6 +179,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     let g = &mut c.generate;
     if let Some(m) = &args.model {
         c.model.path = m.clone();
+    }
+    if let Some(r) = &args.repack {
+        c.model.repack = r.clone();
     }
     macro_rules! set {
         ($($flag:ident => $field:expr),* $(,)?) => { $( if let Some(v) = args.$flag.clone() { $field = v; } )* };

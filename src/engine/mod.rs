@@ -8,6 +8,7 @@ mod threads;
 
 pub use crate::moe::budget::CacheBudget;
 pub use crate::moe::dense::DenseWeights;
+pub use crate::moe::repack::Repack;
 pub use events::{Event, Phase, StepReport};
 pub use session::{
     AbortHandle, EngineError, GenerateRequest, Generation, LeanOpen, OpenReport, Prompt, Session, SessionOptions,

@@ -15,6 +15,7 @@ use crate::moe::dense::{self, DenseWeights};
 use crate::moe::evict::CachePolicy;
 use crate::moe::lean;
 use crate::moe::predict::ReadAhead;
+use crate::moe::repack::{Repack, name_patterns, repackable_banks};
 use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, capability, recipe, resolve_banks};
 use crate::policy::{Drafter, Dropper};
 use crate::telemetry::mem::MemSnapshot;
@@ -86,6 +87,8 @@ pub struct SessionOptions {
     pub n_expert_used: Option<u32>,
     /// Stream experts; `None` runs the plain memory-mapped model.
     pub stream: Option<StreamOptions>,
+    /// Expert banks for the CPU's repacked kernels (streamed or resident).
+    pub repack: Repack,
 }
 
 /// Why the engine failed.
@@ -158,6 +161,8 @@ pub struct OpenReport {
     pub load_s: f64,
     /// Per-layer bytes of one expert and of the layer's other tensors.
     pub layers: Vec<LayerBytes>,
+    /// Expert bank tensors computed with the CPU's repacked kernels.
+    pub repacked_banks: u32,
     /// Things the user should know (fallbacks, alignment).
     pub notices: Vec<String>,
 }
@@ -310,7 +315,15 @@ impl Session {
         let lean =
             options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
-        let model = Arc::new(Model::load(load_path, &overrides).map_err(|e| EngineError::Llama(e.to_string()))?);
+        let memory = MemoryLimits::read().tightest();
+        let repack = options.repack.applies(options.stream.is_some(), files.total_bytes(), memory);
+        // A resident run has llama.cpp repack the banks as it loads them; a
+        // streamed one repacks each slice as it reads it (`attach_stream`).
+        let resident_banks = if repack && options.stream.is_none() { repackable_banks(&files) } else { Vec::new() };
+        let model = Arc::new(
+            Model::load(load_path, &overrides, &name_patterns(&resident_banks))
+                .map_err(|e| EngineError::Llama(e.to_string()))?,
+        );
         let abort = Arc::new(AtomicBool::new(false));
         let hook = options.stream.as_ref().map(|_| Box::new(MoeHook::new(abort.clone())));
         let params = ContextParams {
@@ -326,10 +339,11 @@ impl Session {
             n_expert,
             n_expert_used,
             layers: layer_bytes(&files, u64::from(n_expert)),
+            repacked_banks: resident_banks.len() as u32,
             ..OpenReport::default()
         };
         if let Some(stream) = &options.stream {
-            attach_stream(&mut ctx, &files, stream, &mut info)?;
+            attach_stream(&mut ctx, &files, stream, repack, &mut info)?;
             if let Some(copy) = &lean {
                 finish_lean_open(&mut ctx, copy)?;
             }
@@ -892,6 +906,7 @@ fn attach_stream(
     ctx: &mut Context<MoeHook>,
     files: &ModelFiles,
     stream: &StreamOptions,
+    repack: bool,
     info: &mut OpenReport,
 ) -> Result<(), EngineError> {
     let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
@@ -902,7 +917,8 @@ fn attach_stream(
     if let Some(gap) = hook.routing_gap() {
         return Err(EngineError::Unsupported(format!("cannot stream {}: {gap}; run without --moe-stream", info.arch)));
     }
-    let banks = resolve_banks(hook.captured(), files).map_err(EngineError::Unsupported)?;
+    let banks = resolve_banks(hook.captured(), files, repack).map_err(EngineError::Unsupported)?;
+    info.repacked_banks = banks.layers.iter().flatten().filter(|p| p.repacker.is_some()).count() as u32;
     let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
         .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
     if banks.unaligned && lanes.o_direct() {
@@ -994,11 +1010,7 @@ fn attach_stream(
 fn lean_copy(files: &ModelFiles, lean: &LeanOpen, notices: &mut Vec<String>) -> Option<lean::LeanCopy> {
     let is_expert = |name: &str| recipe::parse_expert_tensor(name).is_some();
     let expert_bytes: u64 = files.tensors().filter(|t| is_expert(&t.info.name)).map(|t| t.info.size).sum();
-    let tight = || {
-        let limits = MemoryLimits::read();
-        let memory = limits.available.into_iter().chain(limits.cgroup_limit).min();
-        memory.is_some_and(|m| files.total_bytes() > m)
-    };
+    let tight = || MemoryLimits::read().tightest().is_some_and(|m| files.total_bytes() > m);
     if expert_bytes < lean.min_expert_bytes || (lean.only_when_larger_than_memory && !tight()) {
         return None;
     }

@@ -25,6 +25,7 @@ impl Apply {
 /// (setting, how it applies, what it does), for every setting in `bmoe.toml`.
 pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("model.path", Apply::Reopen, "GGUF model file; empty = the demo model"),
+    ("model.repack", Apply::Reopen, "expert banks for the CPU's repacked kernels: auto, on, off"),
     ("generate.n_predict", Apply::Live, "most tokens per turn"),
     ("generate.threads", Apply::Reopen, "compute threads (0 = tuned between 1 and one per core)"),
     ("generate.ctx_size", Apply::Reopen, "context length in tokens, all turns together"),

@@ -7,6 +7,7 @@ mod log;
 pub mod memory;
 mod model;
 pub mod quant;
+mod repack;
 mod sampler;
 mod tensor;
 
@@ -17,6 +18,7 @@ use llama_cpp_sys_2 as sys;
 pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook};
 pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};
+pub use repack::Repacker;
 pub use sampler::{Sampler, Sampling, argmax};
 pub use tensor::{RowScorer, Tensor, TensorBinding, TensorHandle};
 

@@ -17,7 +17,9 @@ pub struct ModelLoadError {
 }
 
 /// A model loaded the way streaming needs it: memory-mapped, every layer on
-/// the CPU, no repacking into extra buffer types, no lazy tensors.
+/// the CPU, no lazy tensors, no repacking into extra buffer types except
+/// for the expert banks a resident run asks to repack (a streamed run
+/// repacks its experts itself as they are read: [`super::Repacker`]).
 pub struct Model {
     ptr: NonNull<sys::llama_model>,
     vocab: *const sys::llama_vocab,
@@ -33,7 +35,10 @@ unsafe impl Sync for Model {}
 impl Model {
     /// Loads `path` (the first shard of a split set loads them all).
     /// `int_overrides` replace integer metadata, e.g. `qwen3moe.expert_used_count`.
-    pub fn load(path: &Path, int_overrides: &[(String, i64)]) -> Result<Model, ModelLoadError> {
+    /// Tensors whose names match one of `repack` (regular expressions) are
+    /// loaded into the CPU backend's repacking buffer type: give only
+    /// tensors [`super::Repacker::new`] accepts.
+    pub fn load(path: &Path, int_overrides: &[(String, i64)], repack: &[String]) -> Result<Model, ModelLoadError> {
         super::init();
         let fail = |reason: String| ModelLoadError { path: path.to_path_buf(), reason };
         let cpath =
@@ -64,7 +69,23 @@ impl Model {
         if !int_overrides.is_empty() {
             params.kv_overrides = overrides.as_ptr();
         }
-        // SAFETY: cpath and overrides outlive the call; llama.cpp copies what it keeps.
+        let patterns = repack
+            .iter()
+            .map(|p| CString::new(p.as_str()).map_err(|_| fail(format!("repack pattern {p:?} contains a NUL byte"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut buft_overrides = Vec::with_capacity(patterns.len() + 1);
+        if !patterns.is_empty() {
+            let buft = super::repack::repack_buffer_type()
+                .ok_or_else(|| fail("this CPU backend has no repacking buffer type".into()))?;
+            for p in &patterns {
+                buft_overrides.push(sys::llama_model_tensor_buft_override { pattern: p.as_ptr(), buft });
+            }
+            buft_overrides
+                .push(sys::llama_model_tensor_buft_override { pattern: std::ptr::null(), buft: std::ptr::null_mut() });
+            params.tensor_buft_overrides = buft_overrides.as_ptr();
+        }
+        // SAFETY: cpath, overrides, patterns and buft_overrides outlive the call;
+        // llama.cpp copies what it keeps.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), params) };
         let ptr = NonNull::new(raw).ok_or_else(|| {
             let errors = super::last_errors();

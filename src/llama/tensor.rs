@@ -287,9 +287,16 @@ impl TensorHandle {
     }
 
     /// Points the tensor's data at `offset` bytes into `region` (which must
-    /// hold `nbytes()` from there), keeping the region alive; the returned
-    /// binding restores the original pointer when dropped.
-    pub fn bind(self, region: Arc<Region>, offset: usize) -> Result<TensorBinding, String> {
+    /// hold `nbytes()` from there), keeping the region alive; with a
+    /// `repacker`, also marks the tensor as repacked, so its matrix products
+    /// read the region as the repacker writes it. The returned binding
+    /// restores the original pointer (and marks) when dropped.
+    pub fn bind(
+        self,
+        region: Arc<Region>,
+        offset: usize,
+        repacker: Option<&super::Repacker>,
+    ) -> Result<TensorBinding, String> {
         let need = self.nbytes();
         if offset.checked_add(need).is_none_or(|end| end > region.len()) {
             return Err(format!(
@@ -297,22 +304,39 @@ impl TensorHandle {
                 region.len()
             ));
         }
+        if let Some(r) = repacker {
+            let ne = self.ne();
+            let slice = if ne[2] > 0 { need / ne[2] as usize } else { 0 };
+            if slice != r.slice_bytes() {
+                return Err(format!(
+                    "{}: slices of {slice} bytes, the repacker's are {} bytes",
+                    self.name(),
+                    r.slice_bytes()
+                ));
+            }
+        }
         // SAFETY: the tensor is a live model weight; no graph is computing
         // while bindings change (called between decodes), and the region
-        // stays alive for as long as the binding exists.
+        // stays alive for as long as the binding exists. The repack marks
+        // are a process-wide buffer and ggml's static kernel traits.
         let original = unsafe {
             let t = &mut *self.0;
-            std::mem::replace(&mut t.data, region.base_ptr().add(offset).cast())
+            let marks = (t.buffer, t.extra);
+            if let Some(r) = repacker {
+                (t.buffer, t.extra) = r.marks();
+            }
+            (std::mem::replace(&mut t.data, region.base_ptr().add(offset).cast()), marks)
         };
-        Ok(TensorBinding { tensor: self, original, _region: region })
+        Ok(TensorBinding { tensor: self, original: original.0, marks: original.1, _region: region })
     }
 }
 
 /// A weight tensor rebound to engine memory; dropping it restores the
-/// tensor's own data pointer.
+/// tensor's own data pointer (and its buffer, when it was marked repacked).
 pub struct TensorBinding {
     tensor: TensorHandle,
     original: *mut std::ffi::c_void,
+    marks: (sys::ggml_backend_buffer_t, *mut std::ffi::c_void),
     _region: Arc<Region>,
 }
 
@@ -348,7 +372,11 @@ impl Drop for TensorBinding {
     fn drop(&mut self) {
         // SAFETY: the binding is dropped while the model is alive (the hook
         // that owns it is dropped before the model), between decodes.
-        unsafe { (*self.tensor.0).data = self.original };
+        unsafe {
+            let t = &mut *self.tensor.0;
+            t.data = self.original;
+            (t.buffer, t.extra) = self.marks;
+        }
     }
 }
 

@@ -174,6 +174,11 @@ impl MemoryLimits {
         };
         MemoryLimits { available, cgroup_limit, cgroup }
     }
+
+    /// The smaller of the memory available and the cgroup limit, if known.
+    pub fn tightest(&self) -> Option<u64> {
+        self.available.into_iter().chain(self.cgroup_limit).min()
+    }
 }
 
 /// No limit: v1 writes the largest page-aligned i64 instead.

@@ -73,7 +73,7 @@ pub fn apply(
                 let region =
                     Region::reserve(len).map_err(|e| format!("reserving {len} bytes for {}: {e}", handle.name()))?;
                 handle.copy_into(&region).map_err(|e| format!("copying {}: {e}", handle.name()))?;
-                let binding = handle.bind(Arc::new(region), 0)?;
+                let binding = handle.bind(Arc::new(region), 0, None)?;
                 // The mapped copy is no longer read: give its pages back.
                 binding.release_original_pages().map_err(|e| format!("releasing {}: {e}", handle.name()))?;
                 lanes

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use crate::llama::Repacker;
 use crate::llama::memory::{AlignedBuf, PAGE, Region};
 
 /// Name prefix of the worker lanes' threads.
@@ -42,6 +43,8 @@ pub struct ReadJob {
     /// slice (up to the enclosing pages): a read may write the neighbouring
     /// file bytes there too.
     pub linear: bool,
+    /// Write the slice repacked for the CPU's kernels, not as the file has it.
+    pub repack: Option<Arc<Repacker>>,
 }
 
 /// What a batch of reads moved.
@@ -91,36 +94,70 @@ impl Lane {
     fn read(&mut self, job: &ReadJob) -> io::Result<ReadStats> {
         let f = &self.files[job.shard];
         let mut stats = ReadStats { bytes: job.len as u64, window_bytes: job.len as u64, slices: 1, bounced: 0 };
+        if let Some(repacker) = &job.repack {
+            // Repacking writes other bytes than the file's: through the
+            // bounce buffer, never as a page window into the region.
+            let (window, slice) = self.read_bounced(job)?;
+            stats.window_bytes = window;
+            let src = &self.bounce.as_slice()[slice];
+            job.region
+                .fill_with(job.region_offset, job.len, |dst| repacker.repack(src, dst))?
+                .map_err(io::Error::other)?;
+            return Ok(stats);
+        }
         let Some(direct) = &f.direct else {
             job.region.fill_with(job.region_offset, job.len, |dst| f.buffered.read_exact_at(dst, job.offset))??;
             return Ok(stats);
         };
         // The enclosing page window: `lead` bytes before the slice, `need` to its end.
         let lead = (job.offset % PAGE as u64) as usize;
-        let need = lead + job.len;
-        let wlen = need.next_multiple_of(PAGE);
-        let start = job.offset - lead as u64;
-        stats.window_bytes = wlen as u64;
+        let wlen = (lead + job.len).next_multiple_of(PAGE);
         let in_place = (job.linear || (lead == 0 && job.len == wlen))
             && job.region_offset % PAGE == lead
             && job.region_offset - lead + wlen <= job.region.len();
         if in_place {
-            job.region.read_file_at(direct, start, job.region_offset - lead, wlen, need)?;
+            stats.window_bytes = wlen as u64;
+            job.region.read_file_at(
+                direct,
+                job.offset - lead as u64,
+                job.region_offset - lead,
+                wlen,
+                lead + job.len,
+            )?;
         } else {
-            self.bounce.ensure(wlen);
-            let buf = &mut self.bounce.as_mut_slice()[..wlen];
-            let mut got = 0;
-            while got < need {
-                let n = direct.read_at(&mut buf[got..], start + got as u64)?;
-                if n == 0 {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
-                }
-                got += n;
-            }
-            job.region.write(job.region_offset, &buf[lead..need])?;
+            let (window, slice) = self.read_bounced(job)?;
+            stats.window_bytes = window;
+            job.region.write(job.region_offset, &self.bounce.as_slice()[slice])?;
             stats.bounced = 1;
         }
         Ok(stats)
+    }
+
+    /// Reads the job's slice into the bounce buffer (with O_DIRECT, its
+    /// enclosing page window). Returns the bytes transferred and where the
+    /// slice sits in the buffer.
+    fn read_bounced(&mut self, job: &ReadJob) -> io::Result<(u64, std::ops::Range<usize>)> {
+        let f = &self.files[job.shard];
+        let Some(direct) = &f.direct else {
+            self.bounce.ensure(job.len);
+            f.buffered.read_exact_at(&mut self.bounce.as_mut_slice()[..job.len], job.offset)?;
+            return Ok((job.len as u64, 0..job.len));
+        };
+        let lead = (job.offset % PAGE as u64) as usize;
+        let need = lead + job.len;
+        let wlen = need.next_multiple_of(PAGE);
+        let start = job.offset - lead as u64;
+        self.bounce.ensure(wlen);
+        let buf = &mut self.bounce.as_mut_slice()[..wlen];
+        let mut got = 0;
+        while got < need {
+            let n = direct.read_at(&mut buf[got..], start + got as u64)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
+            }
+            got += n;
+        }
+        Ok((wlen as u64, lead..need))
     }
 }
 
@@ -524,6 +561,7 @@ mod tests {
                     region: region.clone(),
                     region_offset: o,
                     linear: true,
+                    repack: None,
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
@@ -553,6 +591,7 @@ mod tests {
                 region: region.clone(),
                 region_offset: at,
                 linear,
+                repack: None,
             })
             .collect();
         let st = r.read_all(jobs).unwrap();
@@ -583,6 +622,7 @@ mod tests {
                     region: region.clone(),
                     region_offset: at,
                     linear: false,
+                    repack: None,
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
@@ -608,6 +648,7 @@ mod tests {
                     region: region.clone(),
                     region_offset: i as usize * 20_000,
                     linear: false,
+                    repack: None,
                 })
                 .collect();
             r.submit(jobs);
@@ -623,11 +664,19 @@ mod tests {
                 region: region.clone(),
                 region_offset: 0,
                 linear: false,
+                repack: None,
             };
             r.submit(vec![bad]);
             assert!(r.wait().unwrap_err().to_string().contains("offset 199000"));
-            let good =
-                ReadJob { shard: 0, offset: 0, len: 1_000, region: region.clone(), region_offset: 0, linear: false };
+            let good = ReadJob {
+                shard: 0,
+                offset: 0,
+                len: 1_000,
+                region: region.clone(),
+                region_offset: 0,
+                linear: false,
+                repack: None,
+            };
             assert_eq!(r.read_all(vec![good]).unwrap().bytes, 1_000);
         }
     }
@@ -643,6 +692,7 @@ mod tests {
             region: region.clone(),
             region_offset: i as usize * 20_000,
             linear: false,
+            repack: None,
         };
         for lanes in [1, 2, 4] {
             let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
@@ -689,7 +739,8 @@ mod tests {
         );
         let len = expected.len().min(200);
         let region = Arc::new(Region::reserve(len).unwrap());
-        let job = ReadJob { shard: 0, offset: 0, len, region: region.clone(), region_offset: 0, linear: false };
+        let job =
+            ReadJob { shard: 0, offset: 0, len, region: region.clone(), region_offset: 0, linear: false, repack: None };
         r.read_all(vec![job]).unwrap();
         region.fill_with(0, len, |s| assert!(s == &expected[..len])).unwrap();
     }
@@ -709,6 +760,7 @@ mod tests {
                     region: region.clone(),
                     region_offset: i * 2_000,
                     linear: false,
+                    repack: None,
                 })
                 .collect();
             let err = r.read_all(jobs).unwrap_err();

@@ -10,6 +10,7 @@ mod lanes;
 pub mod lean;
 pub mod predict;
 pub mod recipe;
+pub mod repack;
 mod store;
 
 pub use hook::{CapturedTensor, MoeHook, RouteRow, StepTrace};
@@ -18,7 +19,10 @@ pub use store::{ExpertStore, LoadReport, PrefetchReport, Projection};
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use crate::gguf::ModelFiles;
+use crate::llama::Repacker;
 use crate::llama::memory::PAGE;
 
 /// The expert banks found at capture, resolved to file locations.
@@ -32,8 +36,13 @@ pub struct Banks {
 }
 
 /// Matches captured tensors to their bytes in the model files and checks
-/// that the live layout is the file layout (`slice = nb[2]`).
-pub fn resolve_banks(captured: &BTreeMap<(u32, usize), CapturedTensor>, files: &ModelFiles) -> Result<Banks, String> {
+/// that the live layout is the file layout (`slice = nb[2]`). With
+/// `repack`, each bank the CPU has repacked kernels for gets a repacker.
+pub fn resolve_banks(
+    captured: &BTreeMap<(u32, usize), CapturedTensor>,
+    files: &ModelFiles,
+    repack: bool,
+) -> Result<Banks, String> {
     let mut n_expert = None;
     let mut layers: Vec<Vec<Projection>> = Vec::new();
     let mut unaligned = false;
@@ -62,6 +71,7 @@ pub fn resolve_banks(captured: &BTreeMap<(u32, usize), CapturedTensor>, files: &
             slice_bytes: slice,
             shard: loc.shard,
             file_offset: loc.file_offset,
+            repacker: repack.then(|| Repacker::new(t.type_id, t.ne[0], t.ne[1])).flatten().map(Arc::new),
         });
     }
     let n_expert = n_expert.ok_or("no expert tensors were captured")?;

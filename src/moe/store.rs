@@ -18,7 +18,7 @@ use std::time::Instant;
 use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
 use super::lanes::{ReadJob, ReadLanes, ReadStats};
 use crate::llama::memory::{self, PAGE, Region};
-use crate::llama::{TensorBinding, TensorHandle};
+use crate::llama::{Repacker, TensorBinding, TensorHandle};
 
 /// One projection of one layer's expert bank.
 pub struct Projection {
@@ -30,6 +30,8 @@ pub struct Projection {
     pub shard: usize,
     /// Absolute file offset of expert 0.
     pub file_offset: u64,
+    /// Repacks each slice as it is read, for the CPU's repacked kernels.
+    pub repacker: Option<Arc<Repacker>>,
 }
 
 impl Projection {
@@ -228,7 +230,11 @@ impl ExpertStore {
         let mut bindings = Vec::new();
         for (l, projs) in layers.iter().enumerate() {
             for (p, proj) in projs.iter().enumerate() {
-                bindings.push(proj.tensor.bind(regions[l][p].clone(), proj.lead()).map_err(io::Error::other)?);
+                bindings.push(
+                    proj.tensor
+                        .bind(regions[l][p].clone(), proj.lead(), proj.repacker.as_deref())
+                        .map_err(io::Error::other)?,
+                );
             }
         }
         // The experts now live in engine memory: give back llama.cpp's mapped
@@ -537,7 +543,8 @@ impl ExpertStore {
             len: proj.slice_bytes,
             region: self.regions[il][p].clone(),
             region_offset: proj.lead() + e * proj.slice_bytes,
-            linear: true,
+            linear: proj.repacker.is_none(),
+            repack: proj.repacker.clone(),
         })
     }
 

@@ -57,6 +57,7 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
         ubatch: 64,
         n_expert_used: None,
         stream,
+        repack: Default::default(),
     }
 }
 

@@ -549,7 +549,10 @@ mod tests {
         let mut a = app();
         a.info.settings = vec![("generate.n_predict".into(), "128".into())];
         key(&mut a, KeyCode::F(2));
-        key(&mut a, KeyCode::Down);
+        let row = SETTINGS.iter().position(|s| s.0 == "generate.n_predict").unwrap();
+        for _ in 0..row {
+            key(&mut a, KeyCode::Down);
+        }
         key(&mut a, KeyCode::Enter);
         let Overlay::Settings { editing: Some(edit), .. } = &a.overlay else { panic!("{:?}", a.overlay) };
         assert_eq!(edit.text(), "128");

@@ -1,0 +1,140 @@
+//! Which expert banks compute with the CPU's repacked kernels (`--repack`).
+//!
+//! llama.cpp's CPU backend multiplies some quantized types faster when a
+//! weight's rows are interleaved in groups ([`crate::llama::Repacker`]).
+//! A resident run has llama.cpp repack the expert banks as it loads them
+//! (into its own memory: the model must fit); a streamed run repacks each
+//! expert slice as it is read into the cache. Both give the same bytes to
+//! the same kernels, so streamed output stays identical to resident output
+//! with the same setting. Dense weights keep the file's layout either way.
+
+use crate::gguf::ModelFiles;
+use crate::llama::Repacker;
+
+/// `--repack`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Repack {
+    /// Streamed experts are repacked; resident ones when the model file fits
+    /// in the memory available (repacked banks are copies, not file maps).
+    #[default]
+    Auto,
+    /// Always (a resident model then needs its experts' size in memory).
+    On,
+    /// Never: every weight keeps the file's layout.
+    Off,
+}
+
+impl Repack {
+    /// Parses `auto`, `on` or `off`.
+    pub fn from_name(name: &str) -> Option<Repack> {
+        match name {
+            "auto" => Some(Repack::Auto),
+            "on" => Some(Repack::On),
+            "off" => Some(Repack::Off),
+            _ => None,
+        }
+    }
+
+    /// The name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Repack::Auto => "auto",
+            Repack::On => "on",
+            Repack::Off => "off",
+        }
+    }
+
+    /// Whether a run repacks its experts: streamed unless off; resident
+    /// when on, or with auto when the file fits in `memory` bytes.
+    pub fn applies(self, streaming: bool, file_bytes: u64, memory: Option<u64>) -> bool {
+        match self {
+            Repack::Off => false,
+            Repack::On => true,
+            Repack::Auto => streaming || memory.is_some_and(|m| file_bytes <= m),
+        }
+    }
+}
+
+/// Whether the tensor named `name` is a merged expert bank.
+fn is_bank(name: &str, dims: &[u64]) -> bool {
+    name.ends_with("_exps.weight") && dims.len() == 3
+}
+
+/// The expert banks of `files` that the CPU backend has repacked kernels
+/// for, by name.
+pub fn repackable_banks(files: &ModelFiles) -> Vec<String> {
+    files
+        .tensors()
+        .filter(|t| is_bank(&t.info.name, &t.info.dims))
+        .filter(|t| {
+            let (Ok(ne0), Ok(ne1)) = (i64::try_from(t.info.dims[0]), i64::try_from(t.info.dims[1])) else {
+                return false;
+            };
+            Repacker::new(t.info.ty.id(), ne0, ne1).is_some()
+        })
+        .map(|t| t.info.name.clone())
+        .collect()
+}
+
+/// Regular expressions matching exactly `names` (`blk.<layer>.<rest>`; other
+/// names are left out): one alternation over the layers per distinct rest,
+/// so llama.cpp's loader tries a handful of patterns per tensor, not one
+/// per bank.
+pub fn name_patterns(names: &[String]) -> Vec<String> {
+    let mut by_rest: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for name in names {
+        let Some((layer, rest)) = name.strip_prefix("blk.").and_then(|n| n.split_once('.')) else { continue };
+        if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) || !rest.is_ascii() {
+            continue;
+        }
+        by_rest.entry(rest).or_default().push(layer);
+    }
+    by_rest.into_iter().map(|(rest, layers)| format!(r"^blk\.({})\.{}$", layers.join("|"), escape(rest))).collect()
+}
+
+/// `text` with every character other than ASCII letters, digits and `_`
+/// escaped, so a regular expression matches it literally.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for c in text.chars() {
+        if !(c.is_ascii_alphanumeric() || c == '_') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_repacks_streamed_banks_and_resident_ones_that_fit() {
+        assert!(Repack::Auto.applies(true, 10, Some(1)));
+        assert!(Repack::Auto.applies(false, 10, Some(10)));
+        assert!(!Repack::Auto.applies(false, 10, Some(9)));
+        assert!(!Repack::Auto.applies(false, 10, None));
+        assert!(Repack::On.applies(false, 10, Some(1)));
+        assert!(!Repack::Off.applies(true, 10, Some(100)));
+        for r in [Repack::Auto, Repack::On, Repack::Off] {
+            assert_eq!(Repack::from_name(r.name()), Some(r));
+        }
+        assert_eq!(Repack::from_name("yes"), None);
+    }
+
+    #[test]
+    fn patterns_group_layers_per_projection_and_escape_the_rest() {
+        let names: Vec<String> =
+            ["blk.0.ffn_up_exps.weight", "blk.12.ffn_up_exps.weight", "blk.3.ffn_down_exps.weight", "output.weight"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        assert_eq!(
+            name_patterns(&names),
+            vec![r"^blk\.(3)\.ffn_down_exps\.weight$".to_string(), r"^blk\.(0|12)\.ffn_up_exps\.weight$".to_string()]
+        );
+        let hostile = vec!["blk.1.a(b|c)*.weight".to_string(), "blk.x.y".to_string()];
+        assert_eq!(name_patterns(&hostile), vec![r"^blk\.(1)\.a\(b\|c\)\*\.weight$".to_string()]);
+    }
+}
