@@ -654,6 +654,10 @@ mod tests {
         let p = c.with("draft_params", "min_match=2, max_match=8").unwrap().plugins.draft_params;
         assert_eq!(p, ["min_match=2", "max_match=8"]);
         assert_eq!(c.with("model.path", "/m/x.gguf").unwrap().model.path, PathBuf::from("/m/x.gguf"));
+        let off = c.with("repack", "off").unwrap();
+        assert_eq!(off.session_options(Path::new("m.gguf")).repack, Repack::Off);
+        assert_eq!(c.session_options(Path::new("m.gguf")).repack, Repack::Auto);
+        assert!(c.with("repack", "yes").unwrap_err().contains("model.repack"));
         // Bad values are refused with the setting's name; the config is unchanged.
         assert!(c.with("io_threads", "0").unwrap_err().contains("moe.io_threads"));
         assert!(c.with("predict_layers", "5").unwrap_err().contains("moe.predict_layers"));

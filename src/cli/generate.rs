@@ -67,7 +67,7 @@ pub struct RunFlags {
     #[arg(long, value_name = "mmap|warm|anon")]
     pub dense_weights: Option<String>,
     /// Expert banks for the CPU's faster repacked kernels (q4_0, q4_K, iq4_nl, mxfp4 with AVX2):
-    /// auto (streamed experts always, resident ones when the file fits in memory), on, off
+    /// auto (when the model file fits in the memory available), on, off
     /// [model.repack]. Output is identical streamed and resident with the same setting.
     #[arg(long, value_name = "auto|on|off")]
     pub repack: Option<String>,

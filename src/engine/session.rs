@@ -316,7 +316,7 @@ impl Session {
             options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
         let memory = MemoryLimits::read().tightest();
-        let repack = options.repack.applies(options.stream.is_some(), files.total_bytes(), memory);
+        let repack = options.repack.applies(files.total_bytes(), memory);
         // A resident run has llama.cpp repack the banks as it loads them; a
         // streamed one repacks each slice as it reads it (`attach_stream`).
         let resident_banks = if repack && options.stream.is_none() { repackable_banks(&files) } else { Vec::new() };
@@ -347,6 +347,12 @@ impl Session {
             if let Some(copy) = &lean {
                 finish_lean_open(&mut ctx, copy)?;
             }
+        }
+        if info.repacked_banks > 0 {
+            notices.push(format!(
+                "expert banks repacked for the CPU's faster kernels: {} tensors (--repack off keeps the file's layout)",
+                info.repacked_banks
+            ));
         }
         info.notices.splice(0..0, notices);
         info.load_s = start.elapsed().as_secs_f64();
@@ -921,7 +927,8 @@ fn attach_stream(
     info.repacked_banks = banks.layers.iter().flatten().filter(|p| p.repacker.is_some()).count() as u32;
     let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
         .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
-    if banks.unaligned && lanes.o_direct() {
+    let in_place = banks.layers.iter().flatten().any(|p| p.repacker.is_none());
+    if banks.unaligned && lanes.o_direct() && in_place {
         notices.push(
             "expert slices are not 4096-byte aligned in this file: O_DIRECT reads each slice's enclosing \
              page window straight into place (the extra bytes are counted as window bytes)"

@@ -7,6 +7,13 @@
 //! expert slice as it is read into the cache. Both give the same bytes to
 //! the same kernels, so streamed output stays identical to resident output
 //! with the same setting. Dense weights keep the file's layout either way.
+//!
+//! Repacking a slice is a pass over its bytes on a read lane, which pays
+//! while the cache keeps what it reads, and costs more than it saves while
+//! every token misses tens of MiB (measured in `docs/benchmarks.md`). So
+//! `auto` repacks when the model file fits in the memory available, for
+//! resident and streamed runs alike: the same machine makes the same choice
+//! for both, and they stay identical.
 
 use crate::gguf::ModelFiles;
 use crate::llama::Repacker;
@@ -14,8 +21,9 @@ use crate::llama::Repacker;
 /// `--repack`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Repack {
-    /// Streamed experts are repacked; resident ones when the model file fits
-    /// in the memory available (repacked banks are copies, not file maps).
+    /// Repacked when the model file fits in the memory available (a resident
+    /// run's repacked banks are copies, not file maps; a streamed run's
+    /// cache then keeps what it repacked).
     #[default]
     Auto,
     /// Always (a resident model then needs its experts' size in memory).
@@ -44,13 +52,13 @@ impl Repack {
         }
     }
 
-    /// Whether a run repacks its experts: streamed unless off; resident
-    /// when on, or with auto when the file fits in `memory` bytes.
-    pub fn applies(self, streaming: bool, file_bytes: u64, memory: Option<u64>) -> bool {
+    /// Whether a run repacks its experts: when on, or with auto when the
+    /// model file fits in `memory` bytes.
+    pub fn applies(self, file_bytes: u64, memory: Option<u64>) -> bool {
         match self {
             Repack::Off => false,
             Repack::On => true,
-            Repack::Auto => streaming || memory.is_some_and(|m| file_bytes <= m),
+            Repack::Auto => memory.is_some_and(|m| file_bytes <= m),
         }
     }
 }
@@ -110,13 +118,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_repacks_streamed_banks_and_resident_ones_that_fit() {
-        assert!(Repack::Auto.applies(true, 10, Some(1)));
-        assert!(Repack::Auto.applies(false, 10, Some(10)));
-        assert!(!Repack::Auto.applies(false, 10, Some(9)));
-        assert!(!Repack::Auto.applies(false, 10, None));
-        assert!(Repack::On.applies(false, 10, Some(1)));
-        assert!(!Repack::Off.applies(true, 10, Some(100)));
+    fn auto_repacks_models_that_fit_in_memory() {
+        assert!(Repack::Auto.applies(10, Some(10)));
+        assert!(!Repack::Auto.applies(10, Some(9)));
+        assert!(!Repack::Auto.applies(10, None));
+        assert!(Repack::On.applies(10, Some(1)));
+        assert!(!Repack::Off.applies(10, Some(100)));
         for r in [Repack::Auto, Repack::On, Repack::Off] {
             assert_eq!(Repack::from_name(r.name()), Some(r));
         }
