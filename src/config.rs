@@ -11,6 +11,7 @@ use crate::llama::Sampling;
 use crate::moe::evict::CachePolicy;
 use crate::moe::predict::ReadAhead;
 use crate::moe::repack::Repack;
+use crate::moe::repacked::repacked_dir;
 
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -250,6 +251,10 @@ pub struct MoeConfig {
     /// Move an evicted expert's pages under the next one read instead of
     /// releasing them and faulting zeroed pages in again (Linux).
     pub recycle_pages: bool,
+    /// With repacked expert banks (`model.repack`), stream them from a copy
+    /// stored repacked in the cache directory (written once) rather than
+    /// repacking each expert as it is read.
+    pub repacked_copy: bool,
 }
 
 impl Default for MoeConfig {
@@ -270,6 +275,7 @@ impl Default for MoeConfig {
             prefill_read_ahead: true,
             lean_open: true,
             recycle_pages: true,
+            repacked_copy: true,
         }
     }
 }
@@ -474,6 +480,7 @@ impl RunConfig {
                     only_when_larger_than_memory: true,
                 }),
                 recycle_pages: m.recycle_pages,
+                repacked_copy: m.repacked_copy.then(repacked_dir),
             }),
             repack: Repack::from_name(&self.model.repack).unwrap_or_default(),
         }
@@ -671,6 +678,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 2 + 9 + 15 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 2 + 9 + 16 + 7 + 4 + 3);
     }
 }

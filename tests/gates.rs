@@ -294,6 +294,7 @@ fn fused_gate_up_layout() {
             read_ahead: ReadAhead::default(),
             lean: None,
             recycle_pages: true,
+            repacked_copy: None,
         }),
         "gemma4 buffered",
     );
@@ -665,12 +666,53 @@ fn repacked_experts_stream_like_resident_ones() {
     let (repacked, _) = run(with(Repack::On, None), N);
     let (plain, _) = run(with(Repack::Off, None), N);
     assert!(first_difference(&repacked, &plain).is_some(), "repacked kernels gave the file layout's exact logits");
+    let copies = tempdir();
+    let from_copy =
+        |s: Option<StreamOptions>| s.map(|s| StreamOptions { repacked_copy: Some(copies.path().into()), ..s });
     for (repack, reference) in [(Repack::On, &repacked), (Repack::Off, &plain)] {
-        for (how, stream) in [("cache off", stream0(2, true)), ("evicting cache", cached(20 * 1024, 2))] {
+        for (how, stream) in [
+            ("cache off", stream0(2, true)),
+            ("evicting cache", cached(20 * 1024, 2)),
+            ("cache off, repacked copy", from_copy(stream0(2, true))),
+            ("evicting cache, repacked copy", from_copy(cached(20 * 1024, 2))),
+        ] {
             let (streamed, reports) = run(with(repack, stream), N);
             let what = format!("repack {}, {how}", repack.name());
             assert_identical(reference, &streamed, &what);
             assert!(reports.iter().map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{what}: nothing read");
+            // Repacked as read: through the bounce buffer; from the copy: in place.
+            let bounced: u64 = reports.iter().map(|r| r.trace.bounced_slices).sum();
+            let in_flight = repack == Repack::On && !how.contains("copy");
+            assert_eq!(bounced > 0, in_flight, "{what}: {bounced} slices bounced");
         }
     }
+    // The copy was written once (one shard), with the file's size, and is
+    // reused; a damaged one (here in a slice the open's sample covers: the
+    // first bank of each shape, first and last expert) is refused, removed
+    // and written again.
+    let written: Vec<_> =
+        walk(copies.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "gguf")).collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(std::fs::metadata(&written[0]).unwrap().len(), std::fs::metadata(&m).unwrap().len());
+    let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    let bank = files.tensors().find(|t| t.info.name == "blk.0.ffn_gate_exps.weight").unwrap();
+    let mut bytes = std::fs::read(&written[0]).unwrap();
+    bytes[bank.file_offset as usize] ^= 0xff;
+    std::fs::write(&written[0], &bytes).unwrap();
+    let _serial = llama_lock();
+    let s = bmoe::engine::Session::open(with(Repack::On, from_copy(stream0(2, true)))).unwrap();
+    assert!(s.info().notices.iter().any(|n| n.contains("differs from a fresh repack")), "{:?}", s.info().notices);
+    drop(s);
+    let s = bmoe::engine::Session::open(with(Repack::On, from_copy(stream0(2, true)))).unwrap();
+    assert!(s.info().notices.iter().any(|n| n.contains("wrote a repacked copy")), "{:?}", s.info().notices);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
 }

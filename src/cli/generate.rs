@@ -109,6 +109,11 @@ pub struct RunFlags {
     /// the kernel's page allocation and zeroing on every cache miss) [moe.recycle_pages = false].
     #[arg(long)]
     pub no_page_recycle: bool,
+    /// Repack each streamed expert as it is read instead of reading it from a copy of the
+    /// experts stored repacked in the cache directory (written once, the experts' size on disk)
+    /// [moe.repacked_copy = false].
+    #[arg(long)]
+    pub no_repacked_copy: bool,
     /// Compute threads; 0 = tuned while decoding between 1 and one per core, together with
     /// read-ahead on or off, so a busy core elsewhere does not stall every step; a number fixes
     /// both [generate.threads, default 0].
@@ -203,6 +208,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     }
     if args.no_page_recycle {
         m.recycle_pages = false;
+    }
+    if args.no_repacked_copy {
+        m.repacked_copy = false;
     }
     if args.force_cache {
         m.force_cache = true;

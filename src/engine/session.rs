@@ -16,6 +16,7 @@ use crate::moe::evict::CachePolicy;
 use crate::moe::lean;
 use crate::moe::predict::ReadAhead;
 use crate::moe::repack::{Repack, name_patterns, repackable_banks};
+use crate::moe::repacked;
 use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, capability, recipe, resolve_banks};
 use crate::policy::{Drafter, Dropper};
 use crate::telemetry::mem::MemSnapshot;
@@ -46,6 +47,9 @@ pub struct StreamOptions {
     /// (`mremap`) instead of releasing them and faulting fresh zeroed pages
     /// in at the read; Linux only, off by itself where unsupported.
     pub recycle_pages: bool,
+    /// Where repacked copies of the expert banks are kept
+    /// ([`crate::moe::repacked`]); `None` repacks each slice as it is read.
+    pub repacked_copy: Option<PathBuf>,
 }
 
 /// Where lean copies live, and for which models.
@@ -316,7 +320,8 @@ impl Session {
             options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
         let memory = MemoryLimits::read().tightest();
-        let repack = options.repack.applies(files.total_bytes(), memory);
+        let from_copy = options.stream.as_ref().is_some_and(|s| s.repacked_copy.is_some());
+        let repack = options.repack.applies(files.total_bytes(), memory, from_copy);
         // A resident run has llama.cpp repack the banks as it loads them; a
         // streamed one repacks each slice as it reads it (`attach_stream`).
         let resident_banks = if repack && options.stream.is_none() { repackable_banks(&files) } else { Vec::new() };
@@ -923,11 +928,33 @@ fn attach_stream(
     if let Some(gap) = hook.routing_gap() {
         return Err(EngineError::Unsupported(format!("cannot stream {}: {gap}; run without --moe-stream", info.arch)));
     }
-    let banks = resolve_banks(hook.captured(), files, repack).map_err(EngineError::Unsupported)?;
+    let mut banks = resolve_banks(hook.captured(), files, repack).map_err(EngineError::Unsupported)?;
     info.repacked_banks = banks.layers.iter().flatten().filter(|p| p.repacker.is_some()).count() as u32;
-    let (lanes, mut notices) = ReadLanes::open(files.paths(), stream.io_threads, stream.o_direct)
+    let mut notices = Vec::new();
+    let mut read_paths = files.paths().to_vec();
+    if let Some(dir) = stream.repacked_copy.as_ref().filter(|_| info.repacked_banks > 0) {
+        match repacked::prepare(files, &banks.layers, banks.n_expert, dir) {
+            Ok(copy) => {
+                if copy.written > 0 {
+                    notices.push(format!(
+                        "wrote a repacked copy of the experts ({:.1} MiB, the CPU's kernels' layout) to {}",
+                        copy.written as f64 / 1048576.0,
+                        copy.paths[0].parent().unwrap_or(dir).display()
+                    ));
+                }
+                read_paths = copy.paths;
+                banks.layers.iter_mut().flatten().for_each(|p| p.stored_repacked = p.repacker.is_some());
+            }
+            Err(e) => notices.push(format!(
+                "no repacked copy of the experts ({e}): each is repacked as it is read, which costs CPU \
+                 (--repack off is faster on few cores, with the file's layout)"
+            )),
+        }
+    }
+    let (lanes, lane_notices) = ReadLanes::open(&read_paths, stream.io_threads, stream.o_direct)
         .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
-    let in_place = banks.layers.iter().flatten().any(|p| p.repacker.is_none());
+    notices.extend(lane_notices);
+    let in_place = banks.layers.iter().flatten().any(|p| p.repacker.is_none() || p.stored_repacked);
     if banks.unaligned && lanes.o_direct() && in_place {
         notices.push(
             "expert slices are not 4096-byte aligned in this file: O_DIRECT reads each slice's enclosing \

@@ -63,6 +63,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         "move an evicted expert's pages under the next one read (no fresh page faults)",
     ),
     (
+        "moe.repacked_copy",
+        Apply::Reopen,
+        "stream repacked experts from a copy stored repacked in the cache directory, not repacked as read",
+    ),
+    (
         "plugins.draft_plugin",
         Apply::Live,
         "speculative decoding plugin (ngram, ngram-multi, suffix, a .wasm; empty = off)",

@@ -56,7 +56,8 @@ pub struct ReadStats {
     pub window_bytes: u64,
     /// Slices read.
     pub slices: u64,
-    /// Of those, slices copied out of a bounce buffer (not read in place).
+    /// Of those, slices copied (or repacked) out of a bounce buffer, not
+    /// read in place.
     pub bounced: u64,
 }
 
@@ -99,6 +100,7 @@ impl Lane {
             // bounce buffer, never as a page window into the region.
             let (window, slice) = self.read_bounced(job)?;
             stats.window_bytes = window;
+            stats.bounced = 1;
             let src = &self.bounce.as_slice()[slice];
             job.region
                 .fill_with(job.region_offset, job.len, |dst| repacker.repack(src, dst))?

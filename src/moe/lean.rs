@@ -127,12 +127,12 @@ impl Layout {
 }
 
 /// The file in each copy's directory naming the model it copies.
-const SOURCE_FILE: &str = "source";
+pub(super) const SOURCE_FILE: &str = "source";
 
 /// Removes the copies of models that are gone, and older copies of
 /// `source` (the model changed since). Best effort: a copy in use by
 /// another process stays readable until that process closes it.
-fn remove_stale(dir: &Path, current: &str, source: &Path) {
+pub(super) fn remove_stale(dir: &Path, current: &str, source: &Path) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
@@ -149,7 +149,7 @@ fn remove_stale(dir: &Path, current: &str, source: &Path) {
 
 /// Names a copy after the model's file name, path, sizes and modification
 /// times, so a changed or moved model gets a new copy.
-fn key(files: &ModelFiles) -> io::Result<String> {
+pub(super) fn key(files: &ModelFiles) -> io::Result<String> {
     let mut h = DefaultHasher::new();
     for p in files.paths() {
         let canonical = fs::canonicalize(p).map_err(|e| at(p, e))?;
@@ -200,7 +200,7 @@ fn write_copy(source: &Path, target: &Path, layout: &Layout) -> io::Result<u64> 
     }
 }
 
-fn at(path: &Path, e: io::Error) -> io::Error {
+pub(super) fn at(path: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 

@@ -11,6 +11,7 @@ pub mod lean;
 pub mod predict;
 pub mod recipe;
 pub mod repack;
+pub mod repacked;
 mod store;
 
 pub use hook::{CapturedTensor, MoeHook, RouteRow, StepTrace};
@@ -72,6 +73,7 @@ pub fn resolve_banks(
             shard: loc.shard,
             file_offset: loc.file_offset,
             repacker: repack.then(|| Repacker::new(t.type_id, t.ne[0], t.ne[1])).flatten().map(Arc::new),
+            stored_repacked: false,
         });
     }
     let n_expert = n_expert.ok_or("no expert tensors were captured")?;

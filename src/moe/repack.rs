@@ -8,12 +8,14 @@
 //! the same kernels, so streamed output stays identical to resident output
 //! with the same setting. Dense weights keep the file's layout either way.
 //!
-//! Repacking a slice is a pass over its bytes on a read lane, which pays
-//! while the cache keeps what it reads, and costs more than it saves while
-//! every token misses tens of MiB (measured in `docs/benchmarks.md`). So
-//! `auto` repacks when the model file fits in the memory available, for
-//! resident and streamed runs alike: the same machine makes the same choice
-//! for both, and they stay identical.
+//! Repacking a slice as it is read is a pass over its bytes on a read lane,
+//! which costs more than the faster kernels save while every token misses
+//! tens of MiB on two cores (measured in `docs/benchmarks.md`); a streamed
+//! run therefore reads from a repacked copy of the banks on disk
+//! ([`super::repacked`]) when it can. `auto` repacks resident runs whose
+//! model fits in memory and streamed runs that read from a copy (or whose
+//! model fits), so the defaults agree: a streamed run equals the resident
+//! run of a machine the model fits on.
 
 use crate::gguf::ModelFiles;
 use crate::llama::Repacker;
@@ -52,13 +54,14 @@ impl Repack {
         }
     }
 
-    /// Whether a run repacks its experts: when on, or with auto when the
-    /// model file fits in `memory` bytes.
-    pub fn applies(self, file_bytes: u64, memory: Option<u64>) -> bool {
+    /// Whether a run repacks its experts: when on; with auto, when the model
+    /// file fits in `memory` bytes, or when it streams from a repacked copy
+    /// ([`super::repacked`], which costs no CPU per read).
+    pub fn applies(self, file_bytes: u64, memory: Option<u64>, from_copy: bool) -> bool {
         match self {
             Repack::Off => false,
             Repack::On => true,
-            Repack::Auto => memory.is_some_and(|m| file_bytes <= m),
+            Repack::Auto => from_copy || memory.is_some_and(|m| file_bytes <= m),
         }
     }
 }
@@ -118,12 +121,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_repacks_models_that_fit_in_memory() {
-        assert!(Repack::Auto.applies(10, Some(10)));
-        assert!(!Repack::Auto.applies(10, Some(9)));
-        assert!(!Repack::Auto.applies(10, None));
-        assert!(Repack::On.applies(10, Some(1)));
-        assert!(!Repack::Off.applies(10, Some(100)));
+    fn auto_repacks_models_that_fit_in_memory_or_stream_from_a_copy() {
+        assert!(Repack::Auto.applies(10, Some(10), false));
+        assert!(!Repack::Auto.applies(10, Some(9), false));
+        assert!(!Repack::Auto.applies(10, None, false));
+        assert!(Repack::Auto.applies(10, Some(9), true));
+        assert!(Repack::On.applies(10, Some(1), false));
+        assert!(!Repack::Off.applies(10, Some(100), true));
         for r in [Repack::Auto, Repack::On, Repack::Off] {
             assert_eq!(Repack::from_name(r.name()), Some(r));
         }

@@ -30,8 +30,12 @@ pub struct Projection {
     pub shard: usize,
     /// Absolute file offset of expert 0.
     pub file_offset: u64,
-    /// Repacks each slice as it is read, for the CPU's repacked kernels.
+    /// Computes with the CPU's repacked kernels: each slice is repacked as
+    /// it is read, unless `stored_repacked`.
     pub repacker: Option<Arc<Repacker>>,
+    /// The files the lanes read hold this bank already repacked
+    /// ([`super::repacked`]): slices are read in place as they are.
+    pub stored_repacked: bool,
 }
 
 impl Projection {
@@ -543,8 +547,8 @@ impl ExpertStore {
             len: proj.slice_bytes,
             region: self.regions[il][p].clone(),
             region_offset: proj.lead() + e * proj.slice_bytes,
-            linear: proj.repacker.is_none(),
-            repack: proj.repacker.clone(),
+            linear: proj.repacker.is_none() || proj.stored_repacked,
+            repack: proj.repacker.clone().filter(|_| !proj.stored_repacked),
         })
     }
 

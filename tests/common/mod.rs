@@ -72,6 +72,7 @@ pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
         read_ahead: ReadAhead::default(),
         lean: None,
         recycle_pages: true,
+        repacked_copy: None,
     })
 }
 
@@ -86,6 +87,7 @@ pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
         read_ahead: ReadAhead::default(),
         lean: None,
         recycle_pages: true,
+        repacked_copy: None,
     })
 }
 

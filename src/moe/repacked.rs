@@ -1,0 +1,191 @@
+//! The repacked copy: a model's expert banks stored already repacked for
+//! the CPU's kernels, so a streamed run reads each expert straight into
+//! place with no pass over its bytes (repacking while reading costs a pass
+//! on the read lanes for every expert a token misses: `super::repack`).
+//!
+//! Each shard's copy is a sparse file of the shard's size with every
+//! expert bank at the bank's own offset (repacked where the CPU has a
+//! kernel for it, as the file has it otherwise) and holes elsewhere, so
+//! the reads keep the model's offsets and page windows. It is written once
+//! into the cache directory, through a temporary name, and reused while the
+//! model, the CPU's features and bmoe stay the same; a sample of each
+//! distinct bank shape is checked against a fresh repack at every open.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs::{self, File};
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::lean::{SOURCE_FILE, at, key, remove_stale};
+use super::store::Projection;
+use crate::gguf::ModelFiles;
+use crate::llama::memory::drop_file_cache;
+
+/// Room left free on the copy's file system beyond the copy itself.
+const DISK_MARGIN: u64 = 1 << 30;
+
+/// A repacked copy ready to read.
+#[derive(Debug, Clone)]
+pub struct RepackedCopy {
+    /// The copy's shard paths, in the model's order.
+    pub paths: Vec<PathBuf>,
+    /// Expert bytes written now (0 when an earlier copy was reused).
+    pub written: u64,
+    /// Expert bytes the copy holds.
+    pub bytes: u64,
+}
+
+/// Where repacked copies live by default: beside the lean copies.
+pub fn repacked_dir() -> PathBuf {
+    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe").join("repacked")
+}
+
+/// Finds or writes the repacked copy of the banks `layers` (as resolved at
+/// capture, with their repackers) of `files` under `dir`.
+pub fn prepare(
+    files: &ModelFiles,
+    layers: &[Vec<Projection>],
+    n_expert: usize,
+    dir: &Path,
+) -> io::Result<RepackedCopy> {
+    let banks: Vec<&Projection> = layers.iter().flatten().collect();
+    let name = format!("{}-{:016x}", key(files)?, layout_key(&banks));
+    let source = fs::canonicalize(&files.paths()[0]).map_err(|e| at(&files.paths()[0], e))?;
+    remove_stale(dir, &name, &source);
+    let home = dir.join(&name);
+    fs::create_dir_all(&home).map_err(|e| at(&home, e))?;
+    let record = home.join(SOURCE_FILE);
+    fs::write(&record, source.as_os_str().as_encoded_bytes()).map_err(|e| at(&record, e))?;
+    let bank_bytes = |p: &Projection| (p.slice_bytes * n_expert) as u64;
+    let mut paths = Vec::with_capacity(files.paths().len());
+    let mut todo = Vec::new();
+    for (shard, model) in files.paths().iter().enumerate() {
+        let file_name =
+            model.file_name().ok_or_else(|| io::Error::other(format!("{}: no file name", model.display())))?;
+        let target = home.join(file_name);
+        let size = fs::metadata(model).map_err(|e| at(model, e))?.len();
+        if fs::metadata(&target).map(|m| m.len()).ok() != Some(size) {
+            todo.push((shard, size, target.clone()));
+        }
+        paths.push(target);
+    }
+    let need: u64 = banks.iter().filter(|p| todo.iter().any(|t| t.0 == p.shard)).map(|p| bank_bytes(p)).sum();
+    if need > 0 {
+        let free = rustix::fs::statvfs(&home)
+            .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+            .map_err(|e| at(&home, io::Error::from(e)))?;
+        if free < need + DISK_MARGIN {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "{} has {:.1} GiB free; the copy needs {:.1} GiB and 1 GiB to spare",
+                    home.display(),
+                    free as f64 / (1u64 << 30) as f64,
+                    need as f64 / (1u64 << 30) as f64
+                ),
+            ));
+        }
+    }
+    for (shard, size, target) in &todo {
+        let shard_banks: Vec<&Projection> = banks.iter().copied().filter(|p| p.shard == *shard).collect();
+        write_copy(&files.paths()[*shard], target, *size, &shard_banks, n_expert)?;
+    }
+    if let Err(e) = check_sample(files, &paths, &banks) {
+        // Written again at the next open.
+        let _ = fs::remove_dir_all(&home);
+        return Err(e);
+    }
+    Ok(RepackedCopy { paths, written: need, bytes: banks.iter().map(|p| bank_bytes(p)).sum() })
+}
+
+/// What the copy's bytes depend on besides the model: the CPU features
+/// the kernels were chosen for, bmoe's version, and which banks are
+/// repacked, at which offsets and shapes.
+fn layout_key(banks: &[&Projection]) -> u64 {
+    let mut h = DefaultHasher::new();
+    crate::llama::cpu_features().hash(&mut h);
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    for p in banks {
+        (p.shard, p.file_offset, p.slice_bytes, p.repacker.as_ref().map(|r| r.slice_bytes())).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Writes one shard's copy through a temporary name: the file's size, each
+/// bank at its offset, repacked slice by slice where it has a repacker.
+fn write_copy(model: &Path, target: &Path, size: u64, banks: &[&Projection], n_expert: usize) -> io::Result<()> {
+    let partial = target.with_extension(format!("partial-{}", std::process::id()));
+    let result = (|| {
+        let src = File::open(model).map_err(|e| at(model, e))?;
+        let dst = File::create(&partial).map_err(|e| at(&partial, e))?;
+        dst.set_len(size).map_err(|e| at(&partial, e))?;
+        let mut raw = Vec::new();
+        let mut packed = Vec::new();
+        for p in banks {
+            raw.resize(p.slice_bytes, 0);
+            packed.resize(p.slice_bytes, 0);
+            for e in 0..n_expert {
+                let offset = p.file_offset + (e * p.slice_bytes) as u64;
+                src.read_exact_at(&mut raw, offset).map_err(|e| at(model, e))?;
+                let out = match &p.repacker {
+                    Some(r) => {
+                        r.repack(&raw, &mut packed).map_err(io::Error::other)?;
+                        &packed
+                    }
+                    None => &raw,
+                };
+                dst.write_all_at(out, offset).map_err(|e| at(&partial, e))?;
+            }
+        }
+        // Whole on disk before the rename makes it current; then out of the
+        // page cache, which the reads bypass anyway.
+        dst.sync_all().map_err(|e| at(&partial, e))?;
+        let _ = drop_file_cache(&dst, 0, size);
+        let _ = drop_file_cache(&src, 0, size);
+        Ok(())
+    })();
+    match result {
+        Ok(()) => fs::rename(&partial, target).map_err(|e| at(target, e)),
+        Err(e) => {
+            let _ = fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+/// Repacks the first and last slices of one bank of each distinct shape
+/// afresh and compares them with the copy: a copy written by another build
+/// of the kernels, or damaged, is refused rather than computed with.
+fn check_sample(files: &ModelFiles, paths: &[PathBuf], banks: &[&Projection]) -> io::Result<()> {
+    let mut seen = Vec::new();
+    for p in banks {
+        let Some(r) = &p.repacker else { continue };
+        if seen.contains(&(p.slice_bytes, p.tensor.ne())) {
+            continue;
+        }
+        seen.push((p.slice_bytes, p.tensor.ne()));
+        let experts = p.tensor.ne()[2].max(1) as usize;
+        let model = File::open(&files.paths()[p.shard]).map_err(|e| at(&files.paths()[p.shard], e))?;
+        let copy = File::open(&paths[p.shard]).map_err(|e| at(&paths[p.shard], e))?;
+        let (mut raw, mut fresh, mut stored) = (vec![0; p.slice_bytes], vec![0; p.slice_bytes], vec![0; p.slice_bytes]);
+        for e in [0, experts - 1] {
+            let offset = p.file_offset + (e * p.slice_bytes) as u64;
+            model.read_exact_at(&mut raw, offset).map_err(|e| at(&files.paths()[p.shard], e))?;
+            copy.read_exact_at(&mut stored, offset).map_err(|e| at(&paths[p.shard], e))?;
+            r.repack(&raw, &mut fresh).map_err(io::Error::other)?;
+            if fresh != stored {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: expert {e} of {} differs from a fresh repack (written by another build, or damaged)",
+                        paths[p.shard].display(),
+                        p.tensor.name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
