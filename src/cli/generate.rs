@@ -67,8 +67,9 @@ pub struct RunFlags {
     #[arg(long, value_name = "mmap|warm|anon")]
     pub dense_weights: Option<String>,
     /// Expert banks for the CPU's faster repacked kernels (q4_0, q4_K, iq4_nl, mxfp4 with AVX2):
-    /// auto (when the model file fits in the memory available), on, off
-    /// [model.repack]. Output is identical streamed and resident with the same setting.
+    /// auto (resident: when the model file fits in the memory available; streamed: when read
+    /// from the repacked copy, or the file fits), on, off [model.repack]. Output is identical
+    /// streamed and resident with the same choice.
     #[arg(long, value_name = "auto|on|off")]
     pub repack: Option<String>,
     /// Parallel read lanes [default 4].

@@ -323,7 +323,8 @@ impl Session {
         let from_copy = options.stream.as_ref().is_some_and(|s| s.repacked_copy.is_some());
         let repack = options.repack.applies(files.total_bytes(), memory, from_copy);
         // A resident run has llama.cpp repack the banks as it loads them; a
-        // streamed one repacks each slice as it reads it (`attach_stream`).
+        // streamed one reads them repacked from a copy, or repacks each
+        // slice as it reads it (`attach_stream`).
         let resident_banks = if repack && options.stream.is_none() { repackable_banks(&files) } else { Vec::new() };
         let model = Arc::new(
             Model::load(load_path, &overrides, &name_patterns(&resident_banks))
