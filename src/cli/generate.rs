@@ -1,6 +1,7 @@
 //! `bmoe generate`: configuration, the demo model, plugins, telemetry sinks.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -271,12 +272,39 @@ pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
 pub fn open_host(config: RunConfig) -> Result<Host> {
     interrupt::install()?;
     let model = resolve_model(&config)?;
+    let _bar = CopyBar::show();
     let mut host = Host::open(config, &model)?;
     for notice in host.take_notices() {
         eprintln!("bmoe: note: {notice}");
     }
     interrupt::check()?;
     Ok(host)
+}
+
+/// A progress bar on stderr for a repacked copy of the experts written
+/// while a model opens (the first streamed open of a model); Ctrl-C stops
+/// the copy. Shown while it lives.
+struct CopyBar;
+
+impl CopyBar {
+    fn show() -> CopyBar {
+        let mut bar: Option<indicatif::ProgressBar> = None;
+        crate::moe::repacked::report_progress(Some(Box::new(move |done, total| {
+            let b = bar.get_or_insert_with(|| super::progress_bar(total, "writing the repacked copy of the experts"));
+            b.set_position(done);
+            if done >= total {
+                b.finish_and_clear();
+            }
+            if interrupt::requested() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        })));
+        CopyBar
+    }
+}
+
+impl Drop for CopyBar {
+    fn drop(&mut self) {
+        crate::moe::repacked::report_progress(None);
+    }
 }
 
 pub fn generate(args: GenerateArgs) -> Result<()> {

@@ -15,8 +15,10 @@ use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::{Hash, Hasher};
 use std::io;
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use super::lean::{SOURCE_FILE, at, key, remove_stale};
 use super::store::Projection;
@@ -35,6 +37,26 @@ pub struct RepackedCopy {
     pub written: u64,
     /// Expert bytes the copy holds.
     pub bytes: u64,
+}
+
+/// Told of a copy being written: (bytes written, bytes to write); `Break`
+/// stops the writing (the open then repacks as it reads).
+pub type CopyProgress = Box<dyn FnMut(u64, u64) -> ControlFlow<()> + Send>;
+
+static PROGRESS: Mutex<Option<CopyProgress>> = Mutex::new(None);
+
+/// Sets what this process tells of a repacked copy's progress while one is
+/// written (a front end's progress bar); `None` tells nothing.
+pub fn report_progress(progress: Option<CopyProgress>) {
+    *PROGRESS.lock().unwrap_or_else(|e| e.into_inner()) = progress;
+}
+
+/// Passes progress on; false when the receiver asked to stop.
+fn tell(done: u64, total: u64) -> bool {
+    match PROGRESS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        Some(f) => f(done, total).is_continue(),
+        None => true,
+    }
 }
 
 /// Where repacked copies live by default: beside the lean copies.
@@ -88,9 +110,13 @@ pub fn prepare(
             ));
         }
     }
+    let mut done = 0;
     for (shard, size, target) in &todo {
         let shard_banks: Vec<&Projection> = banks.iter().copied().filter(|p| p.shard == *shard).collect();
-        write_copy(&files.paths()[*shard], target, *size, &shard_banks, n_expert)?;
+        write_copy(&files.paths()[*shard], target, *size, &shard_banks, n_expert, &mut |n| {
+            done += n;
+            tell(done, need)
+        })?;
     }
     if let Err(e) = check_sample(files, &paths, &banks) {
         // Written again at the next open.
@@ -115,7 +141,15 @@ fn layout_key(banks: &[&Projection]) -> u64 {
 
 /// Writes one shard's copy through a temporary name: the file's size, each
 /// bank at its offset, repacked slice by slice where it has a repacker.
-fn write_copy(model: &Path, target: &Path, size: u64, banks: &[&Projection], n_expert: usize) -> io::Result<()> {
+/// `wrote` hears of each bank's bytes and may stop the writing.
+fn write_copy(
+    model: &Path,
+    target: &Path,
+    size: u64,
+    banks: &[&Projection],
+    n_expert: usize,
+    wrote: &mut dyn FnMut(u64) -> bool,
+) -> io::Result<()> {
     let partial = target.with_extension(format!("partial-{}", std::process::id()));
     let result = (|| {
         let src = File::open(model).map_err(|e| at(model, e))?;
@@ -137,6 +171,9 @@ fn write_copy(model: &Path, target: &Path, size: u64, banks: &[&Projection], n_e
                     None => &raw,
                 };
                 dst.write_all_at(out, offset).map_err(|e| at(&partial, e))?;
+            }
+            if !wrote((p.slice_bytes * n_expert) as u64) {
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped while writing it"));
             }
         }
         // Whole on disk before the rename makes it current; then out of the
