@@ -223,6 +223,10 @@ fn inspect_archs_and_split() {
     assert!(out.contains("experts:       8 per layer, 2 routed per token"));
     assert!(out.contains("ffn_gate_exps q4_0"));
     assert!(out.contains("streamable:    yes"));
+    // Four layers of three q4_0 banks, each with a repacked kernel where the CPU has one.
+    let kernel = bmoe::llama::Repacker::new(bmoe::gguf::GgmlType::Q4_0.id(), 64, 64).is_some();
+    let expected = if kernel { "repacked:      12 of 12 expert banks" } else { "repacked:      0 of 12 expert banks" };
+    assert!(out.contains(expected), "{out}");
     let archs = stdout(&ok(&["archs"]));
     for a in ["qwen3moe", "qwen2moe", "qwen35moe", "gemma4", "gpt-oss", "lfm2moe", "deepseek4", "bailingmoe3"] {
         assert!(archs.contains(a), "{a}");

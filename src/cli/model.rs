@@ -412,6 +412,13 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         }
         let aligned = layers.values().all(|(_, _, a)| *a);
         let _ = writeln!(out, "page-aligned:  {}", if aligned { "yes" } else { "no (O_DIRECT reads aligned windows)" });
+        let banks = files.tensors().filter(|t| t.info.name.ends_with("_exps.weight")).count();
+        let repackable = crate::moe::repack::repackable_banks(files).len();
+        let _ = writeln!(
+            out,
+            "repacked:      {repackable} of {banks} expert banks have this CPU's faster repacked kernels{}",
+            if repackable > 0 { " (--repack)" } else { "" }
+        );
     }
     let checked = crate::moe::capability::check_file(files);
     if let Ok(features) = &checked {

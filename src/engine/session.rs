@@ -354,12 +354,6 @@ impl Session {
                 finish_lean_open(&mut ctx, copy)?;
             }
         }
-        if info.repacked_banks > 0 {
-            notices.push(format!(
-                "expert banks repacked for the CPU's faster kernels: {} tensors (--repack off keeps the file's layout)",
-                info.repacked_banks
-            ));
-        }
         info.notices.splice(0..0, notices);
         info.load_s = start.elapsed().as_secs_f64();
         info.open_read_bytes = read_before

@@ -97,6 +97,15 @@ impl Repacker {
     /// `type_id`, or `None` when the CPU backend has no repacked kernel
     /// for them.
     pub fn new(type_id: u32, ne0: i64, ne1: i64) -> Option<Repacker> {
+        // ggml aborts on a shape that is not whole blocks: refuse it first.
+        if type_id >= sys::GGML_TYPE_COUNT || ne0 <= 0 || ne1 <= 0 {
+            return None;
+        }
+        // SAFETY: a table lookup for a valid type id (checked above).
+        let block = unsafe { sys::ggml_blck_size(type_id) };
+        if block <= 0 || ne0 % block != 0 {
+            return None;
+        }
         let buf = repack_buffer()?;
         // SAFETY: a metadata-only ggml context sized for one tensor; the
         // tensor struct is copied out before the context is freed. The
@@ -189,5 +198,9 @@ mod tests {
         assert!(Repacker::new(F32, 64, 16).is_none());
         // Rows not in whole groups cannot be interleaved.
         assert!(Repacker::new(Q4_0, 64, 6).is_none());
+        // Shapes ggml would abort on are refused before it sees them.
+        assert!(Repacker::new(Q4_0, 48, 16).is_none());
+        assert!(Repacker::new(Q4_0, 0, 16).is_none());
+        assert!(Repacker::new(9999, 64, 16).is_none());
     }
 }
