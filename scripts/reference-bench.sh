@@ -4,9 +4,10 @@
 # not vendored, so scripts/reference/decode.c is a minimal greedy decoder
 # over its public API) built for the host CPU with llama.cpp's defaults, on
 # the same model file, and the same reference with weight repacking off
-# (bmoe keeps weights in the file's layout: experts are swapped in from
-# the cache). Alternates the three, REPS times each, and prints every run
-# and the median ratios. Builds the reference once into target/llama-ref
+# (resident bmoe repacks its expert banks as llama.cpp does when the model
+# fits in memory, `--repack auto`; dense weights keep the file's layout).
+# Alternates the three, REPS times each, and prints every run and the
+# median ratios. Builds the reference once into target/llama-ref
 # (a full llama.cpp build: several minutes on two cores).
 #
 # usage: scripts/reference-bench.sh [MODEL] [TOKENS] [REPS] [THREADS]

@@ -5,7 +5,7 @@
 // prefill speeds in bmoe's format, and the CPU features llama.cpp uses.
 //
 // usage: decode MODEL PROMPT N_PREDICT THREADS [norepack]
-//   norepack: weights stay in the file's layout, as bmoe keeps them.
+//   norepack: weights stay in the file's layout (as bmoe's `--repack off`).
 #include "llama.h"
 
 #include <stdio.h>
