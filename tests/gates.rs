@@ -716,3 +716,26 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A split model streams from a repacked copy of each shard.
+#[test]
+fn split_model_streams_from_repacked_copies() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "split.gguf", Arch::Qwen3Moe, |s| {
+        s.split = 3;
+        s.expert_type = GgmlType::Q4_0;
+    });
+    if bmoe::llama::Repacker::new(GgmlType::Q4_0.id(), 64, 64).is_none() {
+        eprintln!("this CPU has no repacked q4_0 kernel: nothing to copy");
+        return;
+    }
+    let copies = tempdir();
+    let on = |stream| SessionOptions { repack: bmoe::engine::Repack::On, ..options(&m, stream) };
+    let from_copy = stream0(2, true).map(|s| StreamOptions { repacked_copy: Some(copies.path().into()), ..s });
+    let (reference, _) = run(on(None), N);
+    let (streamed, reports) = run(on(from_copy), N);
+    assert_identical(&reference, &streamed, "3-shard split, repacked copy");
+    assert_eq!(reports.iter().map(|r| r.trace.bounced_slices).sum::<u64>(), 0, "read in place from the copies");
+    let shards = walk(copies.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "gguf")).count();
+    assert_eq!(shards, 3);
+}
