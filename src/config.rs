@@ -102,8 +102,9 @@ impl Default for ChatConfig {
 pub struct ModelConfig {
     /// GGUF file (first shard of a split set); empty = the built-in demo model.
     pub path: PathBuf,
-    /// Expert banks for the CPU's repacked kernels: `auto` (streamed, and
-    /// resident when the file fits in memory), `on` or `off`.
+    /// Expert banks for the CPU's repacked kernels: `auto` (resident when the
+    /// file fits in memory; streamed from a repacked copy, or when it
+    /// fits), `on` or `off`.
     pub repack: String,
 }
 

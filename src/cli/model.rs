@@ -412,7 +412,7 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         }
         let aligned = layers.values().all(|(_, _, a)| *a);
         let _ = writeln!(out, "page-aligned:  {}", if aligned { "yes" } else { "no (O_DIRECT reads aligned windows)" });
-        let banks = files.tensors().filter(|t| t.info.name.ends_with("_exps.weight")).count();
+        let banks = files.tensors().filter(|t| crate::moe::repack::is_bank(&t.info.name, &t.info.dims)).count();
         let repackable = crate::moe::repack::repackable_banks(files).len();
         let _ = writeln!(
             out,

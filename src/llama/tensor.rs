@@ -319,7 +319,7 @@ impl TensorHandle {
         // while bindings change (called between decodes), and the region
         // stays alive for as long as the binding exists. The repack marks
         // are a process-wide buffer and ggml's static kernel traits.
-        let original = unsafe {
+        let (original, marks) = unsafe {
             let t = &mut *self.0;
             let marks = (t.buffer, t.extra);
             if let Some(r) = repacker {
@@ -327,7 +327,7 @@ impl TensorHandle {
             }
             (std::mem::replace(&mut t.data, region.base_ptr().add(offset).cast()), marks)
         };
-        Ok(TensorBinding { tensor: self, original: original.0, marks: original.1, _region: region })
+        Ok(TensorBinding { tensor: self, original, marks, _region: region })
     }
 }
 

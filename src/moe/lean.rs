@@ -42,13 +42,7 @@ pub struct LeanCopy {
 /// Finds or writes the lean copy of `files` under `dir`, leaving out the
 /// bytes of every tensor `is_expert` accepts.
 pub fn prepare(files: &ModelFiles, is_expert: impl Fn(&str) -> bool, dir: &Path) -> io::Result<LeanCopy> {
-    let name = key(files)?;
-    let source = fs::canonicalize(&files.paths()[0]).map_err(|e| at(&files.paths()[0], e))?;
-    remove_stale(dir, &name, &source);
-    let home = dir.join(&name);
-    fs::create_dir_all(&home).map_err(|e| at(&home, e))?;
-    let record = home.join(SOURCE_FILE);
-    fs::write(&record, source.as_os_str().as_encoded_bytes()).map_err(|e| at(&record, e))?;
+    let home = copy_home(files, dir, &key(files)?)?;
     let mut paths = Vec::with_capacity(files.paths().len());
     let mut holes = Vec::with_capacity(files.paths().len());
     let mut written = 0;
@@ -126,13 +120,26 @@ impl Layout {
     }
 }
 
+/// The directory `dir/name` for a copy of `files`, made if missing, with the
+/// model it copies recorded in it; older copies of that model (and copies of
+/// models that are gone) in `dir` are removed first.
+pub(super) fn copy_home(files: &ModelFiles, dir: &Path, name: &str) -> io::Result<PathBuf> {
+    let source = fs::canonicalize(&files.paths()[0]).map_err(|e| at(&files.paths()[0], e))?;
+    remove_stale(dir, name, &source);
+    let home = dir.join(name);
+    fs::create_dir_all(&home).map_err(|e| at(&home, e))?;
+    let record = home.join(SOURCE_FILE);
+    fs::write(&record, source.as_os_str().as_encoded_bytes()).map_err(|e| at(&record, e))?;
+    Ok(home)
+}
+
 /// The file in each copy's directory naming the model it copies.
-pub(super) const SOURCE_FILE: &str = "source";
+const SOURCE_FILE: &str = "source";
 
 /// Removes the copies of models that are gone, and older copies of
 /// `source` (the model changed since). Best effort: a copy in use by
 /// another process stays readable until that process closes it.
-pub(super) fn remove_stale(dir: &Path, current: &str, source: &Path) {
+fn remove_stale(dir: &Path, current: &str, source: &Path) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let path = entry.path();

@@ -66,8 +66,9 @@ impl Repack {
     }
 }
 
-/// Whether the tensor named `name` is a merged expert bank.
-fn is_bank(name: &str, dims: &[u64]) -> bool {
+/// Whether the tensor named `name` with these dimensions is a merged
+/// expert bank.
+pub fn is_bank(name: &str, dims: &[u64]) -> bool {
     name.ends_with("_exps.weight") && dims.len() == 3
 }
 

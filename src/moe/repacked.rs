@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::lean::{SOURCE_FILE, at, key, remove_stale};
+use super::lean::{at, copy_home, key};
 use super::store::Projection;
 use crate::gguf::ModelFiles;
 use crate::llama::memory::drop_file_cache;
@@ -73,13 +73,7 @@ pub fn prepare(
     dir: &Path,
 ) -> io::Result<RepackedCopy> {
     let banks: Vec<&Projection> = layers.iter().flatten().collect();
-    let name = format!("{}-{:016x}", key(files)?, layout_key(&banks));
-    let source = fs::canonicalize(&files.paths()[0]).map_err(|e| at(&files.paths()[0], e))?;
-    remove_stale(dir, &name, &source);
-    let home = dir.join(&name);
-    fs::create_dir_all(&home).map_err(|e| at(&home, e))?;
-    let record = home.join(SOURCE_FILE);
-    fs::write(&record, source.as_os_str().as_encoded_bytes()).map_err(|e| at(&record, e))?;
+    let home = copy_home(files, dir, &format!("{}-{:016x}", key(files)?, layout_key(&banks)))?;
     let bank_bytes = |p: &Projection| (p.slice_bytes * n_expert) as u64;
     let mut paths = Vec::with_capacity(files.paths().len());
     let mut todo = Vec::new();
