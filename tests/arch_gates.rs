@@ -20,6 +20,11 @@ struct Extras {
     turns: bool,
     /// Written as two shards.
     split: bool,
+    /// The first streamed layer is not predicted from the token's
+    /// embedding: the graph has no `attn_norm-0` over the embeddings
+    /// (`lfm2moe` names its norms otherwise and starts with dense conv
+    /// layers), or the router takes the raw layer input (no prediction).
+    first_unpredicted: bool,
 }
 
 fn arch_gate(arch: Arch, extras: Extras) {
@@ -63,6 +68,12 @@ fn arch_gate(arch: Arch, extras: Extras) {
         if what.ends_with("read-ahead") {
             let prefetched: u64 = decode.iter().map(|r| r.trace.prefetched).sum();
             assert!(prefetched > 0, "{what}: nothing was read ahead");
+            // The first streamed layer is predicted from the token's embedding every step.
+            let first = decode.iter().flat_map(|r| &r.trace.rows).map(|r| r.layer).min();
+            let scores = decode.iter().flat_map(|r| &r.trace.predictions);
+            let predicted = scores.filter(|p| Some(p.layer) == first).count();
+            let expected = if extras.first_unpredicted { 0 } else { decode.len() };
+            assert_eq!(predicted, expected, "{what}: steps predicting the first streamed layer");
         }
     }
     if extras.turns {
@@ -111,10 +122,10 @@ gates! {
     gate_deepseek2: Deepseek2, split;
     gate_qwen3next: Qwen3Next, turns;
     gate_qwen35moe: Qwen35Moe;
-    gate_lfm2moe: Lfm2Moe;
+    gate_lfm2moe: Lfm2Moe, first_unpredicted;
     gate_granitehybrid: GraniteHybrid;
     gate_nemotron_h_moe: NemotronHMoe;
-    gate_smallthinker: SmallThinker;
+    gate_smallthinker: SmallThinker, first_unpredicted;
     gate_bailingmoe2: BailingMoe2;
 }
 

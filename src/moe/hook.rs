@@ -39,6 +39,13 @@ pub struct CapturedTensor {
 /// (Names without the `ffn_moe_` prefix and `-<il>` suffix.)
 const WEIGHT_NODES: [&str; 4] = ["weights", "weights_softmax", "weights_norm", "weights_scaled"];
 
+/// The first layer's attention norm, `rms_norm(x) * weight` over the
+/// step's token embeddings `x`: the first point in the graph where they are
+/// computed and named the same way in every architecture.
+const EMBEDDING_NODE: &str = "attn_norm-0";
+/// A decode step of more tokens than this (a speculative verify batch)
+/// reads ahead nothing: the union of its guesses would read too much.
+const MAX_PREDICTED_TOKENS: usize = 4;
 /// ggml's id for f32.
 const GGML_TYPE_F32: u32 = 0;
 /// Decode layers in a row that found everything resident (routed experts
@@ -239,6 +246,8 @@ pub struct MoeHook {
     /// Which layer, counted from the current one, the router predicts: 1,
     /// or 0 to check the predictor against the routing it reproduces.
     predict_distance: usize,
+    /// Experts each token routes to, from the last routing seen.
+    top_k: Option<usize>,
 }
 
 impl MoeHook {
@@ -280,6 +289,7 @@ impl MoeHook {
             other_expert_uses: Vec::new(),
             read_ahead_paused: false,
             layers_all_resident: 0,
+            top_k: None,
         }
     }
 
@@ -544,6 +554,7 @@ impl MoeHook {
         if nt == 0 {
             return;
         }
+        self.top_k = Some(k);
         // Rows of a layer that saw fewer tokens than the ubatch (the last
         // layer computes only output rows) belong to the batch's last tokens.
         let first_token =
@@ -602,20 +613,14 @@ impl MoeHook {
     /// never the last streamed layer, where llama.cpp computes only the rows
     /// whose logits are asked for.
     fn predict_next(&mut self, topk: Tensor<'_>, il: usize, k: usize, nt: usize, prompt: bool) {
-        const MAX_TOKENS: usize = 4;
-        let (Some(predictor), Some(store)) = (self.predictor.as_mut(), self.store.as_ref()) else { return };
+        let Some(store) = self.store.as_ref() else { return };
         // Nothing to read ahead once the cache holds the whole bank.
-        if (nt > MAX_TOKENS && !prompt) || store.holds_whole_bank() {
+        if (nt > MAX_PREDICTED_TOKENS && !prompt) || store.holds_whole_bank() {
             return;
         }
-        let Some(input) = router_input(topk, il).filter(|t| t.type_id() == GGML_TYPE_F32) else { return };
-        let [width, tokens, ..] = input.ne();
-        if tokens != nt as i64 {
-            return;
-        }
+        let Some(input) = router_input(topk, il) else { return };
         // The layers predicted: the next streamed ones (or this one, when
-        // checking the predictor), while their routers read a hidden state
-        // of this width.
+        // checking the predictor).
         let ahead = &mut self.ahead;
         ahead.clear();
         if self.predict_distance == 0 {
@@ -628,6 +633,22 @@ impl MoeHook {
         } else {
             ahead.extend(store.streamed_after(il).take(self.read_ahead.router.max(1) as usize));
         }
+        self.predict_ahead(input, k, nt);
+    }
+
+    /// Runs the routers of the layers in `self.ahead` on `input` (one
+    /// hidden state of `n_embd` f32 per token of the batch) and remembers
+    /// the union of their top-k: the first layer's in `predicted` (scored
+    /// against its routing), later ones' in `predicted_far`. Layers whose
+    /// routers take another width are left out, with every layer after them.
+    fn predict_ahead(&mut self, input: Tensor<'_>, k: usize, nt: usize) {
+        let Some(predictor) = self.predictor.as_mut() else { return };
+        let [width, tokens, ..] = input.ne();
+        if input.type_id() != GGML_TYPE_F32 || tokens != nt as i64 {
+            self.ahead.clear();
+            return;
+        }
+        let ahead = &mut self.ahead;
         let fits = ahead.iter().take_while(|&&n| predictor.width(n).is_some_and(|w| w as i64 == width)).count();
         ahead.truncate(fits);
         let (Some(&first), Some(&last)) = (ahead.first(), ahead.last()) else { return };
@@ -655,6 +676,55 @@ impl MoeHook {
             let out = prediction_slot(&mut self.predicted, &mut self.predicted_far, first, next);
             out.sort_unstable();
             out.dedup();
+        }
+    }
+
+    /// True when the step's token embeddings are worth reading: the router
+    /// prediction is on and awake, and the store reads in the background.
+    fn predicts_from_embedding(&self) -> bool {
+        let awake = self.layers_all_resident < PREDICT_REST_LAYERS && !self.read_ahead_paused;
+        self.predictor.is_some()
+            && self.predict_distance > 0
+            && self.top_k.is_some()
+            && if self.decode_phase { awake && self.read_ahead_active() } else { self.reads_ahead_in_prompts() }
+    }
+
+    /// At the start of a step, runs the routers of the first streamed
+    /// layers on the new tokens' embeddings and starts reading their picks
+    /// while the first layer's attention computes: no earlier layer's
+    /// hidden state exists to predict them from. The embedding is the
+    /// first layer's residual input, so its router ranks the experts much
+    /// as the layer will once attention has added its part; a wrong guess
+    /// costs only a read. A decode step predicts as many layers as the
+    /// router read-ahead reaches, a prompt chunk the first layer only (for
+    /// every token of the ubatch, when a later streamed layer exists).
+    fn on_embedding(&mut self, attn_norm: Tensor<'_>) {
+        let Some((embd, _)) = normed(attn_norm) else { return };
+        let (Some(k), Some(store)) = (self.top_k, self.store.as_ref()) else { return };
+        let nt = usize::try_from(embd.ne()[1]).unwrap_or(0);
+        let prompt = !self.decode_phase;
+        if nt == 0 || (nt > MAX_PREDICTED_TOKENS && !prompt) {
+            return;
+        }
+        let layers = store.streamed_layers();
+        let reach = if prompt { usize::from(layers.len() > 1) } else { self.read_ahead.router.max(1) as usize };
+        self.ahead.clear();
+        self.ahead.extend(layers.iter().take(reach));
+        self.predict_ahead(embd, k, nt);
+        let mut targets = Vec::with_capacity(self.ahead.len());
+        for (d, &layer) in self.ahead.iter().enumerate() {
+            let table = if d == 0 { &self.predicted } else { &self.predicted_far };
+            if let Some(p) = table.get(layer).filter(|p| !p.is_empty()) {
+                targets.push((layer, p.clone()));
+            }
+        }
+        let Some(store) = self.store.as_mut().filter(|_| !targets.is_empty()) else { return };
+        store.begin_step();
+        let result = store.prefetch(&targets);
+        if let Some(r) = self.record_prefetch(None, result)
+            && self.decode_phase
+        {
+            self.layers_all_resident = if r.entries == 0 { self.layers_all_resident + 1 } else { 0 };
         }
     }
 
@@ -706,14 +776,18 @@ impl MoeHook {
         }
         let Some(store) = self.store.as_mut().filter(|_| !targets.is_empty()) else { return };
         let result = store.prefetch(&targets);
-        if let Some(r) = self.record_prefetch(il, result) {
+        if let Some(r) = self.record_prefetch(Some(il), result) {
             self.layers_all_resident = if r.entries == 0 { self.layers_all_resident + 1 } else { 0 };
         }
     }
 
-    /// Adds what a read-ahead started to the step's trace (or fails the
-    /// step on its error).
-    fn record_prefetch(&mut self, il: usize, result: std::io::Result<PrefetchReport>) -> Option<PrefetchReport> {
+    /// Adds what a read-ahead started after layer `after` (at the step's
+    /// start: `None`) to the step's trace, or fails the step on its error.
+    fn record_prefetch(
+        &mut self,
+        after: Option<usize>,
+        result: std::io::Result<PrefetchReport>,
+    ) -> Option<PrefetchReport> {
         match result {
             Ok(r) => {
                 let t = &mut self.trace;
@@ -725,7 +799,8 @@ impl MoeHook {
                 Some(r)
             }
             Err(e) => {
-                self.fail(format!("expert read-ahead failed after layer {il}: {e}"));
+                let when = after.map_or("at the step's start".to_string(), |il| format!("after layer {il}"));
+                self.fail(format!("expert read-ahead failed {when}: {e}"));
                 None
             }
         }
@@ -742,7 +817,7 @@ impl MoeHook {
         let Some(next) = store.streamed_after(il).next() else { return };
         let Some(experts) = self.predicted.get(next).filter(|p| !p.is_empty()) else { return };
         let result = store.prefetch(&[(next, experts.clone())]);
-        self.record_prefetch(il, result);
+        self.record_prefetch(Some(il), result);
     }
 
     fn on_weights(&mut self, node: Tensor<'_>, il: usize) {
@@ -900,6 +975,9 @@ impl EvalHook for MoeHook {
                 false
             }
             Mode::Stream => {
+                if node.name() == EMBEDDING_NODE {
+                    return self.predicts_from_embedding();
+                }
                 let Some((what, il)) = parse_moe_node(node.name()) else { return false };
                 let Some(store) = &self.store else { return false };
                 if !store.has_layer(il) {
@@ -915,6 +993,9 @@ impl EvalHook for MoeHook {
     fn observe(&mut self, node: Tensor<'_>) {
         if self.error.is_some() {
             return;
+        }
+        if node.name() == EMBEDDING_NODE {
+            return self.on_embedding(node);
         }
         let Some((what, il)) = parse_moe_node(node.name()) else { return };
         if what == "topk" {

@@ -292,6 +292,11 @@ impl ExpertStore {
         self.layers.get(il).is_some_and(|l| !l.is_empty())
     }
 
+    /// The layers with experts, ascending.
+    pub fn streamed_layers(&self) -> &[usize] {
+        &self.streamed
+    }
+
     /// The streamed layers after `il`, nearest first.
     pub fn streamed_after(&self, il: usize) -> impl Iterator<Item = usize> + '_ {
         self.streamed[self.streamed.partition_point(|&l| l <= il)..].iter().copied()
@@ -422,6 +427,15 @@ impl ExpertStore {
         }
         report.mgmt_ns = (((t_read - t0) + t_after.elapsed()).as_nanos() as u64).saturating_sub(ahead_ns);
         Ok(report)
+    }
+
+    /// Marks the start of a step, before its first load: the last load's
+    /// layer has computed, so its entries lose their protection and read-ahead
+    /// for the step's first layers may evict them (and trim a cache a
+    /// prompt's wide loads left over budget).
+    pub fn begin_step(&mut self) {
+        self.generation += 1;
+        self.loaded_bytes = 0;
     }
 
     /// Starts reading each target's experts, `(layer, experts)`, into the
