@@ -614,6 +614,20 @@ fn chat_templates_from_the_command_line() {
         harmony.contains("<|start|>user<|message|>Hi there<|end|>") && harmony.ends_with("<|start|>assistant"),
         "{harmony}"
     );
+    // The example conversation: reasoning under the name other tools write reaches the template.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/conversation.json");
+    let qwen = stdout(&ok(&["template", "qwen3", "--messages", example]));
+    assert!(
+        qwen.ends_with("<think>\nA geography question: Japan's capital is Tokyo.\n</think>\n\nTokyo.<|im_end|>\n<|im_start|>assistant\n"),
+        "{qwen}"
+    );
+    // An unknown key is an error naming it and the message.
+    std::fs::write(&conv, r#"[{"role":"user","content":"Hi","tool_calls":[]}]"#).unwrap();
+    fails_with_one_line(
+        &["template", "qwen3", "--messages", conv.to_str().unwrap()],
+        "message 1: unknown field `tool_calls`",
+    );
+    std::fs::write(&conv, r#"[{"role":"user","content":"Hi there"}]"#).unwrap();
     // A model without a template: the documented fallback.
     let plain = make_tiny(dir.path(), "plain.gguf", &[]);
     let out = ok(&["template", &plain, "--messages", conv.to_str().unwrap()]);

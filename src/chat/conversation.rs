@@ -12,6 +12,7 @@ const FORMAT: &str = "bmoe-conversation-v1";
 
 /// The system prompt and the messages after it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Conversation {
     /// The system prompt, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -21,7 +22,7 @@ pub struct Conversation {
     pub messages: Vec<Message>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Saved {
     format: String,
     #[serde(flatten)]
@@ -53,16 +54,25 @@ impl Conversation {
     pub fn from_json(text: &str) -> Result<Conversation, String> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
         let mut conversation: Conversation = match value {
-            serde_json::Value::Array(_) => {
-                let messages: Vec<Message> = serde_json::from_value(value).map_err(|e| format!("bad message: {e}"))?;
-                Conversation { system: None, messages }
-            }
+            serde_json::Value::Array(list) => Conversation { system: None, messages: parse_messages(list)? },
             _ => {
                 let format = value.get("format").and_then(|f| f.as_str()).unwrap_or(FORMAT);
                 if format != FORMAT {
                     return Err(format!("unknown format {format:?} (this bmoe reads {FORMAT})"));
                 }
-                serde_json::from_value(value).map_err(|e| format!("bad conversation: {e}"))?
+                let serde_json::Value::Object(mut fields) = value else {
+                    return Err("a conversation is a list of messages or an object with `messages`".into());
+                };
+                fields.remove("format");
+                let list = match fields.remove("messages") {
+                    Some(serde_json::Value::Array(list)) => list,
+                    Some(_) => return Err("`messages` is not a list".into()),
+                    None => Vec::new(),
+                };
+                let mut conversation: Conversation = serde_json::from_value(serde_json::Value::Object(fields))
+                    .map_err(|e| format!("bad conversation: {e}"))?;
+                conversation.messages = parse_messages(list)?;
+                conversation
             }
         };
         // A leading system message in the list is the system prompt.
@@ -76,6 +86,14 @@ impl Conversation {
         }
         Ok(conversation)
     }
+}
+
+/// Parses each message on its own, so an error says which one.
+fn parse_messages(list: Vec<serde_json::Value>) -> Result<Vec<Message>, String> {
+    list.into_iter()
+        .enumerate()
+        .map(|(i, m)| serde_json::from_value(m).map_err(|e| format!("message {}: {e}", i + 1)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -106,5 +124,25 @@ mod tests {
         assert!(Conversation::from_json("[{\"role\":\"robot\",\"content\":\"x\"}]").unwrap_err().contains("robot"));
         assert!(Conversation::from_json("{\"format\":\"v9\"}").unwrap_err().contains("unknown format"));
         assert!(Conversation::from_json("nope").unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn reads_reasoning_content_and_names_unknown_keys() {
+        let c = Conversation::from_json(
+            r#"[{"role":"user","content":"U"},{"role":"assistant","content":"A","reasoning_content":"R"}]"#,
+        )
+        .unwrap();
+        assert_eq!(c.messages[1].reasoning.as_deref(), Some("R"));
+        // Saved under bmoe's own name, read back the same.
+        let saved = Conversation::from_json(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(saved, c);
+        let e = Conversation::from_json(r#"[{"role":"user","content":"U"},{"role":"user","content":"V","mood":1}]"#)
+            .unwrap_err();
+        assert!(e.contains("message 2") && e.contains("unknown field `mood`"), "{e}");
+        let e = Conversation::from_json(r#"{"messages":[{"role":"user","content":"U","reasoning_contents":"x"}]}"#)
+            .unwrap_err();
+        assert!(e.contains("message 1") && e.contains("`reasoning_contents`"), "{e}");
+        let e = Conversation::from_json(r#"{"system":"S","extra":true}"#).unwrap_err();
+        assert!(e.contains("unknown field `extra`"), "{e}");
     }
 }

@@ -16,15 +16,18 @@ use super::json::python_json;
 /// template needs, so that a runaway template is an error, not a hang.
 const RENDER_FUEL: u64 = 50_000_000;
 
-/// One message of a conversation, as templates see it.
+/// One message of a conversation, as templates see it. Read from JSON with
+/// these keys only (any other is an error naming it); the reasoning may
+/// also come as `reasoning_content`, the name other tools write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Message {
     /// `system`, `user` or `assistant`.
     pub role: String,
     /// The text (for an assistant, the answer without its reasoning).
     pub content: String,
     /// An assistant's reasoning, when it gave any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "reasoning_content")]
     pub reasoning: Option<String>,
 }
 
@@ -102,7 +105,10 @@ impl fmt::Debug for ChatTemplate {
 impl ChatTemplate {
     /// Compiles `source`; `name` identifies it in errors.
     pub fn new(name: &str, source: &str) -> Result<ChatTemplate, TemplateError> {
-        let source = strip_generation_tags(source);
+        // Line endings as Jinja2 reads a template: `\r\n` and `\r` become `\n`
+        // (in text and string literals alike), so a CRLF file renders like its
+        // LF twin.
+        let source = strip_generation_tags(&source.replace("\r\n", "\n").replace('\r', "\n"));
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -263,6 +269,20 @@ mod tests {
     fn tojson_writes_what_python_writes() {
         let src = "{{ {'a': 1, 'b': [1, 'é<>']} | tojson }}";
         assert_eq!(render(src, &[]).unwrap(), r#"{"a": 1, "b": [1, "é<>"]}"#);
+    }
+
+    #[test]
+    fn crlf_templates_render_like_their_lf_twins() {
+        let messages = [Message::new("system", "S"), Message::new("user", "U")];
+        for name in ["qwen3", "gpt-oss", "granite-4.0"] {
+            let lf = crate::chat::named_template(name).unwrap();
+            assert!(!lf.contains('\r'));
+            let crlf = lf.replace('\n', "\r\n");
+            assert_eq!(render(&crlf, &messages).unwrap(), render(lf, &messages).unwrap(), "{name}");
+        }
+        // A lone `\r` too, in text and in a string literal; an escaped one stays.
+        let out = render("a\rb{{ 'c\rd' }}{{ '\\r' }}", &[]).unwrap();
+        assert_eq!(out, "a\nbc\nd\r");
     }
 
     #[test]
