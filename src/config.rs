@@ -86,7 +86,9 @@ pub struct ChatConfig {
     pub system: String,
     /// Let the model reason before answering (where it can).
     pub think: bool,
-    /// gpt-oss reasoning effort (low, medium, high); empty = the template's default.
+    /// How much to think (low, medium, high), for templates with an effort
+    /// switch (gpt-oss and Hunyuan `reasoning_effort`, Kimi-K3
+    /// `thinking_effort`); empty = the template's default.
     pub reasoning_effort: String,
 }
 

@@ -36,6 +36,11 @@ pub const NAMED_TEMPLATES: &[(&str, &str)] = &[
     ("nemotron-3", include_str!("../../assets/chat-templates/nemotron-3.jinja")),
     ("deepseek-v4", include_str!("../../assets/chat-templates/deepseek-v4.jinja")),
     ("granite-4.0", include_str!("../../assets/chat-templates/granite-4.0.jinja")),
+    ("granite-3.3", include_str!("../../assets/chat-templates/granite-3.3.jinja")),
+    ("kimi-k3", include_str!("../../assets/chat-templates/kimi-k3.jinja")),
+    ("kimi-k2-thinking", include_str!("../../assets/chat-templates/kimi-k2-thinking.jinja")),
+    ("hunyuan", include_str!("../../assets/chat-templates/hunyuan.jinja")),
+    ("seed-oss", include_str!("../../assets/chat-templates/seed-oss.jinja")),
 ];
 
 /// The source of a named template.
@@ -52,6 +57,10 @@ pub struct ChatFormat {
     think: ThinkControl,
     base: RenderOptions,
     fallback: bool,
+    /// The empty reasoning block the template writes before an earlier
+    /// answer given without reasoning (Kimi-K2-Thinking's `<think></think>`),
+    /// used to turn thinking off where there is no switch.
+    empty_block: Option<String>,
 }
 
 impl ChatFormat {
@@ -60,10 +69,11 @@ impl ChatFormat {
     pub fn new(name: &str, source: Option<&str>, bos: &str, eos: &str) -> Result<ChatFormat, TemplateError> {
         let fallback = source.is_none();
         let template = ChatTemplate::new(name, source.unwrap_or(FALLBACK_TEMPLATE))?;
-        let family = Family::detect(template.source());
         let base = RenderOptions { bos_token: bos.into(), eos_token: eos.into(), ..RenderOptions::default() };
+        let family = Family::detect(&template, &base);
         let think = ThinkControl::probe(&template, family, &base)?;
-        Ok(ChatFormat { template, family, think, base, fallback })
+        let empty_block = empty_block(&template, family, &base);
+        Ok(ChatFormat { template, family, think, base, fallback, empty_block })
     }
 
     /// The same format rendering with `reasoning_effort` (gpt-oss).
@@ -96,19 +106,40 @@ impl ChatFormat {
     pub fn prompt(&self, messages: &[Message], thinking: bool) -> Result<String, TemplateError> {
         let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..self.base.clone() };
         let mut text = self.template.render(messages, &opts)?;
-        if !thinking
-            && self.think == ThinkControl::Prefill
-            && let Some(prefill) = self.family.no_think_prefill(&text)
-        {
-            text.push_str(prefill);
+        if !thinking && self.think == ThinkControl::Prefill {
+            let open = self.family.starts_in(&text) == Kind::Reasoning;
+            let own = self.empty_block.as_deref().filter(|_| !open);
+            if let Some(prefill) = own.or_else(|| self.family.no_think_prefill(&text)) {
+                text.push_str(prefill);
+            }
         }
         Ok(text)
+    }
+
+    /// The thinking switches the template reads (`enable_thinking`,
+    /// `thinking`, `reasoning_effort`...).
+    pub fn think_switches(&self) -> &[&'static str] {
+        self.template.think_switches()
     }
 
     /// A splitter for the text generated after `prompt`.
     pub fn splitter(&self, prompt: &str) -> Splitter {
         Splitter::new(self.family, prompt)
     }
+}
+
+/// The empty reasoning block `template` writes before an earlier answer
+/// given without reasoning, if it writes one: the family's opening and
+/// closing markers with only whitespace between them.
+fn empty_block(template: &ChatTemplate, family: Family, opts: &RenderOptions) -> Option<String> {
+    const ANSWER: &str = "PROBE-ANSWER";
+    let history = [Message::new("user", "Hello"), Message::new("assistant", ANSWER), Message::new("user", "Again")];
+    let text = template.render(&history, &RenderOptions { add_generation_prompt: false, ..opts.clone() }).ok()?;
+    let before = &text[..text.find(ANSWER)?];
+    let (open, close) = family.block_markers()?;
+    let block = &before[before.rfind(open)?..];
+    let inside = block[open.len()..].trim_start();
+    (inside.strip_prefix(close)?.trim().is_empty()).then(|| block.to_string())
 }
 
 #[cfg(test)]

@@ -8,8 +8,15 @@ use super::template::{ChatTemplate, Message, RenderOptions, TemplateError};
 /// How a model family marks reasoning in its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
-    /// `<think>` ... `</think>` (Qwen3, Qwen3.5, GLM, LFM2.5, Nemotron, DeepSeek).
+    /// `<think>` ... `</think>` (Qwen3, Qwen3.5, GLM, LFM2.5, Nemotron, DeepSeek, Kimi-K2).
     Think,
+    /// `<seed:think>` ... `</seed:think>` (Seed-OSS).
+    SeedThink,
+    /// `<think:opensource>` ... `</think:opensource>` (Hunyuan).
+    HunyuanThink,
+    /// Kimi-K3's tags: `<|open|>think<|sep|>` ... `<|close|>think<|sep|>`,
+    /// then the answer in `<|open|>response<|sep|>` ... `<|close|>response<|sep|>`.
+    Kimi,
     /// gpt-oss "harmony" channels: `<|channel|>analysis<|message|>` ... `<|end|>`,
     /// then the answer on `<|channel|>final<|message|>`.
     Harmony,
@@ -35,24 +42,62 @@ pub enum Kind {
     Answer,
 }
 
+/// Every family with markers, most specific first (no earlier family's
+/// opening marker contains a later one's).
+const MARKED: [Family; 6] =
+    [Family::Harmony, Family::Gemma, Family::Kimi, Family::SeedThink, Family::HunyuanThink, Family::Think];
+
+/// The user's message in the conversations [`Family::detect`] renders:
+/// markers count only after it.
+const PROBE_USER: &str = "PROBE-USER";
+
 impl Family {
-    /// The family a template's source belongs to, from the markers it writes.
-    pub fn detect(source: &str) -> Family {
-        if source.contains("<|channel|>") {
-            Family::Harmony
-        } else if source.contains("<|channel>") {
-            Family::Gemma
-        } else if source.contains("<think>") {
-            Family::Think
-        } else {
-            Family::Plain
+    /// The family of `template`, from the markers it writes after a user's
+    /// message: around (or in place of) an assistant's reasoning in its
+    /// history, or in its generation prompt with thinking on or off. Text
+    /// that only mentions a marker before the conversation (granite-3.3's
+    /// system prompt asks for `<think>` tags in words) does not count.
+    pub fn detect(template: &ChatTemplate, opts: &RenderOptions) -> Family {
+        let reasoned =
+            Message { reasoning: Some("PROBE-REASONING".into()), ..Message::new("assistant", "PROBE-ANSWER") };
+        let history = [Message::new("user", PROBE_USER), reasoned];
+        let renders = [
+            RenderOptions { add_generation_prompt: false, ..opts.clone() },
+            RenderOptions { add_generation_prompt: true, enable_thinking: true, ..opts.clone() },
+            RenderOptions { add_generation_prompt: true, enable_thinking: false, ..opts.clone() },
+        ]
+        .map(|o| {
+            let messages = if o.add_generation_prompt { &history[..1] } else { &history[..] };
+            let text = template.render(messages, &o).unwrap_or_default();
+            text.find(PROBE_USER).map(|at| text[at..].to_string()).unwrap_or_default()
+        });
+        MARKED.into_iter().find(|f| renders.iter().any(|t| t.contains(f.opening()))).unwrap_or(Family::Plain)
+    }
+
+    /// The markers that open and close a reasoning block, for the families
+    /// that write one as a pair of tags.
+    pub fn block_markers(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Family::Think | Family::SeedThink | Family::HunyuanThink | Family::Kimi => {
+                let close = self.markers().iter().find(|(_, a)| *a == Action::Enter(Kind::Answer))?.0;
+                Some((self.opening(), close))
+            }
+            Family::Harmony | Family::Gemma | Family::Plain => None,
         }
+    }
+
+    /// The marker that starts reasoning.
+    fn opening(self) -> &'static str {
+        self.markers().iter().find(|(_, a)| *a == Action::Enter(Kind::Reasoning)).map_or("", |(m, _)| m)
     }
 
     /// A short name for messages.
     pub fn name(self) -> &'static str {
         match self {
             Family::Think => "<think> tags",
+            Family::SeedThink => "<seed:think> tags",
+            Family::HunyuanThink => "<think:opensource> tags",
+            Family::Kimi => "Kimi think/response tags",
             Family::Harmony => "gpt-oss channels",
             Family::Gemma => "gemma thought channel",
             Family::Plain => "no reasoning markers",
@@ -64,6 +109,16 @@ impl Family {
         use Kind::*;
         match self {
             Family::Think => &[("<think>", Enter(Reasoning)), ("</think>", Enter(Answer))],
+            Family::SeedThink => &[("<seed:think>", Enter(Reasoning)), ("</seed:think>", Enter(Answer))],
+            Family::HunyuanThink => &[("<think:opensource>", Enter(Reasoning)), ("</think:opensource>", Enter(Answer))],
+            Family::Kimi => &[
+                ("<|open|>think<|sep|>", Enter(Reasoning)),
+                ("<|close|>think<|sep|>", Enter(Answer)),
+                ("<|open|>response<|sep|>", Enter(Answer)),
+                ("<|close|>response<|sep|>", Hide),
+                ("<|close|>message<|sep|>", Hide),
+                ("<|end_of_msg|>", Hide),
+            ],
             Family::Harmony => &[
                 ("<|channel|>analysis<|message|>", Enter(Reasoning)),
                 ("<|channel|>final<|message|>", Enter(Answer)),
@@ -92,13 +147,21 @@ impl Family {
     }
 
     /// Text to append to a generation prompt so the model answers without
-    /// reasoning, for templates that ignore `enable_thinking`: close the
-    /// block the prompt opened, or write an empty one.
+    /// reasoning, for templates with no thinking switch: close the block
+    /// the prompt opened, or write an empty one (a template's own empty
+    /// block, where it writes one in its history, comes first:
+    /// [`crate::chat::ChatFormat`]).
     pub fn no_think_prefill(self, prompt: &str) -> Option<&'static str> {
         let open = self.starts_in(prompt) == Kind::Reasoning;
         match self {
             Family::Think if open => Some("\n</think>\n\n"),
             Family::Think => Some("<think>\n\n</think>\n\n"),
+            Family::SeedThink if open => Some("\n</seed:think>\n"),
+            Family::SeedThink => Some("<seed:think>\n</seed:think>\n"),
+            Family::HunyuanThink if open => Some("</think:opensource>"),
+            Family::HunyuanThink => Some("<think:opensource></think:opensource>"),
+            Family::Kimi if open => Some("<|close|>think<|sep|><|open|>response<|sep|>"),
+            Family::Kimi => Some("<|open|>response<|sep|>"),
             Family::Harmony => {
                 Some("<|channel|>analysis<|message|>\n\n<|end|><|start|>assistant<|channel|>final<|message|>")
             }
@@ -272,6 +335,19 @@ mod tests {
     }
 
     #[test]
+    fn kimi_seed_and_hunyuan_tags() {
+        let prompt = "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>";
+        let out = "2+2<|close|>think<|sep|><|open|>response<|sep|>4<|close|>response<|sep|><|close|>message<|sep|>";
+        same_at_every_cut(Family::Kimi, prompt, out, ("2+2", "4"));
+        // Thinking off: the prompt opened the response.
+        let off = "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>";
+        assert_eq!(split(Family::Kimi, off, &["4<|close|>response<|sep|>"]), (String::new(), "4".into()));
+        same_at_every_cut(Family::SeedThink, "assistant\n", "<seed:think>sum</seed:think>\n4", ("sum", "\n4"));
+        let hunyuan = "<｜hy_Assistant:opensource｜><think:opensource>";
+        same_at_every_cut(Family::HunyuanThink, hunyuan, "sum</think:opensource>4", ("sum", "4"));
+    }
+
+    #[test]
     fn token_by_token_and_unclosed() {
         let pieces = ["<", "think", ">", "hm", "m", "</", "think", ">", "ok"];
         assert_eq!(split(Family::Think, "", &pieces), ("hmm".into(), "ok".into()));
@@ -282,12 +358,37 @@ mod tests {
         assert_eq!(split(Family::Plain, "", &["<think>x"]), (String::new(), "<think>x".into()));
     }
 
+    fn detect(source: &str) -> Family {
+        Family::detect(&ChatTemplate::new("t", source).unwrap(), &RenderOptions::default())
+    }
+
     #[test]
     fn detects_families_and_prefills() {
-        assert_eq!(Family::detect("{{ '<think>' }}"), Family::Think);
-        assert_eq!(Family::detect("<|start|>assistant<|channel|>final"), Family::Harmony);
-        assert_eq!(Family::detect("<|channel>thought\n<channel|>"), Family::Gemma);
-        assert_eq!(Family::detect("<|im_start|>"), Family::Plain);
+        // Markers around the history's reasoning, or in the generation prompt.
+        let history = |open: &str, close: &str| {
+            format!(
+                "{{% for m in messages %}}{{{{ m.content }}}}{{% if m.reasoning_content %}}{open}{{{{ m.reasoning_content }}}}{close}{{% endif %}}{{% endfor %}}"
+            )
+        };
+        let prompt = |tail: &str| {
+            format!(
+                "{{% for m in messages %}}{{{{ m.content }}}}{{% endfor %}}{{% if add_generation_prompt %}}{tail}{{% endif %}}"
+            )
+        };
+        assert_eq!(detect(&history("<think>", "</think>")), Family::Think);
+        assert_eq!(detect(&history("<seed:think>", "</seed:think>")), Family::SeedThink);
+        assert_eq!(detect(&history("<think:opensource>", "</think:opensource>")), Family::HunyuanThink);
+        assert_eq!(detect(&prompt("<|im_start|>assistant\n<think>\n")), Family::Think);
+        assert_eq!(detect(&prompt("<|start|>assistant<|channel|>analysis<|message|>")), Family::Harmony);
+        assert_eq!(
+            detect(&prompt("{% if not enable_thinking %}<|channel>thought\n<channel|>{% endif %}")),
+            Family::Gemma
+        );
+        assert_eq!(detect(&prompt("<|open|>think<|sep|>")), Family::Kimi);
+        // Mentioned before the conversation, not written in it: plain.
+        let mention = "Write your thoughts between <think></think>.{% for m in messages %}{{ m.content }}{% endfor %}";
+        assert_eq!(detect(mention), Family::Plain);
+        assert_eq!(detect(&prompt("<|im_start|>assistant\n")), Family::Plain);
         assert_eq!(Family::Think.no_think_prefill("assistant\n"), Some("<think>\n\n</think>\n\n"));
         assert_eq!(Family::Think.no_think_prefill("assistant\n<think>\n"), Some("\n</think>\n\n"));
         let p = format!("<|start|>assistant{}", Family::Harmony.no_think_prefill("<|start|>assistant").unwrap());

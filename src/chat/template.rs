@@ -50,7 +50,9 @@ pub struct RenderOptions {
     pub bos_token: String,
     /// The vocabulary's EOS text, as `eos_token`.
     pub eos_token: String,
-    /// `reasoning_effort` (gpt-oss: low, medium, high).
+    /// How much to think (low, medium, high), passed to the template's
+    /// effort switch where it has one (`reasoning_effort` of gpt-oss and
+    /// Hunyuan, `thinking_effort` of Kimi-K3).
     pub reasoning_effort: Option<String>,
 }
 
@@ -89,11 +91,21 @@ impl fmt::Display for TemplateError {
 
 impl std::error::Error for TemplateError {}
 
+/// The variables templates read to switch thinking on and off, or to set
+/// how much to think, in the order bmoe names them.
+pub const THINK_SWITCHES: [&str; 5] =
+    ["enable_thinking", "thinking", "reasoning_effort", "thinking_budget", "thinking_effort"];
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     name: String,
     source: String,
     env: Environment<'static>,
+    /// The thinking switches ([`THINK_SWITCHES`]) the template reads.
+    switches: Vec<&'static str>,
+    /// Its `reasoning_effort` turns thinking off with `no_think` (Hunyuan),
+    /// rather than only saying how much to think (gpt-oss).
+    effort_is_switch: bool,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -122,7 +134,15 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_filter("from_json", from_json);
         env.add_template_owned(name.to_string(), source.clone()).map_err(|e| error(name, &e))?;
-        Ok(ChatTemplate { name: name.to_string(), source, env })
+        let reads = env.get_template(name).map_err(|e| error(name, &e))?.undeclared_variables(false);
+        let switches = THINK_SWITCHES.into_iter().filter(|v| reads.contains(*v)).collect();
+        let effort_is_switch = reads.contains("reasoning_effort") && source.contains("no_think");
+        Ok(ChatTemplate { name: name.to_string(), source, env, switches, effort_is_switch })
+    }
+
+    /// The thinking switches the template reads, of [`THINK_SWITCHES`].
+    pub fn think_switches(&self) -> &[&'static str] {
+        &self.switches
     }
 
     /// The template's name.
@@ -142,15 +162,40 @@ impl ChatTemplate {
         let mut ctx = vec![
             ("messages", Value::from(messages)),
             ("add_generation_prompt", Value::from(opts.add_generation_prompt)),
-            ("enable_thinking", Value::from(opts.enable_thinking)),
             ("bos_token", Value::from(opts.bos_token.clone())),
             ("eos_token", Value::from(opts.eos_token.clone())),
         ];
-        if let Some(effort) = &opts.reasoning_effort {
-            ctx.push(("reasoning_effort", Value::from(effort.clone())));
-        }
+        ctx.extend(self.switch_values(opts));
         let ctx: Value = ctx.into_iter().collect();
         template.render(ctx).map_err(|e| error(&self.name, &e))
+    }
+}
+
+impl ChatTemplate {
+    /// What each thinking switch the template reads gets for `opts`.
+    /// `enable_thinking` is always passed (templates disagree on its
+    /// default); `thinking` follows it; `thinking_budget` is 0 with thinking
+    /// off and the template's own default with it on; `reasoning_effort` is
+    /// `no_think` with thinking off where that is its off value, else the
+    /// effort asked for (`high` when none is, where thinking needs one);
+    /// `thinking_effort` is the effort asked for, if any.
+    fn switch_values(&self, opts: &RenderOptions) -> Vec<(&'static str, Value)> {
+        let think = opts.enable_thinking;
+        let effort = opts.reasoning_effort.as_deref();
+        let mut values = vec![("enable_thinking", Value::from(think))];
+        for &switch in &self.switches {
+            let value = match switch {
+                "thinking" => Some(Value::from(think)),
+                "thinking_budget" if !think => Some(Value::from(0)),
+                "reasoning_effort" if self.effort_is_switch => {
+                    Some(Value::from(if think { effort.unwrap_or("high") } else { "no_think" }))
+                }
+                "reasoning_effort" | "thinking_effort" => effort.map(Value::from),
+                _ => None,
+            };
+            values.extend(value.map(|v| (switch, v)));
+        }
+        values
     }
 }
 

@@ -169,6 +169,9 @@ pub struct RunFlags {
     /// Turn the model's reasoning off in chat turns [chat.think].
     #[arg(long, help_heading = "Chat")]
     pub no_think: bool,
+    /// How much to think, where the template takes it (gpt-oss, Hunyuan, Kimi-K3) [chat.reasoning_effort].
+    #[arg(long, value_name = "low|medium|high", help_heading = "Chat")]
+    pub reasoning_effort: Option<String>,
     /// A .jinja chat template to use instead of the model's own [chat.template].
     #[arg(long, value_name = "FILE", help_heading = "Chat")]
     pub chat_template: Option<PathBuf>,
@@ -237,7 +240,7 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         t.verbose = true;
     }
     let ch = &mut c.chat;
-    set!(chat_template => ch.template, system => ch.system);
+    set!(chat_template => ch.template, system => ch.system, reasoning_effort => ch.reasoning_effort);
     if args.no_think {
         ch.think = false;
     }

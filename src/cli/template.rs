@@ -22,6 +22,9 @@ pub struct TemplateArgs {
     /// Render with thinking turned off.
     #[arg(long)]
     pub no_think: bool,
+    /// How much to think, where the template takes it (gpt-oss, Hunyuan, Kimi-K3).
+    #[arg(long, value_name = "low|medium|high", value_parser = ["low", "medium", "high"])]
+    pub reasoning_effort: Option<String>,
 }
 
 /// A template's source, name and BOS/EOS texts, from a model, a file or a family name.
@@ -59,14 +62,20 @@ fn sample() -> Vec<Message> {
 /// Runs `bmoe template`.
 pub fn template(args: TemplateArgs) -> Result<()> {
     let (name, source, bos, eos) = load_template(&args.source)?;
-    let format = ChatFormat::new(&name, source.as_deref(), &bos, &eos).map_err(|e| anyhow!(e))?;
+    let format = ChatFormat::new(&name, source.as_deref(), &bos, &eos)
+        .map_err(|e| anyhow!(e))?
+        .with_reasoning_effort(args.reasoning_effort);
     let messages = match &args.messages {
         Some(path) => Conversation::load(path).map_err(|e| anyhow!(e))?.rendered_messages(),
         None => sample(),
     };
     let prompt = format.prompt(&messages, !args.no_think).map_err(|e| anyhow!(e))?;
+    let switches = match format.think_switches() {
+        [] => String::new(),
+        names => format!(" ({})", names.join(", ")),
+    };
     eprintln!(
-        "bmoe: template {}{}: reasoning {}, thinking control: {}",
+        "bmoe: template {}{}: reasoning {}, thinking control: {}{switches}",
         name,
         if format.is_fallback() { " (none in the model: the plain fallback)" } else { "" },
         format.family().name(),

@@ -81,7 +81,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("chat.template", Apply::Live, "a .jinja chat template instead of the model's own"),
     ("chat.system", Apply::Live, "system prompt of new conversations"),
     ("chat.think", Apply::Live, "let the model reason before answering"),
-    ("chat.reasoning_effort", Apply::Live, "gpt-oss reasoning effort: low, medium, high"),
+    (
+        "chat.reasoning_effort",
+        Apply::Live,
+        "how much to think, where the template takes it (gpt-oss, Hunyuan, Kimi-K3): low, medium, high",
+    ),
     ("telemetry.csv", Apply::Live, "per-token CSV file (empty = none)"),
     ("telemetry.route_trace", Apply::Live, "route trace file (empty = none; needs streaming)"),
     ("telemetry.verbose", Apply::Live, "show llama.cpp's log"),
