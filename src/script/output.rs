@@ -272,16 +272,22 @@ impl ChartSpec {
         let groups = labels.len() as f64;
         let (y0, y1) = self.y_range();
         let mut chart = self.frame(root, 0.0..groups, y0..y1, 60)?;
-        let names = labels.clone();
+        // No ticks from the mesh (it would place them at round numbers of the
+        // float axis, not at the groups): each group's label is drawn under its
+        // centre instead.
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(labels.len())
-            .x_label_formatter(&move |x| names.get(x.floor() as usize).cloned().unwrap_or_default())
+            .x_labels(0)
             .x_desc(&self.x_label)
             .y_desc(&self.y_label)
             .draw()
             .map_err(|e| e.to_string())?;
+        let style = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
+        for (g, label) in labels.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(g as f64 + 0.5, y0));
+            root.draw(&Text::new(label.clone(), (px, py + 6), style.clone())).map_err(|e| e.to_string())?;
+        }
         let width = 0.8 / self.series.len() as f64;
         for (i, (name, ys)) in self.series.iter().enumerate() {
             let colour = Palette99::pick(i).to_rgba();
@@ -383,6 +389,22 @@ mod tests {
             ChartSpec::from_map(&spec).unwrap().draw(&p).unwrap();
             assert!(std::fs::read_to_string(&p).unwrap().starts_with("<svg"));
         }
+        // A bar chart labels every group under its bars, once.
+        let groups: Array = vec!["cache0".into(), "default".into(), "file-layout".into()];
+        let spec = row(&[("kind", "bar".into()), ("x", groups.into()), ("series", series.clone().into())]);
+        let p = dir.path().join("groups.svg");
+        ChartSpec::from_map(&spec).unwrap().draw(&p).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        let x_of = |label: &str| -> f64 {
+            let end = svg.find(&format!(">\n{label}\n</text>")).unwrap_or_else(|| panic!("{label} missing: {svg}"));
+            let tag = &svg[svg[..end].rfind("<text").unwrap()..end];
+            tag.split("x=\"").nth(1).and_then(|v| v.split('"').next()).unwrap().parse().unwrap()
+        };
+        let xs: Vec<f64> = ["cache0", "default", "file-layout"].into_iter().map(x_of).collect();
+        // Under the centres of three equal groups: evenly spaced, half a step in from the axis.
+        let step = xs[1] - xs[0];
+        assert!(step > 100.0 && (xs[2] - xs[1] - step).abs() <= 1.0, "{xs:?}");
+        assert!(xs[0] - step / 2.0 > 0.0 && xs[2] + step / 2.0 < 900.0, "{xs:?}");
         let heat: Array = vec![ys.clone().into(), ys.into()];
         let spec = row(&[("kind", "heatmap".into()), ("x", x.clone().into()), ("series", heat.into())]);
         ChartSpec::from_map(&spec).unwrap().draw(&dir.path().join("h.svg")).unwrap();
