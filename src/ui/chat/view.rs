@@ -49,7 +49,8 @@ pub fn draw(frame: &mut Frame, app: &App) {
         let [chat, tele, input] =
             Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(input_rows)]).areas(left);
         draw_conversation(frame, app, chat);
-        frame.render_widget(Paragraph::new(compact_telemetry(&app.telemetry, app.info.streaming)), tele);
+        let line = compact_telemetry(&app.telemetry, app.info.streaming, tele.width);
+        frame.render_widget(Paragraph::new(line), tele);
         draw_input(frame, app, input);
         if right.width > 0 {
             let panel_rows = app.routing.rows().max(1) as u16 + 4;
@@ -200,7 +201,13 @@ fn draw_input(frame: &mut Frame, app: &App, area: Rect) {
 
 fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
     let r = &app.routing;
-    let title = format!(" Routing · {} · token {} ", app.routing_view.name(), r.tokens());
+    let titles = [
+        format!(" Routing · {} · token {} ", app.routing_view.name(), r.tokens()),
+        format!(" {} · token {} ", app.routing_view.name(), r.tokens()),
+        format!(" token {} ", r.tokens()),
+        format!(" t{} ", r.tokens()),
+    ];
+    let title = fit(&titles, area.width.saturating_sub(2)).to_string();
     let block = Block::default().borders(Borders::ALL).title(title).title_bottom(" F3 view ");
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -383,7 +390,28 @@ fn sparkline(values: &std::collections::VecDeque<f64>, width: usize) -> String {
 }
 
 /// One line of telemetry for narrow screens.
-fn compact_telemetry(t: &Telemetry, streaming: bool) -> Line<'static> {
+/// The first of `candidates` (longest first) that fits in `width` columns,
+/// else the last.
+fn fit(candidates: &[String], width: u16) -> &str {
+    let fits = |c: &&String| c.chars().count() <= width as usize;
+    candidates.iter().find(fits).or(candidates.last()).map_or("", String::as_str)
+}
+
+/// Joins `parts` with ` · ` after a space, leaving out whole parts from the
+/// end until the line fits in `width` columns (the first always stays).
+fn fit_parts(parts: &[String], width: u16) -> String {
+    let mut line = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        let next = if i == 0 { format!(" {part}") } else { format!("{line} · {part}") };
+        if i > 0 && next.chars().count() > width as usize {
+            break;
+        }
+        line = next;
+    }
+    line
+}
+
+fn compact_telemetry(t: &Telemetry, streaming: bool, width: u16) -> Line<'static> {
     let dim = Style::default().add_modifier(Modifier::DIM);
     let Some(last) = t.last else { return Line::from(Span::styled(format!(" no token yet · {}", memory(t)), dim)) };
     let total = last.read_ms + last.mgmt_ms + last.compute_ms;
@@ -403,7 +431,7 @@ fn compact_telemetry(t: &Telemetry, streaming: bool) -> Line<'static> {
     if let Some(p) = t.acceptance_pct() {
         parts.push(format!("draft {p:.0}%"));
     }
-    Line::from(Span::styled(format!(" {}", parts.join(" · ")), dim))
+    Line::from(Span::styled(fit_parts(&parts, width), dim))
 }
 
 /// A centred rectangle of at most `w` x `h` inside `area`.
@@ -491,4 +519,22 @@ pub fn render_to_buffer(app: &App, width: u16, height: u16) -> Buffer {
     let mut terminal = ratatui::Terminal::new(backend).expect("a test backend never fails");
     terminal.draw(|f| draw(f, app)).expect("a test backend never fails");
     terminal.backend().buffer().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_and_titles_fit_in_whole_parts() {
+        let parts: Vec<String> = ["12.3 tok/s", "read 40% of time", "hit 96%"].map(String::from).to_vec();
+        assert_eq!(fit_parts(&parts, 80), " 12.3 tok/s · read 40% of time · hit 96%");
+        assert_eq!(fit_parts(&parts, 38), " 12.3 tok/s · read 40% of time");
+        // The first part stays even when nothing fits.
+        assert_eq!(fit_parts(&parts, 4), " 12.3 tok/s");
+        let titles: Vec<String> = [" Routing · now · token 127 ", " token 127 ", " t127 "].map(String::from).to_vec();
+        assert_eq!(fit(&titles, 27), " Routing · now · token 127 ");
+        assert_eq!(fit(&titles, 24), " token 127 ");
+        assert_eq!(fit(&titles, 3), " t127 ");
+    }
 }
