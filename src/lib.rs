@@ -16,6 +16,7 @@ pub mod host;
 #[allow(unsafe_code)]
 pub mod llama;
 pub mod moe;
+pub mod notes;
 pub mod policy;
 pub mod replay;
 pub mod script;

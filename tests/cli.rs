@@ -742,3 +742,31 @@ fn run_passes_arguments_and_reports_errors_with_their_place() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("s.rhai:2:") && err.contains("let b = [1, 2;"), "{err}");
 }
+
+/// Notes: the chat template's absence only where chat turns run, details of
+/// the streaming setup only with -v, nothing with -q, and a script that
+/// opens a model twice sees a note it already showed once.
+#[test]
+fn notes_once_where_they_matter_and_quiet_with_q() {
+    let dir = tempdir();
+    let plain = make_tiny(dir.path(), "plain.gguf", &[]);
+    let base = ["generate", "-m", plain.as_str(), "-p", "hello", "-n", "4", "--moe-stream"];
+    let err = stderr(&ok(&base));
+    assert!(!err.contains("no chat template") && !err.contains("read-ahead:"), "{err}");
+    assert!(err.contains("note: cache auto"), "the cache budget is a note: {err}");
+    let chat = stderr(&ok(&[&base[..], &["--chat"]].concat()));
+    assert!(chat.contains("note: the model has no chat template"), "{chat}");
+    let verbose = stderr(&ok(&[&base[..], &["-v"]].concat()));
+    assert!(verbose.contains("note: read-ahead: "), "{verbose}");
+    let quiet = ok(&[&["-q"], &base[..], &["--chat", "-v"]].concat());
+    assert!(!stderr(&quiet).contains("note:"), "{}", stderr(&quiet));
+    assert!(!stdout(&quiet).is_empty() && stderr(&quiet).contains("decode:"), "the run and its summary stay");
+    // A script opening the model twice: each note once.
+    let script =
+        format!("let a = open(\"{plain}\", #{{ stream: true }});\nlet b = open(\"{plain}\", #{{ stream: true }});\n");
+    let out = spawn_script(dir.path(), &script, &[]).wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let template_notes = err.lines().filter(|l| l.contains("note: the model has no chat template")).count();
+    assert_eq!(template_notes, 1, "{err}");
+}

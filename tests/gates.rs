@@ -58,7 +58,7 @@ fn dense_weights_warm_and_anon() {
                 let s =
                     bmoe::engine::Session::open(options(&m, stream0(1, true).map(|s| StreamOptions { dense, ..s })))
                         .unwrap();
-                let note = s.info().notices.iter().find(|n| n.starts_with("dense weights")).cloned();
+                let note = s.info().details.iter().find(|n| n.starts_with("dense weights")).cloned();
                 let note = note.unwrap_or_else(|| panic!("{arch:?} {}: no dense-weights notice", dense.name()));
                 let tensors: usize = note.split(": ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap();
                 assert!(tensors > 4, "{note}");

@@ -271,15 +271,15 @@ pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
 }
 
 /// Opens a host for `config` (the demo model when it names none) and prints
-/// its notices; Ctrl-C during the open ends the command.
-pub fn open_host(config: RunConfig) -> Result<Host> {
+/// its notes (the chat template's absence only when `chatting`); Ctrl-C
+/// during the open ends the command.
+pub fn open_host(config: RunConfig, chatting: bool) -> Result<Host> {
     interrupt::install()?;
+    crate::notes::raise_to_verbose(config.telemetry.verbose);
     let model = resolve_model(&config)?;
     let _bar = CopyBar::show();
     let mut host = Host::open(config, &model)?;
-    for notice in host.take_notices() {
-        eprintln!("bmoe: note: {notice}");
-    }
+    host.print_open_notes("bmoe", chatting);
     interrupt::check()?;
     Ok(host)
 }
@@ -312,7 +312,7 @@ impl Drop for CopyBar {
 
 pub fn generate(args: GenerateArgs) -> Result<()> {
     let config = resolve_config(&args.run)?;
-    let mut host = open_host(config)?;
+    let mut host = open_host(config, args.chat)?;
     // Ctrl-C from here on stops the decode at its next graph node.
     let _forward = Forward::to(host.abort_handle().flag())?;
     let abort = host.abort_handle();
@@ -342,7 +342,8 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
                 }
                 eprint!("{text}");
             }
-            HostEvent::Notice(text) => eprintln!("\nbmoe: note: {text}"),
+            // On a line of its own, after the text streamed so far.
+            HostEvent::Notice(text) => crate::notes::note("\nbmoe", text),
             HostEvent::Prefill(_) | HostEvent::Step(_) => {}
         }
     };

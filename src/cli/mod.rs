@@ -27,6 +27,9 @@ pub use plugin::PluginCommand;
 #[derive(Parser, Debug)]
 #[command(name = "bmoe", version, long_version = LONG_VERSION.as_str(), about, long_about = None)]
 pub struct Cli {
+    /// No notes on stderr (errors and the run's summary stay).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -87,6 +90,9 @@ pub enum Command {
 
 /// Runs the command line.
 pub fn run(cli: Cli) -> Result<()> {
+    if cli.quiet {
+        crate::notes::set_verbosity(crate::notes::Verbosity::Quiet);
+    }
     match cli.command {
         Command::Generate(args) => generate::generate(args),
         Command::Chat(flags) => chat(&flags),
@@ -120,14 +126,14 @@ fn chat(flags: &RunFlags) -> Result<()> {
         config.moe.stream = true;
         config.moe.cache_mb = crate::config::CacheMb::Mib(DEMO_CHAT_CACHE_MIB);
     }
-    let host = open_host(config)?;
+    let host = open_host(config, true)?;
     crate::ui::chat::run(host, demo)
 }
 
 /// `bmoe repl`: a host, Ctrl-C wired to stop replies, the REPL loop.
 fn repl(flags: &RunFlags) -> Result<()> {
     let config = resolve_config(flags)?;
-    let mut host = open_host(config)?;
+    let mut host = open_host(config, true)?;
     let _forward = interrupt::Forward::to(host.abort_handle().flag())?;
     crate::ui::repl::run(&mut host)
 }

@@ -167,8 +167,11 @@ pub struct OpenReport {
     pub layers: Vec<LayerBytes>,
     /// Expert bank tensors computed with the CPU's repacked kernels.
     pub repacked_banks: u32,
-    /// Things the user should know (fallbacks, alignment).
+    /// Things the user should know (fallbacks, refusals, the cache budget).
     pub notices: Vec<String>,
+    /// How streaming was set up (alignment, read-ahead, cache policy,
+    /// dense weights): shown with `-v`.
+    pub details: Vec<String>,
 }
 
 /// What a generation starts from.
@@ -950,8 +953,9 @@ fn attach_stream(
         .map_err(|e| EngineError::Stream(format!("opening read lanes: {e}")))?;
     notices.extend(lane_notices);
     let in_place = banks.layers.iter().flatten().any(|p| p.repacker.is_none() || p.stored_repacked);
+    let mut details = Vec::new();
     if banks.unaligned && lanes.o_direct() && in_place {
-        notices.push(
+        details.push(
             "expert slices are not 4096-byte aligned in this file: O_DIRECT reads each slice's enclosing \
              page window straight into place (the extra bytes are counted as window bytes)"
                 .into(),
@@ -984,7 +988,7 @@ fn attach_stream(
     let (tensors, bytes) = dense::apply(stream.dense, hook, files, &lanes).map_err(EngineError::Stream)?;
     if tensors > 0 {
         let what = if stream.dense == DenseWeights::Anon { "copied into bmoe's memory" } else { "made resident" };
-        notices.push(format!(
+        details.push(format!(
             "dense weights {}: {tensors} tensors, {:.1} MiB {what}",
             stream.dense.name(),
             bytes as f64 / 1048576.0
@@ -1002,7 +1006,7 @@ fn attach_stream(
         );
     }
     if decision.bytes > 0 && stream.cache_policy != CachePolicy::default() {
-        notices.push(format!("expert cache policy: {}", stream.cache_policy.name()));
+        details.push(format!("expert cache policy: {}", stream.cache_policy.name()));
     }
     info.bank_bytes = store.bank_bytes();
     info.cache_budget = decision.bytes;
@@ -1027,9 +1031,10 @@ fn attach_stream(
         if ra.router > 0 && ra.prefill {
             what.push("in prompts, the next layer's router's picks for every prompt token".into());
         }
-        notices.push(format!("read-ahead: {}", what.join(", and ")));
+        details.push(format!("read-ahead: {}", what.join(", and ")));
     }
     info.notices = notices;
+    info.details = details;
     hook.start_streaming(store);
     Ok(())
 }

@@ -214,6 +214,21 @@ impl Host {
         std::mem::take(&mut self.notices)
     }
 
+    /// Prints what opening the model had to say: its notices (the chat
+    /// template's absence only when `chatting`) and, with `-v`, the details
+    /// of how streaming was set up; each once per process
+    /// ([`crate::notes`]).
+    pub fn print_open_notes(&mut self, prefix: &str, chatting: bool) {
+        for notice in self.take_notices() {
+            if chatting || notice != NO_TEMPLATE_NOTICE {
+                crate::notes::note(prefix, &notice);
+            }
+        }
+        for detail in &self.session.info().details {
+            crate::notes::detail(prefix, detail);
+        }
+    }
+
     /// Keeps (or stops keeping) the logits each generated token was chosen
     /// from, in [`Generation::logits`].
     pub fn keep_logits(&mut self, keep: bool) {
@@ -481,6 +496,10 @@ fn budget_change_is_live(old: &RunConfig, new: &RunConfig) -> bool {
 
 /// Opens the session for `config`, attaches its plugins and compiles its
 /// chat format; the notices gathered on the way.
+/// The notice of a model without a chat template (worth showing only
+/// where chat turns are run).
+pub const NO_TEMPLATE_NOTICE: &str = "the model has no chat template: chat turns use plain User:/Assistant: lines";
+
 fn open_session(config: &RunConfig, model: &Path) -> Result<(Session, ChatFormat, Vec<String>), HostError> {
     crate::llama::set_verbose(config.telemetry.verbose);
     let mut session = Session::open(config.session_options(model))?;
@@ -488,7 +507,7 @@ fn open_session(config: &RunConfig, model: &Path) -> Result<(Session, ChatFormat
     notices.extend(plugins::attach(&mut session, config).map_err(HostError::Setting)?);
     let format = chat_format(config, model, &session)?;
     if format.is_fallback() {
-        notices.push("the model has no chat template: chat turns use plain User:/Assistant: lines".into());
+        notices.push(NO_TEMPLATE_NOTICE.into());
     }
     Ok((session, format, notices))
 }

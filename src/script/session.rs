@@ -69,10 +69,9 @@ impl Session {
             config.model.path = model.into();
         }
         let path = crate::cli::resolve_model(&config).map_err(|e| fail("open", format!("{e:#}")))?;
+        crate::notes::raise_to_verbose(config.telemetry.verbose);
         let mut host = Host::open(config, &path).map_err(|e| fail("open", e))?;
-        for notice in host.take_notices() {
-            eprintln!("bmoe run: note: {notice}");
-        }
+        host.print_open_notes("bmoe run", true);
         Ok(Session { host: Rc::new(RefCell::new(host)), runs: Rc::new(RefCell::new(0)), out: out.clone() })
     }
 
@@ -298,7 +297,7 @@ fn run_guarded<T, E>(
         }
         match e {
             HostEvent::Prefill(r) | HostEvent::Step(r) => steps.push(r.clone()),
-            HostEvent::Notice(n) => eprintln!("bmoe run: note: {n}"),
+            HostEvent::Notice(n) => crate::notes::note("bmoe run", n),
             HostEvent::Text { .. } => {}
         }
     };
