@@ -86,7 +86,7 @@ fn check_model(files: &ModelFiles, first: &Path) {
         let found = files.locate(&t.info.name).expect("every listed tensor can be located");
         assert_eq!(found.file_offset, t.file_offset);
     }
-    let _ = crate::cli::inspect_report(files, first);
+    let _ = crate::moe::inspect::inspect_report(files, first);
     let n_expert = files.meta().arch_u64("expert_count").unwrap_or(0);
     let _ = trace::layer_bytes(files, n_expert);
 }

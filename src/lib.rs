@@ -13,11 +13,13 @@ pub mod engine;
 pub mod fuzz;
 pub mod gguf;
 pub mod host;
+pub mod interrupt;
 #[allow(unsafe_code)]
 pub mod llama;
 pub mod moe;
 pub mod notes;
 pub mod policy;
+pub mod progress;
 pub mod replay;
 pub mod script;
 pub mod synth;

@@ -1,6 +1,6 @@
 //! The `bmoe` command.
 
-use bmoe::cli::interrupt;
+use bmoe::interrupt;
 use clap::Parser;
 
 fn main() {

@@ -159,7 +159,7 @@ fn files_failing_the_capability_check_are_refused_with_the_reason() {
     let e = open_error(&moved);
     assert!(e.contains("blk.1.ffn_up_exps.weight") && e.contains("last one indexes the expert"), "{e}");
     let files = bmoe::gguf::ModelFiles::open(&moved).unwrap();
-    let report = bmoe::cli::inspect_report(&files, &moved);
+    let report = bmoe::moe::inspect::inspect_report(&files, &moved);
     assert!(report.contains("streamable:    no: blk.1.ffn_up_exps.weight"), "{report}");
 
     let no_down =

@@ -158,7 +158,7 @@ fn listed_attention_layers_and_tied_embeddings_stream_bit_identical() {
     });
     let files = ModelFiles::open(&m).unwrap();
     assert!(!files.tensors().any(|t| t.info.name == "output.weight"), "tied: no output head");
-    let report = bmoe::cli::inspect_report(&files, &m);
+    let report = bmoe::moe::inspect::inspect_report(&files, &m);
     assert!(report.contains("tied: also the output head"), "{report}");
     // Tied, the embedding is read whole every token and counts whole in the budget.
     let embd = files.tensors().find(|t| t.info.name == "token_embd.weight").unwrap().info.size;

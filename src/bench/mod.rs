@@ -172,7 +172,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&RunResult, usize, usize)) -> R
             let result = run_one(plan, config, rep, cgroup.as_ref().filter(|_| config.capped));
             progress(&result, results.len() + 1, total);
             results.push(result);
-            if crate::cli::interrupt::requested() {
+            if crate::interrupt::requested() {
                 return Ok(results);
             }
         }
@@ -257,7 +257,7 @@ fn run_stoppable(mut command: Command) -> std::io::Result<std::process::Output> 
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        if crate::cli::interrupt::requested() && !passed_on {
+        if crate::interrupt::requested() && !passed_on {
             passed_on = true;
             // Our own child, not yet reaped: the pid is still its.
             if let Some(pid) = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw) {

@@ -4,15 +4,13 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
-use super::interrupt::{self, Forward};
-use super::write_model_with_progress;
 use crate::chat::Kind;
 use crate::config::{CacheMb, RunConfig};
 use crate::host::{Host, HostEvent};
-use crate::synth::{self, Arch, ModelSpec, Preset};
+use crate::interrupt::{self, Forward};
 
 /// `bmoe generate`
 #[derive(Args, Debug, Default)]
@@ -248,35 +246,13 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     Ok(c)
 }
 
-/// The model `config` names, or the demo model (generated on first use,
-/// with a progress bar; Ctrl-C stops it cleanly).
-pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
-    if !config.model.path.as_os_str().is_empty() {
-        return Ok(config.model.path.clone());
-    }
-    let dir = dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe");
-    let path = dir.join(format!("demo-qwen3moe-v{}.gguf", synth::GENERATOR_VERSION));
-    eprintln!(
-        "bmoe: no model given: using the built-in demo, a synthetic qwen3moe with RANDOM weights \
-         (its text is gibberish by design): {}",
-        path.display()
-    );
-    if !path.exists() {
-        // A qwen3moe demo speaks Qwen3's chat template.
-        let template = crate::chat::named_template("qwen3").map(str::to_string);
-        let spec = ModelSpec { chat_template: template, ..ModelSpec::preset(Preset::Demo, Arch::Qwen3Moe) };
-        write_model_with_progress(&spec, &path, "generating demo model").context("generating the demo model")?;
-    }
-    Ok(path)
-}
-
 /// Opens a host for `config` (the demo model when it names none) and prints
 /// its notes (the chat template's absence only when `chatting`); Ctrl-C
 /// during the open ends the command.
 pub fn open_host(config: RunConfig, chatting: bool) -> Result<Host> {
     interrupt::install()?;
     crate::notes::raise_to_verbose(config.telemetry.verbose);
-    let model = resolve_model(&config)?;
+    let model = crate::host::resolve_model(&config)?;
     let _bar = CopyBar::show();
     let mut host = Host::open(config, &model)?;
     host.print_open_notes("bmoe", chatting);
@@ -293,7 +269,9 @@ impl CopyBar {
     fn show() -> CopyBar {
         let mut bar: Option<indicatif::ProgressBar> = None;
         crate::moe::repacked::report_progress(Some(Box::new(move |done, total| {
-            let b = bar.get_or_insert_with(|| super::progress_bar(total, "writing the repacked copy of the experts"));
+            let b = bar.get_or_insert_with(|| {
+                crate::progress::progress_bar(total, "writing the repacked copy of the experts")
+            });
             b.set_position(done);
             if done >= total {
                 b.finish_and_clear();

@@ -3,23 +3,23 @@
 
 mod bench;
 mod generate;
-pub mod interrupt;
+
 mod model;
 mod plugin;
 mod replay;
 mod run;
 mod template;
 
-use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::synth::{self, ModelSpec, WriteReport};
+use crate::interrupt;
 
-pub use generate::{GenerateArgs, RunFlags, open_host, resolve_config, resolve_model};
-pub use model::{MakeModelArgs, inspect_report, model_spec};
+pub use crate::host::resolve_model;
+pub use generate::{GenerateArgs, RunFlags, open_host, resolve_config};
+pub use model::MakeModelArgs;
 pub use plugin::PluginCommand;
 
 /// bmoe runs Mixture-of-Experts models larger than RAM by reading only the
@@ -136,34 +136,6 @@ fn repl(flags: &RunFlags) -> Result<()> {
     let mut host = open_host(config, true)?;
     let _forward = interrupt::Forward::to(host.abort_handle().flag())?;
     crate::ui::repl::run(&mut host)
-}
-
-/// Writes a synthetic model with a progress bar; Ctrl-C stops it (the
-/// partial file is removed) with [`interrupt::Interrupted`].
-fn write_model_with_progress(spec: &ModelSpec, path: &Path, what: &str) -> Result<WriteReport> {
-    interrupt::install()?;
-    let mut bar = None;
-    let written = synth::write_model(spec, path, &mut |done, total| {
-        bar.get_or_insert_with(|| progress_bar(total, what)).set_position(done);
-        if interrupt::requested() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-    });
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    interrupt::check()?;
-    written
-}
-
-/// A byte-progress bar on stderr (hidden when stderr is not a terminal).
-fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(what.to_string());
-    bar
 }
 
 /// Prints a report on stdout; a reader that went away (`bmoe archs | head`)

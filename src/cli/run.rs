@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{Result, anyhow};
 use clap::Args;
 
-use super::interrupt;
 use crate::config::RunConfig;
+use crate::interrupt;
 use crate::script::{Limits, ScriptOptions, run_file};
 
 /// Runs a Rhai experiment script.

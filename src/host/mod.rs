@@ -4,12 +4,14 @@
 //! (`generate`, `repl`, `chat`, `run`) sits on a host and consumes its
 //! [`HostEvent`]s; none reaches into the engine's internals.
 
+mod demo;
 mod plugins;
 mod settings;
 mod sinks;
 
 use std::path::{Path, PathBuf};
 
+pub use demo::resolve_model;
 pub use settings::{Apply, SETTINGS, apply_of, description};
 
 use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError};

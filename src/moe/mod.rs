@@ -6,6 +6,7 @@ pub mod capability;
 pub mod dense;
 pub mod evict;
 mod hook;
+pub mod inspect;
 mod lanes;
 pub mod lean;
 pub mod predict;

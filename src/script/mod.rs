@@ -204,9 +204,7 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
             })
             .transpose()
     };
-    let args = crate::cli::MakeModelArgs {
-        output: Some(full.clone()),
-        plan: false,
+    let options = crate::synth::ModelOptions {
         preset: text("preset").unwrap_or_else(|| "tiny".into()),
         arch: text("arch"),
         layers: int("layers")?,
@@ -228,9 +226,9 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         mix: float("mix")?,
         chat_template: text("chat_template"),
     };
-    let m = crate::cli::model_spec(&args).map_err(|e| fail("make_model", format!("{e:#}")))?;
+    let m = crate::synth::model_spec(&options).map_err(|e| fail("make_model", format!("{e:#}")))?;
     let written = crate::synth::write_model(&m, &full, &mut |_, _| {
-        if crate::cli::interrupt::requested() {
+        if crate::interrupt::requested() {
             std::ops::ControlFlow::Break(())
         } else {
             std::ops::ControlFlow::Continue(())

@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 
 use rhai::{Dynamic, Engine};
 
-use crate::cli::interrupt;
+use crate::interrupt;
 
 /// Limits of one script run.
 #[derive(Debug, Clone, PartialEq)]

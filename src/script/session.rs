@@ -8,10 +8,10 @@ use std::rc::Rc;
 use rhai::{Array, Dynamic, EvalAltResult, Map};
 
 use super::sandbox::OutDir;
-use crate::cli::interrupt;
 use crate::config::RunConfig;
 use crate::engine::{Generation, StepReport};
 use crate::host::{Apply, Host, HostEvent, apply_of};
+use crate::interrupt;
 use crate::telemetry::csv::{COLUMNS, row_fields};
 use crate::telemetry::summary::RunSummary;
 
@@ -68,7 +68,7 @@ impl Session {
         if !model.is_empty() {
             config.model.path = model.into();
         }
-        let path = crate::cli::resolve_model(&config).map_err(|e| fail("open", format!("{e:#}")))?;
+        let path = crate::host::resolve_model(&config).map_err(|e| fail("open", format!("{e:#}")))?;
         crate::notes::raise_to_verbose(config.telemetry.verbose);
         let mut host = Host::open(config, &path).map_err(|e| fail("open", e))?;
         host.print_open_notes("bmoe run", true);

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 pub use commands::{COMMANDS, Input, completions, help, hint, parse};
 
 use crate::chat::{Conversation, Kind};
-use crate::cli::interrupt;
 use crate::host::{Apply, Host, HostEvent, Turn};
+use crate::interrupt;
 use crate::telemetry::summary::RunSummary;
 
 /// Where lines come from.

@@ -1,0 +1,32 @@
+//! The model a run opens: the one the configuration names, or the built-in
+//! demo model, generated on first use.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+
+use crate::config::RunConfig;
+use crate::progress::write_model_with_progress;
+use crate::synth::{self, Arch, ModelSpec, Preset};
+
+/// The model `config` names, or the demo model (generated on first use,
+/// with a progress bar; Ctrl-C stops it cleanly).
+pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
+    if !config.model.path.as_os_str().is_empty() {
+        return Ok(config.model.path.clone());
+    }
+    let dir = dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe");
+    let path = dir.join(format!("demo-qwen3moe-v{}.gguf", synth::GENERATOR_VERSION));
+    eprintln!(
+        "bmoe: no model given: using the built-in demo, a synthetic qwen3moe with RANDOM weights \
+         (its text is gibberish by design): {}",
+        path.display()
+    );
+    if !path.exists() {
+        // A qwen3moe demo speaks Qwen3's chat template.
+        let template = crate::chat::named_template("qwen3").map(str::to_string);
+        let spec = ModelSpec { chat_template: template, ..ModelSpec::preset(Preset::Demo, Arch::Qwen3Moe) };
+        write_model_with_progress(&spec, &path, "generating demo model").context("generating the demo model")?;
+    }
+    Ok(path)
+}
