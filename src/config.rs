@@ -138,6 +138,9 @@ pub struct GenerateConfig {
     pub top_p: f64,
     /// Sampling seed.
     pub seed: u32,
+    /// A GBNF grammar file the generated text must follow (llama.cpp's
+    /// grammar sampler); empty = none.
+    pub grammar: PathBuf,
 }
 
 impl Default for GenerateConfig {
@@ -152,6 +155,7 @@ impl Default for GenerateConfig {
             top_k: 40,
             top_p: 0.95,
             seed: 0,
+            grammar: PathBuf::new(),
         }
     }
 }
@@ -358,6 +362,18 @@ impl RunConfig {
         }
         if !(g.top_p > 0.0 && g.top_p <= 1.0) {
             return Err(bad("generate.top_p", format!("must be in (0, 1] (got {})", g.top_p)));
+        }
+        if !g.grammar.as_os_str().is_empty() {
+            if !g.grammar.is_file() {
+                return Err(bad("generate.grammar", format!("{} is not a file", g.grammar.display())));
+            }
+            if !self.plugins.draft_plugin.is_empty() {
+                return Err(bad(
+                    "generate.grammar",
+                    "a grammar and a draft plugin do not go together (drafts are verified against unconstrained \
+                     greedy choices): turn one of them off",
+                ));
+            }
         }
         let m = &self.moe;
         if !(1..=4).contains(&m.predict_layers) {
@@ -678,9 +694,22 @@ mod tests {
     }
 
     #[test]
+    fn grammar_must_be_a_file_and_not_beside_a_draft_plugin() {
+        let c = RunConfig::default();
+        assert!(c.with("grammar", "/no/such.gbnf").unwrap_err().contains("generate.grammar"));
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let path = file.path().to_str().unwrap();
+        let with = c.with("grammar", path).unwrap();
+        assert_eq!(with.generate.grammar, std::path::Path::new(path));
+        let both = with.with("draft_plugin", "ngram").unwrap_err();
+        assert!(both.contains("generate.grammar") && both.contains("draft plugin"), "{both}");
+        assert!(with.with("grammar", "\"\"").unwrap().generate.grammar.as_os_str().is_empty());
+    }
+
+    #[test]
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 2 + 9 + 16 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 2 + 10 + 16 + 7 + 4 + 3);
     }
 }

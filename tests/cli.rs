@@ -770,3 +770,29 @@ fn notes_once_where_they_matter_and_quiet_with_q() {
     let template_notes = err.lines().filter(|l| l.contains("note: the model has no chat template")).count();
     assert_eq!(template_notes, 1, "{err}");
 }
+
+/// `--grammar FILE.gbnf`: the text follows it; a missing file, a grammar
+/// that does not parse and a grammar with a draft plugin are one clear line.
+#[test]
+fn generate_under_a_grammar() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let g = dir.path().join("letters.gbnf");
+    std::fs::write(&g, "root ::= [a-e]+ \" end\"\n").unwrap();
+    let g = g.to_str().unwrap();
+    let text = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "12", "--grammar", g, "--moe-stream"]));
+    let text = text.trim_end_matches('\n');
+    let letters = text.strip_suffix(" end").unwrap_or(text);
+    assert!(!letters.is_empty() && letters.chars().all(|c| ('a'..='e').contains(&c)), "{text:?}");
+    fails_with_one_line(
+        &["generate", "-m", &m, "-p", "x", "--grammar", "nope.gbnf"],
+        "generate.grammar: nope.gbnf is not a file",
+    );
+    let bad = dir.path().join("bad.gbnf");
+    std::fs::write(&bad, "root ::= [a-\n").unwrap();
+    fails_with_one_line(&["generate", "-m", &m, "-p", "x", "--grammar", bad.to_str().unwrap()], "grammar was refused");
+    fails_with_one_line(
+        &["generate", "-m", &m, "-p", "x", "--grammar", g, "--draft-plugin", "ngram"],
+        "a grammar and a draft plugin do not go together",
+    );
+}

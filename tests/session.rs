@@ -17,6 +17,7 @@ fn request(n: u32) -> GenerateRequest {
         sampling: Sampling::default(),
         continue_context: false,
         keep_logits: true,
+        grammar: None,
     }
 }
 
@@ -126,4 +127,40 @@ fn an_out_of_range_expert_id_changes_nothing() {
     assert_eq!(store.resident_bytes(), 0);
     let g = session.generate(&request(16), &mut |_| {}).unwrap();
     assert_identical(&reference, &g, "after a rejected load");
+}
+
+/// A grammar constrains what is generated: greedy choice over the tokens it
+/// allows, the text follows it, and streaming under it gives the resident
+/// run's tokens and logits bit for bit (the logits are the model's own; the
+/// grammar only chooses among them). A grammar that does not parse, or one
+/// with a draft plugin, is refused before anything is decoded, and the
+/// session stays usable.
+#[test]
+fn grammar_constrains_output_and_streams_like_resident() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let grammar = "root ::= \"Answer: \" [a-e]+ \".\"\n";
+    let constrained = GenerateRequest { grammar: Some(grammar.into()), ..request(24) };
+    let _serial = llama_lock();
+    let generate = |stream| {
+        let mut session = Session::open(options(&m, stream)).unwrap();
+        session.generate(&constrained, &mut |_| {}).unwrap()
+    };
+    let resident = generate(None);
+    let text = resident.text.as_str();
+    let rest = text.strip_prefix("Answer: ").unwrap_or_else(|| panic!("{text:?}"));
+    let letters = rest.strip_suffix('.').unwrap_or(rest);
+    assert!(!letters.is_empty() && letters.chars().all(|c| ('a'..='e').contains(&c)), "{text:?}");
+    let free = Session::open(options(&m, None)).unwrap().generate(&request(24), &mut |_| {}).unwrap();
+    assert_ne!(free.tokens, resident.tokens, "the grammar changed nothing");
+    for stream in [stream0(2, true), cached(100 * 1024, 2)] {
+        assert_identical(&resident, &generate(stream), "streamed under a grammar");
+    }
+
+    let mut session = Session::open(options(&m, None)).unwrap();
+    let bad = GenerateRequest { grammar: Some("root ::= [a-".into()), ..request(8) };
+    let err = session.generate(&bad, &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("grammar was refused"), "{err}");
+    let again = session.generate(&request(24), &mut |_| {}).unwrap();
+    assert_eq!(again.tokens, free.tokens, "the session lost nothing");
 }

@@ -140,6 +140,9 @@ pub struct RunFlags {
     /// Sampling seed.
     #[arg(long)]
     pub seed: Option<u32>,
+    /// A GBNF grammar file the generated text must follow (llama.cpp's grammar sampler) [generate.grammar].
+    #[arg(long, value_name = "FILE.gbnf")]
+    pub grammar: Option<PathBuf>,
     /// Speculative decoding with this draft plugin: ngram, ngram-multi, suffix, or a .wasm file.
     #[arg(long, help_heading = "Plugins")]
     pub draft_plugin: Option<String>,
@@ -195,7 +198,8 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         ($($flag:ident => $field:expr),* $(,)?) => { $( if let Some(v) = args.$flag.clone() { $field = v; } )* };
     }
     set!(n_predict => g.n_predict, threads => g.threads, ctx_size => g.ctx_size, batch => g.batch,
-         ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed);
+         ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed,
+         grammar => g.grammar);
     let m = &mut c.moe;
     set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
          io_threads => m.io_threads,

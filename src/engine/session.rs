@@ -208,6 +208,9 @@ pub struct GenerateRequest {
     pub continue_context: bool,
     /// Keep a copy of the logits each token was chosen from.
     pub keep_logits: bool,
+    /// A GBNF grammar the generated text must follow (llama.cpp's grammar
+    /// sampler masks every token it does not allow), or none.
+    pub grammar: Option<String>,
 }
 
 /// The result of a generation.
@@ -467,6 +470,17 @@ impl Session {
             ));
         }
         let model = self.ctx.model().clone();
+        if let Some(grammar) = &req.grammar {
+            if self.drafter.is_some() {
+                return Err(EngineError::Request(
+                    "a grammar and a draft plugin do not go together (drafts are verified against unconstrained \
+                     greedy choices): turn one of them off"
+                        .into(),
+                ));
+            }
+            // Refused before anything is decoded, so the session is as it was.
+            Sampler::with_grammar(req.sampling, &model, grammar).map_err(EngineError::Request)?;
+        }
         let (input, turn_start, old_pending, reused) = match &req.prompt {
             Prompt::Text(text) => {
                 if !req.continue_context {
@@ -567,7 +581,11 @@ impl Session {
         out: &mut Generation,
         on_event: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), EngineError> {
-        let mut sampler = Sampler::new(req.sampling);
+        let model = self.ctx.model().clone();
+        let mut sampler = match &req.grammar {
+            Some(grammar) => Sampler::with_grammar(req.sampling, &model, grammar).map_err(EngineError::Request)?,
+            None => Sampler::new(req.sampling),
+        };
         for index in 0..req.n_predict {
             let logits = self.ctx.last_logits();
             let token = sampler.sample(logits);

@@ -266,7 +266,7 @@ impl Host {
             on_event(HostEvent::Text { kind, text });
         };
         let prompt_len = tokens.len();
-        let request = self.request(Prompt::Tokens(tokens), n_predict);
+        let request = self.request(Prompt::Tokens(tokens), n_predict)?;
         let generation = self.run(
             &request,
             &mut |event, on_event| {
@@ -306,7 +306,7 @@ impl Host {
         continue_context: bool,
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Generation, HostError> {
-        let mut request = self.request(Prompt::Text(prompt.to_string()), self.config.generate.n_predict);
+        let mut request = self.request(Prompt::Text(prompt.to_string()), self.config.generate.n_predict)?;
         request.continue_context = continue_context;
         self.run(
             &request,
@@ -326,7 +326,7 @@ impl Host {
     /// a measured run. Nothing reaches the telemetry files or the totals;
     /// the context is cleared afterwards, the expert cache kept.
     pub fn warm_up(&mut self, prompt: &str, n: u32) -> Result<Generation, HostError> {
-        let mut request = self.request(Prompt::Text(prompt.to_string()), n);
+        let mut request = self.request(Prompt::Text(prompt.to_string()), n)?;
         request.keep_logits = false;
         let generation = self.session.generate(&request, &mut |_| {});
         self.session.reset();
@@ -348,14 +348,23 @@ impl Host {
         }
     }
 
-    fn request(&self, prompt: Prompt, n_predict: u32) -> GenerateRequest {
-        GenerateRequest {
+    fn request(&self, prompt: Prompt, n_predict: u32) -> Result<GenerateRequest, HostError> {
+        let path = &self.config.generate.grammar;
+        let grammar = if path.as_os_str().is_empty() {
+            None
+        } else {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| HostError::Setting(format!("generate.grammar: reading {}: {e}", path.display())))?;
+            Some(text)
+        };
+        Ok(GenerateRequest {
             prompt,
             n_predict,
             sampling: self.config.sampling(),
             continue_context: false,
             keep_logits: self.keep_logits,
-        }
+            grammar,
+        })
     }
 
     /// Runs one generation: telemetry, totals and the last step are kept

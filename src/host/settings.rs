@@ -35,6 +35,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("generate.top_k", Apply::Live, "top-k sampling stage (0 = off)"),
     ("generate.top_p", Apply::Live, "top-p sampling stage"),
     ("generate.seed", Apply::Live, "sampling seed"),
+    ("generate.grammar", Apply::Live, "a GBNF grammar file the output must follow (empty = none)"),
     ("moe.stream", Apply::Reopen, "stream routed experts from disk"),
     ("moe.cache_mb", Apply::Live, "expert cache budget: auto or MiB (auto, or turning the cache on or off, reopens)"),
     ("moe.cache_ceil_mb", Apply::Reopen, "upper bound of an auto cache budget, MiB (0 = none)"),

@@ -105,6 +105,11 @@ impl Model {
         &self.path
     }
 
+    /// The vocabulary, for llama.cpp calls in this module.
+    pub(super) fn vocab_ptr(&self) -> *const sys::llama_vocab {
+        self.vocab
+    }
+
     /// Vocabulary size.
     pub fn n_vocab(&self) -> usize {
         // SAFETY: vocab is valid for the model's lifetime.

@@ -1,9 +1,14 @@
 //! Token selection: greedy argmax (bmoe's own, ties to the lowest id) or
-//! llama.cpp's top-k -> top-p -> temperature -> seeded draw chain.
+//! llama.cpp's top-k -> top-p -> temperature -> seeded draw chain, either
+//! one behind a GBNF grammar.
 
+use std::ffi::CString;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
+
+use super::Model;
 
 /// Sampling settings; `temp <= 0` means greedy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -24,37 +29,85 @@ impl Default for Sampling {
     }
 }
 
-/// A sampler built from [`Sampling`].
-pub struct Sampler {
+/// A sampler built from [`Sampling`], optionally behind a grammar that
+/// masks every token it does not allow (llama.cpp's grammar sampler, GBNF).
+pub struct Sampler<'m> {
     chain: Option<NonNull<sys::llama_sampler>>,
+    /// Greedy choice (argmax over the logits the grammar left), not a draw.
+    greedy: bool,
     scratch: Vec<sys::llama_token_data>,
+    /// The grammar stage reads the model's vocabulary.
+    _model: PhantomData<&'m Model>,
 }
 
 // SAFETY: the chain is owned and used by one thread at a time (&mut self).
-unsafe impl Send for Sampler {}
+unsafe impl Send for Sampler<'_> {}
 
-impl Sampler {
+impl Sampler<'static> {
     /// Builds the sampler.
-    pub fn new(s: Sampling) -> Sampler {
+    pub fn new(s: Sampling) -> Sampler<'static> {
         if s.temp <= 0.0 {
-            return Sampler { chain: None, scratch: Vec::new() };
+            return Sampler { chain: None, greedy: true, scratch: Vec::new(), _model: PhantomData };
         }
         super::init();
-        // SAFETY: constructing a chain and handing it ownership of each stage.
+        // SAFETY: a new chain, owned by the sampler.
+        let chain = unsafe { sys::llama_sampler_chain_init(sys::llama_sampler_chain_params { no_perf: true }) };
+        let mut sampler =
+            Sampler { chain: NonNull::new(chain), greedy: false, scratch: Vec::new(), _model: PhantomData };
+        sampler.add_draw_stages(s);
+        sampler
+    }
+}
+
+impl<'m> Sampler<'m> {
+    /// Builds the sampler behind `grammar` (GBNF text, rule `root` first)
+    /// for `model`'s vocabulary; an error quotes llama.cpp's parse error.
+    pub fn with_grammar(s: Sampling, model: &'m Model, grammar: &str) -> Result<Sampler<'m>, String> {
+        super::init();
+        let text = CString::new(grammar).map_err(|_| "the grammar contains a NUL byte".to_string())?;
+        // llama.cpp prints a grammar's parse error straight to stderr: it is
+        // caught there and becomes the error's text.
+        let (stage, printed) = with_stderr_captured(|| {
+            // SAFETY: the vocabulary lives as long as the model, which outlives
+            // the sampler ('m); the strings are valid for the call.
+            unsafe { sys::llama_sampler_init_grammar(model.vocab_ptr(), text.as_ptr(), c"root".as_ptr()) }
+        });
+        if stage.is_null() {
+            let why = printed.lines().find_map(|l| l.split_once("error parsing grammar: ").map(|(_, e)| e.trim()));
+            let why = why.map(str::to_string).or_else(|| super::log::last_errors().last().cloned());
+            return Err(format!("the grammar was refused: {}", why.unwrap_or_else(|| "it does not parse".into())));
+        }
+        // SAFETY: a new chain takes ownership of the grammar stage.
         let chain = unsafe {
             let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_params { no_perf: true });
+            sys::llama_sampler_chain_add(chain, stage);
+            chain
+        };
+        let greedy = s.temp <= 0.0;
+        let mut sampler = Sampler { chain: NonNull::new(chain), greedy, scratch: Vec::new(), _model: PhantomData };
+        if !greedy {
+            sampler.add_draw_stages(s);
+        }
+        Ok(sampler)
+    }
+
+    /// Appends top-k, top-p, temperature and the seeded draw to the chain.
+    fn add_draw_stages(&mut self, s: Sampling) {
+        let Some(chain) = self.chain else { return };
+        // SAFETY: the live chain takes ownership of each new stage.
+        unsafe {
+            let chain = chain.as_ptr();
             if s.top_k > 0 {
                 sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_k(s.top_k));
             }
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_p(s.top_p, 1));
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_temp(s.temp));
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_dist(s.seed));
-            chain
-        };
-        Sampler { chain: NonNull::new(chain), scratch: Vec::new() }
+        }
     }
 
-    /// Picks the next token from `logits`.
+    /// Picks the next token from `logits`: greedy argmax (lowest id on
+    /// ties) over what the grammar allows, or the chain's draw.
     pub fn sample(&mut self, logits: &[f32]) -> i32 {
         let Some(chain) = self.chain else { return argmax(logits) };
         self.scratch.clear();
@@ -73,16 +126,23 @@ impl Sampler {
         unsafe {
             sys::llama_sampler_apply(chain.as_ptr(), &mut arr);
         }
-        let token = usize::try_from(arr.selected)
-            .ok()
-            .and_then(|i| self.scratch.get(i))
-            .map_or_else(|| argmax(logits), |d| d.id);
+        // The grammar stage only masks (sets logits to -inf) and keeps the order.
+        let token = if self.greedy {
+            let masked: Vec<f32> = self.scratch[..arr.size].iter().map(|d| d.logit).collect();
+            self.scratch.get(argmax(&masked) as usize).map_or_else(|| argmax(logits), |d| d.id)
+        } else {
+            usize::try_from(arr.selected)
+                .ok()
+                .and_then(|i| self.scratch.get(i))
+                .map_or_else(|| argmax(logits), |d| d.id)
+        };
         // SAFETY: live chain.
         unsafe { sys::llama_sampler_accept(chain.as_ptr(), token) };
         token
     }
 
-    /// Restarts the random stream from the seed.
+    /// Restarts the random stream from the seed (and the grammar from its
+    /// start).
     pub fn reset(&mut self) {
         if let Some(chain) = self.chain {
             // SAFETY: live chain.
@@ -91,12 +151,47 @@ impl Sampler {
     }
 }
 
-impl Drop for Sampler {
+impl Drop for Sampler<'_> {
     fn drop(&mut self) {
         if let Some(chain) = self.chain {
             // SAFETY: the chain owns its stages and is freed once.
             unsafe { sys::llama_sampler_free(chain.as_ptr()) };
         }
+    }
+}
+
+/// Runs `f` with the process's stderr sent to a temporary file, and returns
+/// what was written there. Other threads' writes in that moment land there
+/// too; it is used only around a call known to print (a grammar's parse).
+fn with_stderr_captured<T>(f: impl FnOnce() -> T) -> (T, String) {
+    // SAFETY: plain descriptor calls; stderr (2) is restored before returning,
+    // and the temporary file is closed once read.
+    unsafe {
+        let tmp = libc::tmpfile();
+        let saved = libc::dup(2);
+        if tmp.is_null() || saved < 0 {
+            if !tmp.is_null() {
+                libc::fclose(tmp);
+            }
+            return (f(), String::new());
+        }
+        let fd = libc::fileno(tmp);
+        libc::dup2(fd, 2);
+        let out = f();
+        libc::dup2(saved, 2);
+        libc::close(saved);
+        let mut text = Vec::new();
+        let mut buf = [0u8; 4096];
+        libc::lseek(fd, 0, libc::SEEK_SET);
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            text.extend_from_slice(&buf[..n as usize]);
+        }
+        libc::fclose(tmp);
+        (out, String::from_utf8_lossy(&text).into_owned())
     }
 }
 

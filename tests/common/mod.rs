@@ -110,6 +110,7 @@ pub fn run_turns(opts: SessionOptions, prompts: &[&str], n_predict: u32) -> (Vec
                 sampling: Sampling::default(),
                 continue_context: i > 0,
                 keep_logits: true,
+                grammar: None,
             };
             session
                 .generate(&req, &mut |e| {
@@ -132,6 +133,7 @@ pub fn generate_steps(session: &mut Session, n_predict: u32) -> (Generation, Vec
         sampling: Sampling::default(),
         continue_context: false,
         keep_logits: true,
+        grammar: None,
     };
     let mut reports = Vec::new();
     let generation = session
