@@ -76,7 +76,9 @@ impl ChatFormat {
         Ok(ChatFormat { template, family, think, base, fallback, empty_block })
     }
 
-    /// The same format rendering with `reasoning_effort` (gpt-oss).
+    /// The same format rendering with an effort level for the templates
+    /// that take one (gpt-oss and Hunyuan `reasoning_effort`, Kimi-K3
+    /// `thinking_effort`).
     pub fn with_reasoning_effort(mut self, effort: Option<String>) -> ChatFormat {
         self.base.reasoning_effort = effort;
         self

@@ -588,7 +588,11 @@ impl Session {
         };
         for index in 0..req.n_predict {
             let logits = self.ctx.last_logits();
-            let token = sampler.sample(logits);
+            let Some(token) = sampler.sample(logits) else {
+                // The grammar is complete and allows no end token: the text is done.
+                out.stopped_at_eog = true;
+                break;
+            };
             if !emit.token(token, logits, out, on_event) {
                 break;
             }

@@ -107,9 +107,11 @@ impl<'m> Sampler<'m> {
     }
 
     /// Picks the next token from `logits`: greedy argmax (lowest id on
-    /// ties) over what the grammar allows, or the chain's draw.
-    pub fn sample(&mut self, logits: &[f32]) -> i32 {
-        let Some(chain) = self.chain else { return argmax(logits) };
+    /// ties) over what the grammar allows, or the chain's draw. `None` when
+    /// the grammar allows no token at all (it ended and the vocabulary has
+    /// no end-of-generation token it accepts): nothing is accepted then.
+    pub fn sample(&mut self, logits: &[f32]) -> Option<i32> {
+        let Some(chain) = self.chain else { return Some(argmax(logits)) };
         self.scratch.clear();
         self.scratch.extend(logits.iter().enumerate().map(|(i, &logit)| sys::llama_token_data {
             id: i as i32,
@@ -127,18 +129,17 @@ impl<'m> Sampler<'m> {
             sys::llama_sampler_apply(chain.as_ptr(), &mut arr);
         }
         // The grammar stage only masks (sets logits to -inf) and keeps the order.
-        let token = if self.greedy {
+        let chosen = if self.greedy {
             let masked: Vec<f32> = self.scratch[..arr.size].iter().map(|d| d.logit).collect();
-            self.scratch.get(argmax(&masked) as usize).map_or_else(|| argmax(logits), |d| d.id)
+            self.scratch.get(argmax(&masked) as usize)
         } else {
-            usize::try_from(arr.selected)
-                .ok()
-                .and_then(|i| self.scratch.get(i))
-                .map_or_else(|| argmax(logits), |d| d.id)
+            usize::try_from(arr.selected).ok().and_then(|i| self.scratch.get(i))
         };
+        // A masked token must never reach the grammar: accepting one aborts.
+        let token = chosen.filter(|d| d.logit > f32::NEG_INFINITY)?.id;
         // SAFETY: live chain.
         unsafe { sys::llama_sampler_accept(chain.as_ptr(), token) };
-        token
+        Some(token)
     }
 
     /// Restarts the random stream from the seed (and the grammar from its
@@ -221,7 +222,7 @@ mod tests {
         let s = Sampling { temp: 1.0, top_k: 40, top_p: 0.95, seed: 9 };
         let run = || {
             let mut sm = Sampler::new(s);
-            (0..20).map(|_| sm.sample(&logits)).collect::<Vec<_>>()
+            (0..20).map(|_| sm.sample(&logits).unwrap()).collect::<Vec<_>>()
         };
         let a = run();
         assert_eq!(a, run());
