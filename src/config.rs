@@ -141,6 +141,9 @@ pub struct GenerateConfig {
     /// A GBNF grammar file the generated text must follow (llama.cpp's
     /// grammar sampler); empty = none.
     pub grammar: PathBuf,
+    /// A JSON schema the generated text must follow: a file, or the schema
+    /// itself when it starts with `{`; empty = none.
+    pub json_schema: String,
 }
 
 impl Default for GenerateConfig {
@@ -156,7 +159,26 @@ impl Default for GenerateConfig {
             top_p: 0.95,
             seed: 0,
             grammar: PathBuf::new(),
+            json_schema: String::new(),
         }
+    }
+}
+
+impl GenerateConfig {
+    /// True when a grammar or a JSON schema constrains the output.
+    pub fn constrained(&self) -> bool {
+        !self.grammar.as_os_str().is_empty() || !self.json_schema.is_empty()
+    }
+
+    /// `json_schema` as a GBNF grammar: the text itself when it starts with
+    /// `{`, else the file it names.
+    pub fn schema_grammar(&self) -> Result<String, String> {
+        let text = if self.json_schema.trim_start().starts_with('{') {
+            self.json_schema.clone()
+        } else {
+            std::fs::read_to_string(&self.json_schema).map_err(|e| format!("reading {}: {e}", self.json_schema))?
+        };
+        crate::schema::to_grammar(&text)
     }
 }
 
@@ -363,17 +385,22 @@ impl RunConfig {
         if !(g.top_p > 0.0 && g.top_p <= 1.0) {
             return Err(bad("generate.top_p", format!("must be in (0, 1] (got {})", g.top_p)));
         }
-        if !g.grammar.as_os_str().is_empty() {
-            if !g.grammar.is_file() {
-                return Err(bad("generate.grammar", format!("{} is not a file", g.grammar.display())));
+        if !g.grammar.as_os_str().is_empty() && !g.grammar.is_file() {
+            return Err(bad("generate.grammar", format!("{} is not a file", g.grammar.display())));
+        }
+        if !g.json_schema.is_empty() {
+            if !g.grammar.as_os_str().is_empty() {
+                return Err(bad("generate.json_schema", "give a grammar or a JSON schema, not both"));
             }
-            if !self.plugins.draft_plugin.is_empty() {
-                return Err(bad(
-                    "generate.grammar",
-                    "a grammar and a draft plugin do not go together (drafts are verified against unconstrained \
-                     greedy choices): turn one of them off",
-                ));
-            }
+            g.schema_grammar().map_err(|e| bad("generate.json_schema", e))?;
+        }
+        if g.constrained() && !self.plugins.draft_plugin.is_empty() {
+            let which = if g.json_schema.is_empty() { "generate.grammar" } else { "generate.json_schema" };
+            return Err(bad(
+                which,
+                "a grammar and a draft plugin do not go together (drafts are verified against unconstrained \
+                 greedy choices): turn one of them off",
+            ));
         }
         let m = &self.moe;
         if !(1..=4).contains(&m.predict_layers) {
@@ -710,6 +737,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 2 + 10 + 16 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 2 + 11 + 16 + 7 + 4 + 3);
     }
 }

@@ -21,6 +21,7 @@ pub mod notes;
 pub mod policy;
 pub mod progress;
 pub mod replay;
+pub mod schema;
 pub mod script;
 pub mod synth;
 pub mod telemetry;

@@ -795,4 +795,14 @@ fn generate_under_a_grammar() {
         &["generate", "-m", &m, "-p", "x", "--grammar", g, "--draft-plugin", "ngram"],
         "a grammar and a draft plugin do not go together",
     );
+    // A JSON schema, given inline: the text is that JSON.
+    let schema = r#"{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}"#;
+    let text = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "24", "--json-schema", schema]));
+    let value: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert!(value["ok"].is_boolean(), "{value}");
+    fails_with_one_line(
+        &["generate", "-m", &m, "-p", "x", "--json-schema", r#"{"type":"string","format":"date"}"#],
+        "generate.json_schema: root: `format` is not supported",
+    );
+    fails_with_one_line(&["generate", "-m", &m, "-p", "x", "--grammar", g, "--json-schema", schema], "not both");
 }

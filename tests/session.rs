@@ -164,3 +164,31 @@ fn grammar_constrains_output_and_streams_like_resident() {
     let again = session.generate(&request(24), &mut |_| {}).unwrap();
     assert_eq!(again.tokens, free.tokens, "the session lost nothing");
 }
+
+/// A JSON schema becomes a grammar: the text parses as JSON of the schema's
+/// shape, and streamed equals resident under it.
+#[test]
+fn json_schema_output_parses_and_streams_like_resident() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let schema = r#"{"type":"object","properties":{"ok":{"type":"boolean"},"level":{"enum":["low","high"]},
+        "n":{"type":"integer"}},"required":["ok","level"]}"#;
+    let grammar = bmoe::schema::to_grammar(schema).unwrap();
+    let req = GenerateRequest { grammar: Some(grammar), ..request(48) };
+    let _serial = llama_lock();
+    let generate = |stream| Session::open(options(&m, stream)).unwrap().generate(&req, &mut |_| {}).unwrap();
+    let resident = generate(None);
+    let value: serde_json::Value =
+        serde_json::from_str(&resident.text).unwrap_or_else(|e| panic!("{e}: {:?}", resident.text));
+    let object = value.as_object().unwrap();
+    assert!(object["ok"].is_boolean() && ["low", "high"].contains(&object["level"].as_str().unwrap()), "{value}");
+    assert_eq!(object.len(), 2, "only the required properties: {value}");
+    assert!(resident.stopped_at_eog, "the grammar ends the text at the closing brace");
+    // The step that chose the end token kept its logits too: one more vector than tokens.
+    let streamed = generate(cached(100 * 1024, 2));
+    assert_eq!(streamed.tokens, resident.tokens, "streamed under a JSON schema");
+    let bits = |g: &bmoe::engine::Generation| -> Vec<Vec<u32>> {
+        g.logits.iter().map(|l| l.iter().map(|x| x.to_bits()).collect()).collect()
+    };
+    assert!(bits(&streamed) == bits(&resident), "streamed logits differ under a JSON schema");
+}

@@ -143,6 +143,9 @@ pub struct RunFlags {
     /// A GBNF grammar file the generated text must follow (llama.cpp's grammar sampler) [generate.grammar].
     #[arg(long, value_name = "FILE.gbnf")]
     pub grammar: Option<PathBuf>,
+    /// A JSON schema the generated text must follow: a file, or the schema itself ({...}) [generate.json_schema].
+    #[arg(long, value_name = "FILE|JSON")]
+    pub json_schema: Option<String>,
     /// Speculative decoding with this draft plugin: ngram, ngram-multi, suffix, or a .wasm file.
     #[arg(long, help_heading = "Plugins")]
     pub draft_plugin: Option<String>,
@@ -199,7 +202,7 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     }
     set!(n_predict => g.n_predict, threads => g.threads, ctx_size => g.ctx_size, batch => g.batch,
          ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed,
-         grammar => g.grammar);
+         grammar => g.grammar, json_schema => g.json_schema);
     let m = &mut c.moe;
     set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
          io_threads => m.io_threads,

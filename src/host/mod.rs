@@ -349,13 +349,15 @@ impl Host {
     }
 
     fn request(&self, prompt: Prompt, n_predict: u32) -> Result<GenerateRequest, HostError> {
-        let path = &self.config.generate.grammar;
-        let grammar = if path.as_os_str().is_empty() {
-            None
-        } else {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| HostError::Setting(format!("generate.grammar: reading {}: {e}", path.display())))?;
+        let g = &self.config.generate;
+        let grammar = if !g.json_schema.is_empty() {
+            Some(g.schema_grammar().map_err(|e| HostError::Setting(format!("generate.json_schema: {e}")))?)
+        } else if !g.grammar.as_os_str().is_empty() {
+            let text = std::fs::read_to_string(&g.grammar)
+                .map_err(|e| HostError::Setting(format!("generate.grammar: reading {}: {e}", g.grammar.display())))?;
             Some(text)
+        } else {
+            None
         };
         Ok(GenerateRequest {
             prompt,

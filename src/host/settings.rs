@@ -36,6 +36,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("generate.top_p", Apply::Live, "top-p sampling stage"),
     ("generate.seed", Apply::Live, "sampling seed"),
     ("generate.grammar", Apply::Live, "a GBNF grammar file the output must follow (empty = none)"),
+    (
+        "generate.json_schema",
+        Apply::Live,
+        "a JSON schema the output must follow: a file, or the schema itself (empty = none)",
+    ),
     ("moe.stream", Apply::Reopen, "stream routed experts from disk"),
     ("moe.cache_mb", Apply::Live, "expert cache budget: auto or MiB (auto, or turning the cache on or off, reopens)"),
     ("moe.cache_ceil_mb", Apply::Reopen, "upper bound of an auto cache budget, MiB (0 = none)"),

@@ -82,17 +82,36 @@ impl Session {
             .filter(|&n| n > 0)
             .ok_or_else(|| fail("generate", format!("n = {n}: want 1 or more tokens")))?;
         let keep_logits = options.get("logits").is_some_and(|v| v.as_bool().unwrap_or(false));
+        let schema = match options.get("json_schema") {
+            None => None,
+            Some(v) if v.is_map() => Some(rhai::format_map_as_json(&v.clone().cast::<Map>())),
+            Some(v) => Some(v.clone().into_string().map_err(|_| {
+                fail("generate", "json_schema: a map, or a schema as JSON text, or a file holding one")
+            })?),
+        };
         let mut host = self.host.borrow_mut();
         let old = host.config().generate.n_predict;
+        let old_schema = host.config().generate.json_schema.clone();
+        if let Some(schema) = &schema {
+            host.set("generate.json_schema", schema).map_err(|e| fail("generate", e))?;
+        }
         host.set("generate.n_predict", &n.to_string()).map_err(|e| fail("generate", e))?;
         host.keep_logits(keep_logits);
         let mut steps = Vec::new();
         let result = run_guarded(&mut host, &mut steps, |h, on| h.complete(prompt, false, on));
         host.keep_logits(false);
         host.set("generate.n_predict", &old.to_string()).map_err(|e| fail("generate", e))?;
+        if schema.is_some() {
+            host.set("generate.json_schema", &old_schema).map_err(|e| fail("generate", e))?;
+        }
         let generation = result.map_err(|e| fail("generate", e))?;
         drop(host);
-        let map = self.result_map(&generation, None, &steps, keep_logits);
+        let mut map = self.result_map(&generation, None, &steps, keep_logits);
+        if schema.is_some() {
+            // The parsed value; () when the text stopped before the JSON was whole.
+            let value = serde_json::from_str(&generation.text).map_or(Dynamic::UNIT, |v| json_to_dynamic(&v));
+            map.insert("value".into(), value);
+        }
         self.progress("generate", &generation.summary);
         check_interrupt(&generation, "generate")?;
         Ok(map)
@@ -309,4 +328,22 @@ fn check_interrupt(g: &Generation, call: &str) -> Fallible<()> {
         return Err(fail(call, "interrupted by Ctrl-C"));
     }
     Ok(())
+}
+
+/// A JSON value as Rhai sees it: maps, arrays, integers, floats, strings,
+/// booleans, and `()` for null.
+fn json_to_dynamic(v: &serde_json::Value) -> Dynamic {
+    use serde_json::Value;
+    match v {
+        Value::Null => Dynamic::UNIT,
+        Value::Bool(b) => (*b).into(),
+        Value::Number(n) => {
+            n.as_i64().map_or_else(|| Dynamic::from_float(n.as_f64().unwrap_or(f64::NAN)), Dynamic::from)
+        }
+        Value::String(s) => s.clone().into(),
+        Value::Array(items) => Dynamic::from_array(items.iter().map(json_to_dynamic).collect()),
+        Value::Object(fields) => {
+            Dynamic::from_map(fields.iter().map(|(k, v)| (k.as_str().into(), json_to_dynamic(v))).collect())
+        }
+    }
 }
