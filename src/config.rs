@@ -90,11 +90,32 @@ pub struct ChatConfig {
     /// switch (gpt-oss and Hunyuan `reasoning_effort`, Kimi-K3
     /// `thinking_effort`); empty = the template's default.
     pub reasoning_effort: String,
+    /// A JSON file of functions the model may call (OpenAI-style tool
+    /// list), shown to the model by its chat template; empty = none.
+    pub tools: PathBuf,
+}
+
+impl ChatConfig {
+    /// The tool list `tools` names, read and checked; `None` when unset.
+    pub fn tool_list(&self) -> Result<Option<serde_json::Value>, String> {
+        if self.tools.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        let text =
+            std::fs::read_to_string(&self.tools).map_err(|e| format!("reading {}: {e}", self.tools.display()))?;
+        crate::chat::parse_tools(&text).map(Some).map_err(|e| format!("{}: {e}", self.tools.display()))
+    }
 }
 
 impl Default for ChatConfig {
     fn default() -> ChatConfig {
-        ChatConfig { template: PathBuf::new(), system: String::new(), think: true, reasoning_effort: String::new() }
+        ChatConfig {
+            template: PathBuf::new(),
+            system: String::new(),
+            think: true,
+            reasoning_effort: String::new(),
+            tools: PathBuf::new(),
+        }
     }
 }
 
@@ -480,6 +501,7 @@ impl RunConfig {
         }
         parse_params("plugins.draft_params", &p.draft_params)?;
         parse_params("plugins.drop_params", &p.drop_params)?;
+        self.chat.tool_list().map_err(|e| bad("chat.tools", e))?;
         if !["", "low", "medium", "high"].contains(&self.chat.reasoning_effort.as_str()) {
             return Err(bad(
                 "chat.reasoning_effort",
@@ -737,6 +759,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 2 + 11 + 16 + 7 + 4 + 3);
+        assert_eq!(pairs.len(), 2 + 11 + 16 + 7 + 4 + 4);
     }
 }

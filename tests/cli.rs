@@ -621,6 +621,17 @@ fn chat_templates_from_the_command_line() {
         qwen.ends_with("<think>\nA geography question: Japan's capital is Tokyo.\n</think>\n\nTokyo.<|im_end|>\n<|im_start|>assistant\n"),
         "{qwen}"
     );
+    // A tool list reaches the template, which shows it to the model.
+    let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tools.json");
+    let with_tools = stdout(&ok(&["template", "qwen3", "--messages", example, "--tools", tools]));
+    assert!(
+        with_tools.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""),
+        "{with_tools}"
+    );
+    std::fs::write(&conv, r#"[{"type":"function","function":{}}]"#).unwrap();
+    let conv_path = conv.to_str().unwrap();
+    fails_with_one_line(&["template", "qwen3", "--tools", conv_path], "tool 1: no function.name");
+    fails_with_one_line(&["generate", "-m", &m, "-p", "x", "--chat", "--tools", conv_path], "chat.tools:");
     // An unknown key is an error naming it and the message.
     std::fs::write(&conv, r#"[{"role":"user","content":"Hi","tool_calls":[]}]"#).unwrap();
     fails_with_one_line(

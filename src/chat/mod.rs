@@ -84,6 +84,13 @@ impl ChatFormat {
         self
     }
 
+    /// The same format rendering `tools` (an OpenAI-style function list)
+    /// into every prompt, where the template shows tools.
+    pub fn with_tools(mut self, tools: Option<serde_json::Value>) -> ChatFormat {
+        self.base.tools = tools;
+        self
+    }
+
     /// The template.
     pub fn template(&self) -> &ChatTemplate {
         &self.template
@@ -142,6 +149,21 @@ fn empty_block(template: &ChatTemplate, family: Family, opts: &RenderOptions) ->
     let block = &before[before.rfind(open)?..];
     let inside = block[open.len()..].trim_start();
     (inside.strip_prefix(close)?.trim().is_empty()).then(|| block.to_string())
+}
+
+/// Reads an OpenAI-style tool list (`[{"type": "function", "function":
+/// {"name": ..., "parameters": ...}}, ...]`) from JSON text, checking each
+/// entry names its function.
+pub fn parse_tools(text: &str) -> Result<serde_json::Value, String> {
+    let tools: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let list = tools.as_array().ok_or("a tool list is a JSON array")?;
+    for (i, tool) in list.iter().enumerate() {
+        let name = tool.get("function").and_then(|f| f.get("name")).and_then(serde_json::Value::as_str);
+        if name.is_none_or(str::is_empty) {
+            return Err(format!("tool {}: no function.name", i + 1));
+        }
+    }
+    Ok(tools)
 }
 
 #[cfg(test)]

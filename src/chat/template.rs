@@ -54,6 +54,10 @@ pub struct RenderOptions {
     /// effort switch where it has one (`reasoning_effort` of gpt-oss and
     /// Hunyuan, `thinking_effort` of Kimi-K3).
     pub reasoning_effort: Option<String>,
+    /// Functions the model may call, OpenAI-style (`[{"type": "function",
+    /// "function": {"name", "description", "parameters"}}]`), passed as
+    /// `tools`; none: the variable is left undefined.
+    pub tools: Option<serde_json::Value>,
 }
 
 impl Default for RenderOptions {
@@ -64,6 +68,7 @@ impl Default for RenderOptions {
             bos_token: String::new(),
             eos_token: String::new(),
             reasoning_effort: None,
+            tools: None,
         }
     }
 }
@@ -166,6 +171,9 @@ impl ChatTemplate {
             ("eos_token", Value::from(opts.eos_token.clone())),
         ];
         ctx.extend(self.switch_values(opts));
+        if let Some(tools) = &opts.tools {
+            ctx.push(("tools", Value::from_serialize(tools)));
+        }
         let ctx: Value = ctx.into_iter().collect();
         template.render(ctx).map_err(|e| error(&self.name, &e))
     }

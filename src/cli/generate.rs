@@ -176,6 +176,9 @@ pub struct RunFlags {
     /// How much to think, where the template takes it (gpt-oss, Hunyuan, Kimi-K3) [chat.reasoning_effort].
     #[arg(long, value_name = "low|medium|high", help_heading = "Chat")]
     pub reasoning_effort: Option<String>,
+    /// A JSON file of functions the model may call (OpenAI-style tool list), shown by its chat template [chat.tools].
+    #[arg(long, value_name = "FILE.json", help_heading = "Chat")]
+    pub tools: Option<PathBuf>,
     /// A .jinja chat template to use instead of the model's own [chat.template].
     #[arg(long, value_name = "FILE", help_heading = "Chat")]
     pub chat_template: Option<PathBuf>,
@@ -245,7 +248,7 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         t.verbose = true;
     }
     let ch = &mut c.chat;
-    set!(chat_template => ch.template, system => ch.system, reasoning_effort => ch.reasoning_effort);
+    set!(chat_template => ch.template, system => ch.system, reasoning_effort => ch.reasoning_effort, tools => ch.tools);
     if args.no_think {
         ch.think = false;
     }

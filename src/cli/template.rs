@@ -25,6 +25,9 @@ pub struct TemplateArgs {
     /// How much to think, where the template takes it (gpt-oss, Hunyuan, Kimi-K3).
     #[arg(long, value_name = "low|medium|high", value_parser = ["low", "medium", "high"])]
     pub reasoning_effort: Option<String>,
+    /// A JSON file of functions the model may call (OpenAI-style tool list), rendered where the template shows tools.
+    #[arg(long, value_name = "FILE.json")]
+    pub tools: Option<PathBuf>,
 }
 
 /// A template's source, name and BOS/EOS texts, from a model, a file or a family name.
@@ -65,6 +68,14 @@ pub fn template(args: TemplateArgs) -> Result<()> {
     let format = ChatFormat::new(&name, source.as_deref(), &bos, &eos)
         .map_err(|e| anyhow!(e))?
         .with_reasoning_effort(args.reasoning_effort);
+    let tools = match &args.tools {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(crate::chat::parse_tools(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?)
+        }
+        None => None,
+    };
+    let format = format.with_tools(tools);
     let messages = match &args.messages {
         Some(path) => Conversation::load(path).map_err(|e| anyhow!(e))?.rendered_messages(),
         None => sample(),

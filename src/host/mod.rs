@@ -445,7 +445,7 @@ impl Host {
                     HostError::Setting(e)
                 })?;
             }
-            "chat" if key == "chat.template" || key == "chat.reasoning_effort" => {
+            "chat" if ["chat.template", "chat.reasoning_effort", "chat.tools"].contains(&key) => {
                 self.format = chat_format(&new, &self.model, &self.session)?;
             }
             "chat" if key == "chat.system" => self.conversation.system = system_prompt(&new),
@@ -507,12 +507,12 @@ fn budget_change_is_live(old: &RunConfig, new: &RunConfig) -> bool {
     old.moe.stream && fixed(old) && fixed(new)
 }
 
-/// Opens the session for `config`, attaches its plugins and compiles its
-/// chat format; the notices gathered on the way.
 /// The notice of a model without a chat template (worth showing only
 /// where chat turns are run).
 pub const NO_TEMPLATE_NOTICE: &str = "the model has no chat template: chat turns use plain User:/Assistant: lines";
 
+/// Opens the session for `config`, attaches its plugins and compiles its
+/// chat format; the notices gathered on the way.
 fn open_session(config: &RunConfig, model: &Path) -> Result<(Session, ChatFormat, Vec<String>), HostError> {
     crate::llama::set_verbose(config.telemetry.verbose);
     let mut session = Session::open(config.session_options(model))?;
@@ -545,5 +545,6 @@ fn chat_format(config: &RunConfig, model: &Path, session: &Session) -> Result<Ch
     };
     let (bos, eos) = session.special_texts();
     let effort = Some(config.chat.reasoning_effort.clone()).filter(|e| !e.is_empty());
-    Ok(ChatFormat::new(&name, source.as_deref(), &bos, &eos)?.with_reasoning_effort(effort))
+    let tools = config.chat.tool_list().map_err(|e| HostError::Setting(format!("chat.tools: {e}")))?;
+    Ok(ChatFormat::new(&name, source.as_deref(), &bos, &eos)?.with_reasoning_effort(effort).with_tools(tools))
 }

@@ -92,6 +92,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         Apply::Live,
         "how much to think, where the template takes it (gpt-oss, Hunyuan, Kimi-K3): low, medium, high",
     ),
+    (
+        "chat.tools",
+        Apply::Live,
+        "a JSON file of functions the model may call, shown by its chat template (empty = none)",
+    ),
     ("telemetry.csv", Apply::Live, "per-token CSV file (empty = none)"),
     ("telemetry.route_trace", Apply::Live, "route trace file (empty = none; needs streaming)"),
     ("telemetry.verbose", Apply::Live, "show llama.cpp's log"),
