@@ -186,20 +186,24 @@ impl Default for GenerateConfig {
 }
 
 impl GenerateConfig {
-    /// True when a grammar or a JSON schema constrains the output.
-    pub fn constrained(&self) -> bool {
-        !self.grammar.as_os_str().is_empty() || !self.json_schema.is_empty()
-    }
-
-    /// `json_schema` as a GBNF grammar: the text itself when it starts with
-    /// `{`, else the file it names.
-    pub fn schema_grammar(&self) -> Result<String, String> {
-        let text = if self.json_schema.trim_start().starts_with('{') {
-            self.json_schema.clone()
-        } else {
-            std::fs::read_to_string(&self.json_schema).map_err(|e| format!("reading {}: {e}", self.json_schema))?
-        };
-        crate::schema::to_grammar(&text)
+    /// The GBNF grammar the output must follow, if any: `json_schema`
+    /// converted (the schema itself when it starts with `{`, else the file
+    /// it names), or the `grammar` file's text. Errors name the setting.
+    pub fn constraint(&self) -> Result<Option<String>, ConfigError> {
+        if !self.json_schema.is_empty() {
+            let text = if self.json_schema.trim_start().starts_with('{') {
+                Ok(self.json_schema.clone())
+            } else {
+                std::fs::read_to_string(&self.json_schema).map_err(|e| format!("reading {}: {e}", self.json_schema))
+            };
+            let grammar = text.and_then(|t| crate::schema::to_grammar(&t));
+            return grammar.map(Some).map_err(|e| bad("generate.json_schema", e));
+        }
+        if self.grammar.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&self.grammar);
+        text.map(Some).map_err(|e| bad("generate.grammar", format!("reading {}: {e}", self.grammar.display())))
     }
 }
 
@@ -409,13 +413,10 @@ impl RunConfig {
         if !g.grammar.as_os_str().is_empty() && !g.grammar.is_file() {
             return Err(bad("generate.grammar", format!("{} is not a file", g.grammar.display())));
         }
-        if !g.json_schema.is_empty() {
-            if !g.grammar.as_os_str().is_empty() {
-                return Err(bad("generate.json_schema", "give a grammar or a JSON schema, not both"));
-            }
-            g.schema_grammar().map_err(|e| bad("generate.json_schema", e))?;
+        if !g.json_schema.is_empty() && !g.grammar.as_os_str().is_empty() {
+            return Err(bad("generate.json_schema", "give a grammar or a JSON schema, not both"));
         }
-        if g.constrained() && !self.plugins.draft_plugin.is_empty() {
+        if g.constraint()?.is_some() && !self.plugins.draft_plugin.is_empty() {
             let which = if g.json_schema.is_empty() { "generate.grammar" } else { "generate.json_schema" };
             return Err(bad(
                 which,

@@ -3,7 +3,7 @@
 //! none with `-q`, and the details of how a model was set up only with
 //! `-v`.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -19,7 +19,7 @@ pub enum Verbosity {
 }
 
 static VERBOSITY: AtomicU8 = AtomicU8::new(1);
-static PRINTED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+static PRINTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 /// Sets how much the notes say from now on.
 pub fn set_verbosity(v: Verbosity) {
@@ -51,7 +51,7 @@ fn first_time(prefix: &str, text: &str) -> Option<String> {
     }
     let line = format!("{prefix}: note: {text}");
     let mut printed = PRINTED.lock().unwrap_or_else(|e| e.into_inner());
-    printed.get_or_insert_with(HashSet::new).insert(line.clone()).then_some(line)
+    printed.insert(line.clone()).then_some(line)
 }
 
 /// Prints a note (`{prefix}: note: {text}`), once per process.

@@ -151,23 +151,11 @@ fn rule_name(name: &str) -> String {
     if cleaned.is_empty() { "p".into() } else { cleaned }
 }
 
-/// A GBNF string literal for the compact JSON text of `value`.
+/// A GBNF string literal for the compact JSON text of `value` (which
+/// escapes every control character itself, so only quotes and backslashes
+/// need escaping again).
 fn literal(value: &Value) -> String {
-    let json = value.to_string();
-    let mut out = String::with_capacity(json.len() + 2);
-    out.push('"');
-    for c in json.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    format!("\"{}\"", value.to_string().replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 #[cfg(test)]

@@ -24,6 +24,13 @@ const IM: &[&str] = &[
     "<|im_start|>user\nU2<|im_end|>",
 ];
 
+const GRANITE: &[&str] = &[
+    "<|start_of_role|>system<|end_of_role|>SYS",
+    "<|start_of_role|>user<|end_of_role|>U1",
+    "<|start_of_role|>assistant<|end_of_role|>A1",
+    "<|start_of_role|>user<|end_of_role|>U2",
+];
+
 const EXPECT: &[Expect] = &[
     Expect {
         name: "qwen3",
@@ -120,12 +127,7 @@ const EXPECT: &[Expect] = &[
     },
     Expect {
         name: "granite-4.0",
-        order: &[
-            "<|start_of_role|>system<|end_of_role|>SYS",
-            "<|start_of_role|>user<|end_of_role|>U1",
-            "<|start_of_role|>assistant<|end_of_role|>A1",
-            "<|start_of_role|>user<|end_of_role|>U2",
-        ],
+        order: GRANITE,
         end_on: "U2<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",
         end_off: "U2<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",
         family: Family::Plain,
@@ -134,12 +136,7 @@ const EXPECT: &[Expect] = &[
     // Thinking switches other than `enable_thinking`.
     Expect {
         name: "granite-3.3",
-        order: &[
-            "<|start_of_role|>system<|end_of_role|>SYS",
-            "<|start_of_role|>user<|end_of_role|>U1",
-            "<|start_of_role|>assistant<|end_of_role|>A1",
-            "<|start_of_role|>user<|end_of_role|>U2",
-        ],
+        order: GRANITE,
         // `thinking` changes only the default system prompt: with one of its own, on is off.
         end_on: "U2<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",
         end_off: "U2<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",

@@ -68,14 +68,8 @@ pub fn template(args: TemplateArgs) -> Result<()> {
     let format = ChatFormat::new(&name, source.as_deref(), &bos, &eos)
         .map_err(|e| anyhow!(e))?
         .with_reasoning_effort(args.reasoning_effort);
-    let tools = match &args.tools {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            Some(crate::chat::parse_tools(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?)
-        }
-        None => None,
-    };
-    let format = format.with_tools(tools);
+    let chat = crate::config::ChatConfig { tools: args.tools.clone().unwrap_or_default(), ..Default::default() };
+    let format = format.with_tools(chat.tool_list().map_err(|e| anyhow!(e))?);
     let messages = match &args.messages {
         Some(path) => Conversation::load(path).map_err(|e| anyhow!(e))?.rendered_messages(),
         None => sample(),

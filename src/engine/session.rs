@@ -470,17 +470,19 @@ impl Session {
             ));
         }
         let model = self.ctx.model().clone();
-        if let Some(grammar) = &req.grammar {
-            if self.drafter.is_some() {
+        // Built before anything is decoded, so a refused grammar leaves the
+        // session as it was.
+        let mut sampler = match &req.grammar {
+            Some(_) if self.drafter.is_some() => {
                 return Err(EngineError::Request(
                     "a grammar and a draft plugin do not go together (drafts are verified against unconstrained \
                      greedy choices): turn one of them off"
                         .into(),
                 ));
             }
-            // Refused before anything is decoded, so the session is as it was.
-            Sampler::with_grammar(req.sampling, &model, grammar).map_err(EngineError::Request)?;
-        }
+            Some(grammar) => Sampler::with_grammar(req.sampling, &model, grammar).map_err(EngineError::Request)?,
+            None => Sampler::new(req.sampling),
+        };
         let (input, turn_start, old_pending, reused) = match &req.prompt {
             Prompt::Text(text) => {
                 if !req.continue_context {
@@ -549,7 +551,7 @@ impl Session {
         if self.drafter.is_some() {
             self.decode_speculative(req, turn, &mut emit, &mut out, on_event)?;
         } else {
-            self.decode_plain(req, turn, &mut emit, &mut out, on_event)?;
+            self.decode_plain(req, turn, &mut sampler, &mut emit, &mut out, on_event)?;
         }
         let tail = emit.utf8.finish();
         out.text.push_str(&tail);
@@ -577,15 +579,11 @@ impl Session {
         &mut self,
         req: &GenerateRequest,
         turn: u32,
+        sampler: &mut Sampler<'_>,
         emit: &mut Emitter<'_>,
         out: &mut Generation,
         on_event: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), EngineError> {
-        let model = self.ctx.model().clone();
-        let mut sampler = match &req.grammar {
-            Some(grammar) => Sampler::with_grammar(req.sampling, &model, grammar).map_err(EngineError::Request)?,
-            None => Sampler::new(req.sampling),
-        };
         for index in 0..req.n_predict {
             let logits = self.ctx.last_logits();
             let Some(token) = sampler.sample(logits) else {

@@ -349,16 +349,8 @@ impl Host {
     }
 
     fn request(&self, prompt: Prompt, n_predict: u32) -> Result<GenerateRequest, HostError> {
-        let g = &self.config.generate;
-        let grammar = if !g.json_schema.is_empty() {
-            Some(g.schema_grammar().map_err(|e| HostError::Setting(format!("generate.json_schema: {e}")))?)
-        } else if !g.grammar.as_os_str().is_empty() {
-            let text = std::fs::read_to_string(&g.grammar)
-                .map_err(|e| HostError::Setting(format!("generate.grammar: reading {}: {e}", g.grammar.display())))?;
-            Some(text)
-        } else {
-            None
-        };
+        // Read at each turn, so an edited grammar file counts from the next one.
+        let grammar = self.config.generate.constraint().map_err(|e| HostError::Setting(e.to_string()))?;
         Ok(GenerateRequest {
             prompt,
             n_predict,
