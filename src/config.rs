@@ -80,7 +80,8 @@ pub fn parse_params(field: &'static str, params: &[String]) -> Result<Vec<(Strin
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChatConfig {
-    /// A Jinja chat template file to use instead of the model's own; empty = the model's.
+    /// A Jinja chat template file (or the name of one bmoe carries, e.g.
+    /// `glm-4.7`) to use instead of the model's own; empty = the model's.
     pub template: PathBuf,
     /// System prompt of new conversations; empty = none.
     pub system: String,
@@ -93,6 +94,10 @@ pub struct ChatConfig {
     /// A JSON file of functions the model may call (OpenAI-style tool
     /// list), shown to the model by its chat template; empty = none.
     pub tools: PathBuf,
+    /// Whether a reply to a user message must call a tool: `auto` (the
+    /// model decides) or `required` (a grammar makes the reply one call in
+    /// the template's own format; replies to tool results stay free).
+    pub tool_choice: String,
 }
 
 impl ChatConfig {
@@ -115,6 +120,7 @@ impl Default for ChatConfig {
             think: true,
             reasoning_effort: String::new(),
             tools: PathBuf::new(),
+            tool_choice: "auto".into(),
         }
     }
 }
@@ -503,6 +509,9 @@ impl RunConfig {
         parse_params("plugins.draft_params", &p.draft_params)?;
         parse_params("plugins.drop_params", &p.drop_params)?;
         self.chat.tool_list().map_err(|e| bad("chat.tools", e))?;
+        if !["auto", "required"].contains(&self.chat.tool_choice.as_str()) {
+            return Err(bad("chat.tool_choice", format!("`{}` is not auto or required", self.chat.tool_choice)));
+        }
         if !["", "low", "medium", "high"].contains(&self.chat.reasoning_effort.as_str()) {
             return Err(bad(
                 "chat.reasoning_effort",
@@ -760,6 +769,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 2 + 11 + 16 + 7 + 4 + 4);
+        assert_eq!(pairs.len(), 2 + 11 + 16 + 7 + 4 + 5);
     }
 }

@@ -40,14 +40,61 @@ array ::= "[" ws (value ("," ws value)*)? "]"
 /// Converts `schema` (JSON text) to a GBNF grammar whose `root` is it.
 pub fn to_grammar(schema: &str) -> Result<String, String> {
     let value: Value = serde_json::from_str(schema).map_err(|e| format!("the JSON schema is not JSON: {e}"))?;
-    let mut rules = Vec::new();
-    let root = rule_for(&value, "root", &mut rules)?;
-    let mut out = format!("root ::= {root}\n");
-    for (name, body) in rules {
-        let _ = writeln!(out, "{name} ::= {body}");
+    let mut rules = GrammarRules::default();
+    let root = rule_for(&value, "root", &mut rules.rules)?;
+    Ok(rules.finish(&root))
+}
+
+/// The rules of a grammar built from parts (the tool-call grammars): schemas
+/// become named rules, and the JSON rules they share are written once.
+#[derive(Debug, Default)]
+pub struct GrammarRules {
+    rules: Vec<(String, String)>,
+}
+
+impl GrammarRules {
+    /// Adds the rule `name ::= body`.
+    pub fn push(&mut self, name: &str, body: String) {
+        self.rules.push((name.to_string(), body));
     }
-    out.push_str(COMMON_RULES);
-    Ok(out)
+
+    /// Adds the rule `name` for the JSON values `schema` allows; returns
+    /// `name`. Errors name the path of what is not supported.
+    pub fn schema(&mut self, name: &str, schema: &Value) -> Result<String, String> {
+        let body = rule_for(schema, name, &mut self.rules)?;
+        self.push(name, body);
+        Ok(name.to_string())
+    }
+
+    /// The grammar: `root ::= root_body`, then every rule added.
+    pub fn finish(self, root_body: &str) -> String {
+        let mut out = format!("root ::= {root_body}\n");
+        for (name, body) in self.rules {
+            let _ = writeln!(out, "{name} ::= {body}");
+        }
+        out.push_str(COMMON_RULES);
+        out
+    }
+}
+
+/// A GBNF literal matching `text` exactly.
+pub fn text_literal(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02X}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The GBNF expression for `schema` at `path` (used for rule names and
@@ -145,7 +192,7 @@ fn array_rule(object: &Map<String, Value>, path: &str, rules: &mut Vec<(String, 
 }
 
 /// A rule name made of a property name: letters, digits and dashes.
-fn rule_name(name: &str) -> String {
+pub fn rule_name(name: &str) -> String {
     let cleaned: String =
         name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     if cleaned.is_empty() { "p".into() } else { cleaned }
@@ -180,6 +227,12 @@ mod tests {
         assert!(!g.contains("note"), "optional properties are left out: {g}");
         assert_eq!(to_grammar("true").unwrap().lines().next(), Some("root ::= value"));
         assert!(to_grammar(r#"{"type":["integer","null"]}"#).unwrap().starts_with("root ::= (integer | null)\n"));
+    }
+
+    #[test]
+    fn text_literals_escape_what_gbnf_reads() {
+        assert_eq!(text_literal("<a=\"b\">\n\\"), r#""<a=\"b\">\n\\""#);
+        assert_eq!(text_literal("｜x\u{1}"), "\"｜x\\x01\"");
     }
 
     #[test]

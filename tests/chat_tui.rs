@@ -214,3 +214,32 @@ fn routing_panel_cells_match_the_route_trace() {
         }
     }
 }
+
+#[test]
+fn a_tool_call_shows_in_the_transcript() {
+    let dir = tempdir();
+    let tools = dir.path().join("tools.json");
+    std::fs::write(
+        &tools,
+        r#"[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}}}]"#,
+    )
+    .unwrap();
+    let _serial = llama_lock();
+    let model = tiny(dir.path());
+    let config = config(|c| {
+        c.generate.n_predict = 200;
+        c.chat.think = false;
+        c.chat.template = "glm-4.7".into();
+        c.chat.tools = tools.clone();
+        c.chat.tool_choice = "required".into();
+    });
+    let mut host = Host::open(config, &model).unwrap();
+    let mut app = App::new(HostInfo::of(&host), false, true);
+    turn(&mut host, &mut app, "Weather?");
+    let screen = text(&render_to_buffer(&app, 160, 48));
+    // The call streams as text, then shows parsed on a line of its own.
+    assert!(screen.contains("<tool_call>get_weather<arg_key>city</arg_key>"), "{screen}");
+    let call = screen.lines().find(|l| l.starts_with("│call ")).unwrap_or_else(|| panic!("{screen}"));
+    assert!(call.starts_with("│call get_weather({\"city\": \""), "{call}");
+}

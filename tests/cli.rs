@@ -633,10 +633,10 @@ fn chat_templates_from_the_command_line() {
     fails_with_one_line(&["template", "qwen3", "--tools", conv_path], "tool 1: no function.name");
     fails_with_one_line(&["generate", "-m", &m, "-p", "x", "--chat", "--tools", conv_path], "chat.tools:");
     // An unknown key is an error naming it and the message.
-    std::fs::write(&conv, r#"[{"role":"user","content":"Hi","tool_calls":[]}]"#).unwrap();
+    std::fs::write(&conv, r#"[{"role":"user","content":"Hi","toolcalls":[]}]"#).unwrap();
     fails_with_one_line(
         &["template", "qwen3", "--messages", conv.to_str().unwrap()],
-        "message 1: unknown field `tool_calls`",
+        "message 1: unknown field `toolcalls`",
     );
     std::fs::write(&conv, r#"[{"role":"user","content":"Hi there"}]"#).unwrap();
     // A model without a template: the documented fallback.

@@ -49,7 +49,7 @@ fn every_example_runs_and_leaves_its_csv_and_charts() {
         .filter(|p| p.extension().is_some_and(|e| e == "rhai"))
         .collect();
     examples.sort();
-    assert_eq!(examples.len(), 5, "{examples:?}");
+    assert_eq!(examples.len(), 6, "{examples:?}");
     let _serial = llama_lock();
     for example in examples {
         let dir = tempdir();

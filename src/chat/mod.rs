@@ -6,11 +6,13 @@ mod conversation;
 mod json;
 mod reasoning;
 mod template;
+mod tools;
 
 pub use conversation::Conversation;
 pub use json::python_json;
 pub use reasoning::{Family, Kind, Splitter, ThinkControl};
 pub use template::{ChatTemplate, Message, RenderOptions, TemplateError};
+pub use tools::{FoundCall, FunctionCall, ToolCall, ToolFormat};
 
 /// The template used when a model carries none: plain `User:` /
 /// `Assistant:` lines after the system prompt.
@@ -61,6 +63,8 @@ pub struct ChatFormat {
     /// answer given without reasoning (Kimi-K2-Thinking's `<think></think>`),
     /// used to turn thinking off where there is no switch.
     empty_block: Option<String>,
+    /// How the template writes tool calls, where bmoe reads its format.
+    tool_format: Option<ToolFormat>,
 }
 
 impl ChatFormat {
@@ -73,7 +77,8 @@ impl ChatFormat {
         let family = Family::detect(&template, &base);
         let think = ThinkControl::probe(&template, family, &base)?;
         let empty_block = empty_block(&template, family, &base);
-        Ok(ChatFormat { template, family, think, base, fallback, empty_block })
+        let tool_format = ToolFormat::detect(&template, &base);
+        Ok(ChatFormat { template, family, think, base, fallback, empty_block, tool_format })
     }
 
     /// The same format rendering with an effort level for the templates
@@ -87,8 +92,42 @@ impl ChatFormat {
     /// The same format rendering `tools` (an OpenAI-style function list)
     /// into every prompt, where the template shows tools.
     pub fn with_tools(mut self, tools: Option<serde_json::Value>) -> ChatFormat {
-        self.base.tools = tools;
+        self.set_tools(tools);
         self
+    }
+
+    /// Renders `tools` into every prompt from now on (`None`: no tools).
+    pub fn set_tools(&mut self, tools: Option<serde_json::Value>) {
+        self.base.tools = tools;
+    }
+
+    /// The tools shown to the model, if any.
+    pub fn tools(&self) -> Option<&serde_json::Value> {
+        self.base.tools.as_ref()
+    }
+
+    /// How the template writes tool calls (`None`: in no format bmoe reads).
+    pub fn tool_format(&self) -> Option<ToolFormat> {
+        self.tool_format
+    }
+
+    /// The tool calls in `generated` (a reply's whole text, markers and
+    /// all), when tools are shown and the format is known.
+    pub fn find_calls(&self, generated: &str) -> Vec<FoundCall> {
+        match (self.tool_format, self.tools()) {
+            (Some(format), Some(tools)) => format.parse(generated, Some(tools)),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The grammar that makes the reply after `prompt` one call of a shown
+    /// tool, in the template's format; an error says why there is none.
+    pub fn call_grammar(&self, prompt: &str) -> Result<String, String> {
+        let tools = self.tools().ok_or("no tools are shown to the model (chat.tools, --tools)")?;
+        let format = self.tool_format.ok_or_else(|| {
+            format!("the chat template {} writes tool calls in no format bmoe reads", self.template.name())
+        })?;
+        format.call_grammar(tools, prompt)
     }
 
     /// The template.

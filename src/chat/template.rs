@@ -11,6 +11,7 @@ use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
 
 use super::json::python_json;
+use super::tools::ToolCall;
 
 /// How much work one render may do (minijinja fuel): far more than any real
 /// template needs, so that a runaway template is an error, not a hang.
@@ -22,20 +23,53 @@ const RENDER_FUEL: u64 = 50_000_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// The text (for an assistant, the answer without its reasoning).
+    /// The text (for an assistant, the answer without its reasoning and
+    /// tool calls; for a tool, the function's result). `null` reads as empty.
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub content: String,
     /// An assistant's reasoning, when it gave any.
     #[serde(default, skip_serializing_if = "Option::is_none", alias = "reasoning_content")]
     pub reasoning: Option<String>,
+    /// The functions an assistant called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool result's call id (the `id` of the call it answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool result's function name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
     /// A message with no reasoning.
     pub fn new(role: &str, content: &str) -> Message {
-        Message { role: role.into(), content: content.into(), reasoning: None }
+        Message {
+            role: role.into(),
+            content: content.into(),
+            reasoning: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+        }
     }
+
+    /// The `tool` message answering `call` with `result`.
+    pub fn tool_result(call: &ToolCall, result: &str) -> Message {
+        Message {
+            tool_call_id: call.id.clone(),
+            name: Some(call.function.name.clone()),
+            ..Message::new("tool", result)
+        }
+    }
+}
+
+/// `null` (what the OpenAI API writes for a reply that only calls tools)
+/// read as an empty string.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 /// What a render needs besides the messages.
@@ -215,6 +249,15 @@ fn message_value(m: &Message) -> Value {
     if let Some(r) = &m.reasoning {
         fields.push(("reasoning_content", Value::from(r.clone())));
         fields.push(("thinking", Value::from(r.clone())));
+    }
+    if !m.tool_calls.is_empty() {
+        fields.push(("tool_calls", Value::from_serialize(&m.tool_calls)));
+    }
+    if let Some(id) = &m.tool_call_id {
+        fields.push(("tool_call_id", Value::from(id.clone())));
+    }
+    if let Some(name) = &m.name {
+        fields.push(("name", Value::from(name.clone())));
     }
     fields.into_iter().collect()
 }

@@ -179,8 +179,11 @@ pub struct RunFlags {
     /// A JSON file of functions the model may call (OpenAI-style tool list), shown by its chat template [chat.tools].
     #[arg(long, value_name = "FILE.json", help_heading = "Chat")]
     pub tools: Option<PathBuf>,
-    /// A .jinja chat template to use instead of the model's own [chat.template].
-    #[arg(long, value_name = "FILE", help_heading = "Chat")]
+    /// `required`: a reply to a user message must be one tool call, in the template's format [chat.tool_choice].
+    #[arg(long, value_name = "auto|required", help_heading = "Chat")]
+    pub tool_choice: Option<String>,
+    /// A .jinja chat template (or a bundled one's name, e.g. glm-4.7) instead of the model's own [chat.template].
+    #[arg(long, value_name = "FILE|NAME", help_heading = "Chat")]
     pub chat_template: Option<PathBuf>,
     /// System prompt of chat turns [chat.system].
     #[arg(long, help_heading = "Chat")]
@@ -248,7 +251,8 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         t.verbose = true;
     }
     let ch = &mut c.chat;
-    set!(chat_template => ch.template, system => ch.system, reasoning_effort => ch.reasoning_effort, tools => ch.tools);
+    set!(chat_template => ch.template, system => ch.system, reasoning_effort => ch.reasoning_effort, tools => ch.tools,
+         tool_choice => ch.tool_choice);
     if args.no_think {
         ch.think = false;
     }
@@ -332,6 +336,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
             }
             // On a line of its own, after the text streamed so far.
             HostEvent::Notice(text) => crate::notes::note("\nbmoe", text),
+            HostEvent::ToolCall(call) => eprintln!("\nbmoe: tool call: {call}"),
             HostEvent::Prefill(_) | HostEvent::Step(_) => {}
         }
     };

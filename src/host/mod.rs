@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub use demo::resolve_model;
 pub use settings::{Apply, SETTINGS, apply_of, description};
 
-use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError};
+use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError, ToolCall};
 use crate::config::RunConfig;
 use crate::engine::{
     AbortHandle, CacheBudget, EngineError, Event, GenerateRequest, Generation, OpenReport, Prompt, Session, StepReport,
@@ -39,6 +39,8 @@ pub enum HostEvent<'a> {
     Step(&'a StepReport),
     /// Something the user should know now.
     Notice(&'a str),
+    /// The reply called a function (sent once the reply is complete).
+    ToolCall(&'a ToolCall),
 }
 
 /// A consumer of host events.
@@ -74,8 +76,10 @@ pub enum HostError {
 pub struct Turn {
     /// The reasoning, markers removed (empty when the model gave none).
     pub reasoning: String,
-    /// The answer.
+    /// The answer, tool calls removed.
     pub answer: String,
+    /// The functions the reply called, in order (each with an id).
+    pub tool_calls: Vec<ToolCall>,
     /// Tokens, timings and totals of the generation.
     pub generation: Generation,
     /// Prompt tokens decoded for this turn (the rest were reused).
@@ -246,9 +250,71 @@ impl Host {
     /// through `on_event`. On an error the conversation is unchanged; a
     /// stopped turn keeps what was generated.
     pub fn chat(&mut self, message: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
+        self.reply(vec![Message::new("user", message)], on_event)
+    }
+
+    /// The calls of the last reply that no `tool` message answers yet
+    /// (results answer calls in order).
+    pub fn pending_calls(&self) -> Vec<ToolCall> {
+        let messages = &self.conversation.messages;
+        let Some(last) = messages.iter().rposition(|m| m.role == "assistant") else { return Vec::new() };
+        let answered = messages[last + 1..].iter().filter(|m| m.role == "tool").count();
+        messages[last].tool_calls.iter().skip(answered).cloned().collect()
+    }
+
+    /// Answers the first pending call with `result` (a `tool` message joins
+    /// the conversation); the call answered. [`Host::continue_reply`] lets
+    /// the model go on once every call has its answer.
+    pub fn answer_call(&mut self, result: &str) -> Result<ToolCall, HostError> {
+        let call = self.pending_calls().into_iter().next();
+        let call = call.ok_or_else(|| HostError::Setting("the last reply has no call left to answer".into()))?;
+        self.conversation.messages.push(Message::tool_result(&call, result));
+        Ok(call)
+    }
+
+    /// The model's next reply to the conversation as it stands (after tool
+    /// results).
+    pub fn continue_reply(&mut self, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
+        if self.conversation.messages.last().is_none_or(|m| m.role != "tool") {
+            return Err(HostError::Setting(
+                "nothing to reply to: the conversation does not end in a tool result".into(),
+            ));
+        }
+        self.reply(Vec::new(), on_event)
+    }
+
+    /// Sets the tools shown to the model from the next turn, over
+    /// `chat.tools` (`None`: back to what `chat.tools` names).
+    pub fn set_tools(&mut self, tools: Option<serde_json::Value>) -> Result<(), HostError> {
+        let tools = match tools {
+            Some(tools) => Some(tools),
+            None => self.config.chat.tool_list().map_err(|e| HostError::Setting(format!("chat.tools: {e}")))?,
+        };
+        self.format.set_tools(tools);
+        Ok(())
+    }
+
+    /// The model's reply to the conversation with `new` messages appended;
+    /// on success both join the conversation.
+    fn reply(&mut self, new: Vec<Message>, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
         let mut messages = self.conversation.rendered_messages();
-        messages.push(Message::new("user", message));
+        messages.extend(new.iter().cloned());
         let prompt = self.format.prompt(&messages, self.config.chat.think)?;
+        // A reply to the user that must call a tool follows the call grammar.
+        let from_user = messages.last().is_some_and(|m| m.role == "user");
+        let call_grammar = if from_user && self.config.chat.tool_choice == "required" {
+            if self.config.generate.constraint().ok().flatten().is_some() {
+                return Err(HostError::Setting(
+                    "chat.tool_choice = required and a grammar (generate.grammar or json_schema) both constrain the \
+                     reply: unset one"
+                        .into(),
+                ));
+            }
+            let grammar = self.format.call_grammar(&prompt);
+            Some(grammar.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?)
+        } else {
+            None
+        };
         let tokens = self.prompt_tokens(&prompt);
         let n_ctx = self.session.n_ctx();
         let room = (n_ctx as usize).saturating_sub(tokens.len());
@@ -266,7 +332,10 @@ impl Host {
             on_event(HostEvent::Text { kind, text });
         };
         let prompt_len = tokens.len();
-        let request = self.request(Prompt::Tokens(tokens), n_predict)?;
+        let mut request = self.request(Prompt::Tokens(tokens), n_predict)?;
+        if call_grammar.is_some() {
+            request.grammar = call_grammar;
+        }
         let generation = self.run(
             &request,
             &mut |event, on_event| {
@@ -286,16 +355,28 @@ impl Host {
         for (kind, piece) in splitter.finish() {
             route(kind, &piece, on_event);
         }
-        let reasoning = reasoning.trim().to_string();
-        let answer = answer.trim().to_string();
-        self.conversation.messages.push(Message::new("user", message));
+        let found = self.format.find_calls(&generation.text);
+        let format = self.format.tool_format();
+        let strip = |text: &str| format.map_or_else(|| text.trim().to_string(), |f| f.strip_calls(text, &found));
+        let (reasoning, answer) = (strip(&reasoning), strip(&answer));
+        let called_before: usize = self.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
+        let tool_calls: Vec<ToolCall> = found
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| ToolCall { id: f.call.id.or_else(|| Some(format!("call_{}", called_before + i))), ..f.call })
+            .collect();
+        for call in &tool_calls {
+            on_event(HostEvent::ToolCall(call));
+        }
+        self.conversation.messages.extend(new);
         let reply = Message {
             reasoning: (!reasoning.is_empty()).then(|| reasoning.clone()),
+            tool_calls: tool_calls.clone(),
             ..Message::new("assistant", &answer)
         };
         self.conversation.messages.push(reply);
         let prefilled = generation.summary.prompt_tokens;
-        Ok(Turn { reasoning, answer, generation, prefilled })
+        Ok(Turn { reasoning, answer, tool_calls, generation, prefilled })
     }
 
     /// Plain completion of `prompt` (no template): a fresh context, or with
@@ -531,8 +612,18 @@ fn chat_format(config: &RunConfig, model: &Path, session: &Session) -> Result<Ch
         (model.display().to_string(), source)
     } else {
         let path = &config.chat.template;
-        let source = std::fs::read_to_string(path)
-            .map_err(|e| HostError::Setting(format!("chat.template: reading {}: {e}", path.display())))?;
+        // A bundled template's name where no such file exists.
+        let bundled = path.to_str().filter(|_| !path.exists()).and_then(crate::chat::named_template);
+        let source = match bundled {
+            Some(source) => source.to_string(),
+            None => std::fs::read_to_string(path).map_err(|e| {
+                HostError::Setting(format!(
+                    "chat.template: reading {}: {e} (bundled templates: {})",
+                    path.display(),
+                    crate::chat::NAMED_TEMPLATES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ))
+            })?,
+        };
         (path.display().to_string(), Some(source))
     };
     let (bos, eos) = session.special_texts();

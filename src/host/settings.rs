@@ -84,7 +84,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("plugins.drop_params", Apply::Live, "drop plugin parameters, name=value,..."),
     ("plugins.call_ms", Apply::Live, "CPU time per plugin call, ms"),
     ("plugins.memory_mb", Apply::Live, "plugin memory limit, MiB"),
-    ("chat.template", Apply::Live, "a .jinja chat template instead of the model's own"),
+    ("chat.template", Apply::Live, "a .jinja chat template (or a bundled one's name) instead of the model's own"),
     ("chat.system", Apply::Live, "system prompt of new conversations"),
     ("chat.think", Apply::Live, "let the model reason before answering"),
     (
@@ -96,6 +96,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         "chat.tools",
         Apply::Live,
         "a JSON file of functions the model may call, shown by its chat template (empty = none)",
+    ),
+    (
+        "chat.tool_choice",
+        Apply::Live,
+        "auto (the model decides) or required (a reply to a user message is one tool call)",
     ),
     ("telemetry.csv", Apply::Live, "per-token CSV file (empty = none)"),
     ("telemetry.route_trace", Apply::Live, "route trace file (empty = none; needs streaming)"),

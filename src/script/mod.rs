@@ -14,7 +14,7 @@ mod session;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Scope};
+use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, NativeCallContext, Scope};
 
 pub use sandbox::{Limits, OutDir, harden};
 pub use session::{Session, csv_row};
@@ -144,7 +144,13 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
     engine.register_fn("open", move |path: &str| open(path, &Map::new()));
     engine.register_fn("generate", |s: &mut Session, prompt: &str, n: i64| s.generate(prompt, n, &Map::new()));
     engine.register_fn("generate", |s: &mut Session, prompt: &str, n: i64, o: Map| s.generate(prompt, n, &o));
-    engine.register_fn("chat", |s: &mut Session, message: &str| s.chat(message));
+    engine.register_fn("chat", |ctx: NativeCallContext, s: &mut Session, message: &str| {
+        s.chat_with(&ctx, message, &Map::new())
+    });
+    engine.register_fn("chat", |ctx: NativeCallContext, s: &mut Session, message: &str, options: Map| {
+        s.chat_with(&ctx, message, &options)
+    });
+    engine.register_fn("messages", Session::messages);
     engine.register_fn("set", |s: &mut Session, key: &str, value: Dynamic| s.set(key, &value));
     engine.register_fn("reset", Session::reset);
     engine.register_fn("config", Session::config);

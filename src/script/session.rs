@@ -7,6 +7,8 @@ use std::rc::Rc;
 
 use rhai::{Array, Dynamic, EvalAltResult, Map};
 
+mod tool_loop;
+
 use super::sandbox::OutDir;
 use crate::config::RunConfig;
 use crate::engine::{Generation, StepReport};
@@ -114,18 +116,6 @@ impl Session {
         }
         self.progress("generate", &generation.summary);
         check_interrupt(&generation, "generate")?;
-        Ok(map)
-    }
-
-    /// `s.chat(message)`: one chat turn on the model's template.
-    pub fn chat(&mut self, message: &str) -> Fallible<Map> {
-        let mut host = self.host.borrow_mut();
-        let mut steps = Vec::new();
-        let turn = run_guarded(&mut host, &mut steps, |h, on| h.chat(message, on)).map_err(|e| fail("chat", e))?;
-        drop(host);
-        let map = self.result_map(&turn.generation, Some((&turn.reasoning, &turn.answer)), &steps, false);
-        self.progress("chat", &turn.generation.summary);
-        check_interrupt(&turn.generation, "chat")?;
         Ok(map)
     }
 
@@ -317,7 +307,7 @@ fn run_guarded<T, E>(
         match e {
             HostEvent::Prefill(r) | HostEvent::Step(r) => steps.push(r.clone()),
             HostEvent::Notice(n) => crate::notes::note("bmoe run", n),
-            HostEvent::Text { .. } => {}
+            HostEvent::Text { .. } | HostEvent::ToolCall(_) => {}
         }
     };
     run(host, &mut on_event)

@@ -265,6 +265,7 @@ impl App {
                 self.telemetry.observe(&r);
             }
             Update::Notice(n) => self.transcript.push(Entry::Notice(n)),
+            Update::ToolCall(call) => self.transcript.push(Entry::ToolCall(call)),
             Update::TurnDone(result) => {
                 self.generating = false;
                 match result {

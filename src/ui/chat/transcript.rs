@@ -25,6 +25,8 @@ pub enum Entry {
         /// Set when the turn ended: tokens, speed, or why it stopped.
         footer: Option<String>,
     },
+    /// A function the reply called, as `name(arguments)`.
+    ToolCall(String),
     /// A note from bmoe (a plugin disabled, a setting applied).
     Notice(String),
     /// Something failed; the chat goes on.
@@ -176,6 +178,16 @@ impl Transcript {
                     Some(f) => push_wrapped(&mut out, "     ", dim, f, dim, width),
                     None => out.push(Line::from(Span::styled("     ▌", style(Color::LightCyan)))),
                 }
+            }
+            Entry::ToolCall(call) => {
+                push_wrapped(
+                    &mut out,
+                    "call ",
+                    bold.patch(style(Color::LightYellow)),
+                    call,
+                    style(Color::LightYellow),
+                    width,
+                );
             }
             Entry::Notice(text) => push_wrapped(&mut out, "note ", dim, text, dim, width),
             Entry::Error(text) => {

@@ -46,6 +46,8 @@ pub enum Update {
     Step(Box<StepReport>),
     /// Something the user should know.
     Notice(String),
+    /// The reply called a function (shown as `name(arguments)`).
+    ToolCall(String),
     /// A turn ended (stopped turns included); the error text if it failed.
     TurnDone(Result<TurnStats, String>),
     /// A setting was applied (its description) or refused (why).
@@ -62,6 +64,7 @@ impl Update {
             HostEvent::Prefill(r) => Update::Prefill(Box::new((*r).clone())),
             HostEvent::Step(r) => Update::Step(Box::new((*r).clone())),
             HostEvent::Notice(n) => Update::Notice(n.to_string()),
+            HostEvent::ToolCall(call) => Update::ToolCall(call.to_string()),
         }
     }
 

@@ -31,6 +31,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         args: "[TEXT]",
         help: "set the system prompt (no text: show it; `:system -` clears it)",
     },
+    CommandSpec {
+        name: "tool",
+        args: "RESULT",
+        help: "answer the last reply's next tool call; once all are answered, the model goes on",
+    },
     CommandSpec { name: "reset", args: "", help: "start a new conversation (the expert cache stays warm)" },
     CommandSpec { name: "save", args: "FILE", help: "save the conversation as JSON" },
     CommandSpec { name: "load", args: "FILE", help: "load a conversation saved with :save" },
@@ -62,6 +67,8 @@ pub enum Input {
     Think(bool),
     /// `:system` (None shows it; Some("") clears it)
     System(Option<String>),
+    /// `:tool RESULT`
+    Tool(String),
     /// `:reset`
     Reset,
     /// `:save FILE`
@@ -106,6 +113,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "system" if rest.is_empty() => Input::System(None),
         "system" if rest == "-" => Input::System(Some(String::new())),
         "system" => Input::System(Some(rest.to_string())),
+        "tool" if !rest.is_empty() => Input::Tool(rest.to_string()),
         "reset" => Input::Reset,
         "save" if !rest.is_empty() => Input::Save(rest.to_string()),
         "load" if !rest.is_empty() => Input::Load(rest.to_string()),
@@ -116,7 +124,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
             let file = words.next().expect("rest is not empty");
             Input::Run(file, words.collect())
         }
-        "save" | "load" | "trace" | "run" => return Err(usage(name)),
+        "save" | "load" | "trace" | "run" | "tool" => return Err(usage(name)),
         "help" | "h" | "?" => Input::Help,
         "quit" | "q" | "exit" => Input::Quit,
         _ => {

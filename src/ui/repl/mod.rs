@@ -124,8 +124,20 @@ fn execute(host: &mut Host, input: Input, style: &Style) -> Result<(), String> {
     match input {
         Input::Empty | Input::Quit => {}
         Input::Chat(text) => {
-            let turn = chat(host, &text, style)?;
+            let turn = chat(host, Some(&text), style)?;
             eprintln!("{}", turn_line(&turn, host));
+            if !turn.tool_calls.is_empty() {
+                eprintln!("answer each call with :tool RESULT");
+            }
+        }
+        Input::Tool(result) => {
+            let call = host.answer_call(&result).map_err(|e| e.to_string())?;
+            let left = host.pending_calls().len();
+            eprintln!("answered {call}{}", if left > 0 { format!(" ({left} more to answer)") } else { String::new() });
+            if left == 0 {
+                let turn = chat(host, None, style)?;
+                eprintln!("{}", turn_line(&turn, host));
+            }
         }
         Input::Set(key, value) => {
             let outcome = host.set(&key, &value).map_err(|e| e.to_string())?;
@@ -192,8 +204,9 @@ fn execute(host: &mut Host, input: Input, style: &Style) -> Result<(), String> {
     Ok(())
 }
 
-/// One chat turn, streamed to stdout; Ctrl-C stops it.
-fn chat(host: &mut Host, text: &str, style: &Style) -> Result<Turn, String> {
+/// One chat turn (the reply to `text`, or with none the reply after tool
+/// results), streamed to stdout; Ctrl-C stops it.
+fn chat(host: &mut Host, text: Option<&str>, style: &Style) -> Result<Turn, String> {
     let abort = host.abort_handle();
     let stdout = std::io::stdout();
     let mut last: Option<Kind> = None;
@@ -214,10 +227,16 @@ fn chat(host: &mut Host, text: &str, style: &Style) -> Result<Turn, String> {
                 last = Some(kind);
             }
             HostEvent::Notice(n) => eprintln!("\nnote: {n}"),
+            HostEvent::ToolCall(call) if style.colour => println!("\n\x1b[33mtool call\x1b[0m {call}"),
+            HostEvent::ToolCall(call) => println!("\ntool call: {call}"),
             HostEvent::Prefill(_) | HostEvent::Step(_) => {}
         }
     };
-    let turn = host.chat(text, &mut on_event).map_err(|e| e.to_string())?;
+    let turn = match text {
+        Some(text) => host.chat(text, &mut on_event),
+        None => host.continue_reply(&mut on_event),
+    };
+    let turn = turn.map_err(|e| e.to_string())?;
     println!();
     if turn.generation.aborted {
         eprintln!("(stopped)");
