@@ -8,6 +8,7 @@
 //!   the order `properties` gives them; optional ones are left out (the
 //!   output still satisfies the schema);
 //! - `items` (one schema), `minItems` 0 or 1;
+//! - `minLength` and `maxLength` of strings (in characters);
 //! - `enum` and `const` of any JSON values;
 //! - `{}` or `true`: any JSON value;
 //! - annotations (`title`, `description`, `$schema`, `$id`, `default`,
@@ -107,8 +108,19 @@ fn rule_for(schema: &Value, path: &str, rules: &mut Vec<(String, String)>) -> Re
     };
     for key in object.keys() {
         let known = ANNOTATIONS.contains(&key.as_str())
-            || ["type", "properties", "required", "items", "minItems", "enum", "const", "additionalProperties"]
-                .contains(&key.as_str());
+            || [
+                "type",
+                "properties",
+                "required",
+                "items",
+                "minItems",
+                "enum",
+                "const",
+                "additionalProperties",
+                "minLength",
+                "maxLength",
+            ]
+            .contains(&key.as_str());
         if !known {
             return Err(format!("{path}: `{key}` is not supported (see docs/chat.md, \"Constrained output\")"));
         }
@@ -137,13 +149,31 @@ fn rule_for(schema: &Value, path: &str, rules: &mut Vec<(String, String)>) -> Re
     let mut alternatives = Vec::new();
     for t in types {
         alternatives.push(match t {
-            "string" | "number" | "integer" | "boolean" | "null" => t.to_string(),
+            "string" => match length_bounds(object, path)? {
+                Some(bounds) => format!("\"\\\"\" char{bounds} \"\\\"\""),
+                None => "string".into(),
+            },
+            "number" | "integer" | "boolean" | "null" => t.to_string(),
             "object" => object_rule(object, path, rules)?,
             "array" => array_rule(object, path, rules)?,
             other => return Err(format!("{path}: unknown type `{other}`")),
         });
     }
     Ok(if alternatives.len() == 1 { alternatives.remove(0) } else { format!("({})", alternatives.join(" | ")) })
+}
+
+/// A string's `minLength`/`maxLength` as a GBNF repetition (`{2,40}`);
+/// `None` when it has neither.
+pub fn length_bounds(object: &Map<String, Value>, path: &str) -> Result<Option<String>, String> {
+    let bound = |key: &str| match object.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| format!("{path}: `{key}` is a whole number, not {v}")),
+    };
+    match (bound("minLength")?, bound("maxLength")?) {
+        (None, None) => Ok(None),
+        (min, Some(max)) if min.unwrap_or(0) > max => Err(format!("{path}: `minLength` is above `maxLength`")),
+        (min, max) => Ok(Some(format!("{{{},{}}}", min.unwrap_or(0), max.map_or(String::new(), |m| m.to_string())))),
+    }
 }
 
 /// An object with its required properties in order (or any object when
@@ -227,6 +257,9 @@ mod tests {
         assert!(!g.contains("note"), "optional properties are left out: {g}");
         assert_eq!(to_grammar("true").unwrap().lines().next(), Some("root ::= value"));
         assert!(to_grammar(r#"{"type":["integer","null"]}"#).unwrap().starts_with("root ::= (integer | null)\n"));
+        let g = to_grammar(r#"{"type":"string","maxLength":40}"#).unwrap();
+        assert!(g.starts_with("root ::= \"\\\"\" char{0,40} \"\\\"\"\n"), "{g}");
+        assert!(to_grammar(r#"{"type":"string","minLength":2}"#).unwrap().contains("char{2,}"));
     }
 
     #[test]
@@ -247,5 +280,7 @@ mod tests {
         );
         assert!(to_grammar("{nope").unwrap_err().contains("not JSON"));
         assert!(to_grammar(r#"{"type":"array","minItems":3}"#).unwrap_err().contains("minItems"));
+        let e = to_grammar(r#"{"type":"string","minLength":5,"maxLength":2}"#).unwrap_err();
+        assert!(e.contains("above `maxLength`"), "{e}");
     }
 }

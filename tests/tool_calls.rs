@@ -192,3 +192,23 @@ fn tool_settings_that_cannot_work_are_clear_errors() {
         "both constrain the reply",
     );
 }
+
+#[test]
+fn the_documented_forced_call_runs() {
+    // The command docs/chat.md shows under "Forcing a call", on a tiny model.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/chat.md")).unwrap();
+    let section = doc.split("### Forcing a call").nth(1).unwrap();
+    let block = section.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    assert!(block.contains("--tool-choice required") && block.contains("examples/tools.json"), "{block}");
+    let dir = tempdir();
+    let model = model(dir.path());
+    let command = block.replace("\\\n", " ").replace("bmoe ", &format!("{} ", env!("CARGO_BIN_EXE_bmoe")));
+    let command = command.trim().replace("model.gguf", model.to_str().unwrap()) + " -t 1";
+    let _serial = llama_lock();
+    let out = Command::new("sh").arg("-c").arg(&command).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{command}\n{err}");
+    // The example's city is free text of at most 40 characters: a random model fills it.
+    assert!(err.contains("bmoe: tool call: get_weather({\"city\": \""), "{err}");
+    assert!(err.contains("\"unit\": \"celsius\"})") || err.contains("\"unit\": \"fahrenheit\"})"), "{err}");
+}

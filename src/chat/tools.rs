@@ -530,7 +530,12 @@ fn value_as_text(
     }
     let declared = schema.get("type").and_then(Value::as_str);
     if declared == Some("string") && choices.is_none() {
-        return Ok(TextValue { expr: "raw-text".into(), is_text: true, kind: "string" });
+        let bounds = match schema.as_object() {
+            Some(object) => crate::schema::length_bounds(object, rule)?,
+            None => None,
+        };
+        let expr = bounds.map_or_else(|| "raw-text".to_string(), |b| format!("[^<]{b}"));
+        return Ok(TextValue { expr, is_text: true, kind: "string" });
     }
     let kind = match declared.or_else(|| choices.and_then(|c| c.first().copied()).map(json_kind)) {
         Some("integer" | "number") => "number",
