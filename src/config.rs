@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{CacheBudget, DenseWeights, LeanOpen, SessionOptions, StreamOptions};
-use crate::llama::Sampling;
+use crate::llama::{MtpParams, Sampling};
 use crate::moe::evict::CachePolicy;
 use crate::moe::predict::ReadAhead;
 use crate::moe::repack::Repack;
@@ -39,6 +39,10 @@ pub struct PluginConfig {
     pub draft_plugin: String,
     /// Most tokens drafted per step.
     pub draft: u32,
+    /// Draft with the model's own MTP (next-token-prediction) layers.
+    pub mtp: bool,
+    /// An MTP draft stops before a token its head gives less probability than this.
+    pub mtp_p_min: f32,
     /// `name=value` parameters for the draft plugin.
     pub draft_params: Vec<String>,
     /// Expert-drop plugin: a bundled name or a .wasm path; empty = off.
@@ -56,6 +60,8 @@ impl Default for PluginConfig {
         PluginConfig {
             draft_plugin: String::new(),
             draft: 3,
+            mtp: false,
+            mtp_p_min: 0.5,
             draft_params: Vec::new(),
             drop_plugin: String::new(),
             drop_params: Vec::new(),
@@ -422,6 +428,13 @@ impl RunConfig {
         if !g.json_schema.is_empty() && !g.grammar.as_os_str().is_empty() {
             return Err(bad("generate.json_schema", "give a grammar or a JSON schema, not both"));
         }
+        if g.constraint()?.is_some() && self.plugins.mtp {
+            return Err(bad(
+                "plugins.mtp",
+                "MTP drafting and a grammar do not go together (drafts are verified against unconstrained greedy \
+                 choices): turn one of them off",
+            ));
+        }
         if g.constraint()?.is_some() && !self.plugins.draft_plugin.is_empty() {
             let which = if g.json_schema.is_empty() { "generate.grammar" } else { "generate.json_schema" };
             return Err(bad(
@@ -494,6 +507,15 @@ impl RunConfig {
         if !p.draft_plugin.is_empty() && g.temp > 0.0 {
             return Err(bad("plugins.draft_plugin", "speculative decoding needs greedy decoding (generate.temp = 0)"));
         }
+        if p.mtp && g.temp > 0.0 {
+            return Err(bad("plugins.mtp", "MTP drafting needs greedy decoding (generate.temp = 0)"));
+        }
+        if p.mtp && !p.draft_plugin.is_empty() {
+            return Err(bad("plugins.mtp", "MTP drafting and a draft plugin do not go together: choose one"));
+        }
+        if !(0.0..=1.0).contains(&p.mtp_p_min) {
+            return Err(bad("plugins.mtp_p_min", format!("must be between 0 and 1 (got {})", p.mtp_p_min)));
+        }
         if !p.drop_plugin.is_empty() && !m.stream {
             return Err(bad(
                 "plugins.drop_plugin",
@@ -561,6 +583,7 @@ impl RunConfig {
                 repacked_copy: m.repacked_copy.then(repacked_dir),
             }),
             repack: Repack::from_name(&self.model.repack).unwrap_or_default(),
+            mtp: self.plugins.mtp.then_some(MtpParams { draft_max: self.plugins.draft, p_min: self.plugins.mtp_p_min }),
         }
     }
 
@@ -769,6 +792,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 2 + 11 + 16 + 7 + 4 + 5);
+        assert_eq!(pairs.len(), 2 + 11 + 16 + 9 + 4 + 5);
     }
 }

@@ -152,6 +152,12 @@ pub struct RunFlags {
     /// Most tokens drafted per step [default 3].
     #[arg(long, help_heading = "Plugins")]
     pub draft: Option<u32>,
+    /// Speculative decoding with the model's own MTP layers (GLM-4.5+, DeepSeek-V3, ...) [plugins.mtp].
+    #[arg(long, help_heading = "Plugins")]
+    pub mtp: bool,
+    /// An MTP draft stops before a token its head gives less probability than this [plugins.mtp_p_min, 0.5].
+    #[arg(long, value_name = "P", help_heading = "Plugins")]
+    pub mtp_p_min: Option<f32>,
     /// A draft-plugin parameter, name=value (repeatable).
     #[arg(long = "draft-param", value_name = "NAME=VALUE", help_heading = "Plugins")]
     pub draft_params: Vec<String>,
@@ -238,7 +244,10 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         m.o_direct = false;
     }
     let p = &mut c.plugins;
-    set!(draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin);
+    set!(draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin, mtp_p_min => p.mtp_p_min);
+    if args.mtp {
+        p.mtp = true;
+    }
     if !args.draft_params.is_empty() {
         p.draft_params = args.draft_params.clone();
     }

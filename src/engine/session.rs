@@ -9,7 +9,9 @@ use super::contention::{OtherLoad, RunQueueDelay};
 use super::events::{Event, Phase, StepReport};
 use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
-use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, Sampler, Sampling, argmax};
+use crate::llama::{
+    Context, ContextParams, DecodeError, Logits, Model, MtpDrafter, MtpParams, NoHook, Sampler, Sampling, argmax,
+};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
 use crate::moe::evict::CachePolicy;
@@ -93,6 +95,8 @@ pub struct SessionOptions {
     pub stream: Option<StreamOptions>,
     /// Expert banks for the CPU's repacked kernels (streamed or resident).
     pub repack: Repack,
+    /// Draft with the model's own MTP layers (speculative decoding).
+    pub mtp: Option<MtpParams>,
 }
 
 /// Why the engine failed.
@@ -264,6 +268,8 @@ pub struct Session {
     turn: u32,
     drafter: Option<Drafter>,
     draft_max: u32,
+    /// Drafts from the model's MTP layers, when opened with them.
+    mtp: Option<MtpDrafter<NoHook>>,
     /// Chooses the decode thread count and read-ahead, when either is tuned.
     tuner: Option<StepTuner>,
     /// Run-queue delay of the process's threads, read after each step
@@ -302,6 +308,14 @@ impl Session {
             overrides.push((format!("{arch}.expert_used_count"), i64::from(k)));
             n_expert_used = k;
         }
+        let mtp_layers = meta.arch_u64("nextn_predict_layers").unwrap_or(0);
+        if options.mtp.is_some() && mtp_layers == 0 {
+            return Err(EngineError::Request(format!(
+                "--mtp: {} has no MTP layers ({arch}.nextn_predict_layers is 0 or missing); drafting needs a model \
+                 that ships them (GLM-4.5+, DeepSeek-V3, Qwen3.5), or use a draft plugin",
+                options.model.display()
+            )));
+        }
         let mut notices = Vec::new();
         if options.stream.is_some() {
             if n_expert == 0 {
@@ -322,8 +336,14 @@ impl Session {
                 notices.push(note);
             }
         }
-        let lean =
-            options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
+        // The MTP layers' experts are read by the draft context, which does
+        // not stream: they must not be left out of the file loaded.
+        let lean = options
+            .stream
+            .as_ref()
+            .and_then(|s| s.lean.as_ref())
+            .filter(|_| options.mtp.is_none())
+            .and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
         let memory = MemoryLimits::read().tightest();
         let from_copy = options.stream.as_ref().is_some_and(|s| s.repacked_copy.is_some());
@@ -333,16 +353,23 @@ impl Session {
         // slice as it reads it (`attach_stream`).
         let resident_banks = if repack && options.stream.is_none() { repackable_banks(&files) } else { Vec::new() };
         let model = Arc::new(
-            Model::load(load_path, &overrides, &name_patterns(&resident_banks))
+            Model::load(load_path, &overrides, &name_patterns(&resident_banks), options.mtp.is_some())
                 .map_err(|e| EngineError::Llama(e.to_string()))?,
         );
         let abort = Arc::new(AtomicBool::new(false));
         let hook = options.stream.as_ref().map(|_| Box::new(MoeHook::new(abort.clone())));
+        if options.mtp.is_some() && model.has_recurrent_state() {
+            return Err(EngineError::Unsupported(format!(
+                "--mtp: {arch} keeps a recurrent state, which cannot drop the drafts the model rejects; run without \
+                 --mtp"
+            )));
+        }
         let params = ContextParams {
             n_ctx: options.ctx_size,
             n_batch: options.batch,
             n_ubatch: options.ubatch,
             n_threads: options.threads,
+            mtp: false,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
         let mut info = OpenReport {
@@ -360,6 +387,14 @@ impl Session {
                 finish_lean_open(&mut ctx, copy)?;
             }
         }
+        let mtp = match options.mtp {
+            Some(mtp_params) => {
+                let draft_ctx = Context::new(model.clone(), ContextParams { mtp: true, ..params }, None, abort.clone())
+                    .map_err(EngineError::Llama)?;
+                Some(MtpDrafter::new(&mut ctx, draft_ctx, mtp_params).map_err(EngineError::Llama)?)
+            }
+            None => None,
+        };
         info.notices.splice(0..0, notices);
         info.load_s = start.elapsed().as_secs_f64();
         info.open_read_bytes = read_before
@@ -379,6 +414,7 @@ impl Session {
             turn: 0,
             drafter: None,
             draft_max: 3,
+            mtp,
             tuner,
             run_queue: Some(RunQueueDelay::new()),
             other_load: OtherLoad::new(),
@@ -453,6 +489,9 @@ impl Session {
     /// Forgets the conversation (the expert cache stays warm).
     pub fn reset(&mut self) {
         self.ctx.clear_kv();
+        if let Some(m) = self.mtp.as_mut() {
+            m.clear();
+        }
         self.history.clear();
         self.pending = None;
     }
@@ -469,10 +508,22 @@ impl Session {
                 "speculative decoding verifies drafts against greedy argmax: use --temp 0 with --draft-plugin".into(),
             ));
         }
+        if self.mtp.is_some() && req.sampling.temp > 0.0 {
+            return Err(EngineError::Request(
+                "MTP drafts are verified against greedy argmax: use --temp 0 with --mtp".into(),
+            ));
+        }
         let model = self.ctx.model().clone();
         // Built before anything is decoded, so a refused grammar leaves the
         // session as it was.
         let mut sampler = match &req.grammar {
+            Some(_) if self.mtp.is_some() => {
+                return Err(EngineError::Request(
+                    "a grammar and MTP drafting do not go together (drafts are verified against unconstrained greedy \
+                     choices): turn one of them off"
+                        .into(),
+                ));
+            }
             Some(_) if self.drafter.is_some() => {
                 return Err(EngineError::Request(
                     "a grammar and a draft plugin do not go together (drafts are verified against unconstrained \
@@ -515,7 +566,7 @@ impl Session {
                 load_s: self.info.load_s,
                 streaming: self.options.stream.is_some(),
                 cached: self.info.cache_budget > 0,
-                speculative: self.drafter.is_some(),
+                speculative: self.drafter.is_some() || self.mtp.is_some(),
                 dropping: self.ctx.hook_mut().is_some_and(|h| h.dropper_mut().is_some()),
                 ..RunSummary::default()
             },
@@ -548,7 +599,7 @@ impl Session {
         }
 
         let mut emit = Emitter { model: &model, utf8: Utf8Stream::default(), keep_logits: req.keep_logits, index: 0 };
-        if self.drafter.is_some() {
+        if self.drafter.is_some() || self.mtp.is_some() {
             self.decode_speculative(req, turn, &mut emit, &mut out, on_event)?;
         } else {
             self.decode_plain(req, turn, &mut sampler, &mut emit, &mut out, on_event)?;
@@ -639,23 +690,42 @@ impl Session {
         if let Some(d) = self.drafter.as_mut() {
             d.reset(&context);
         }
+        if let Some(m) = self.mtp.as_mut() {
+            m.begin(&self.history).map_err(EngineError::Llama)?;
+        }
         let mut step = 0;
         while emit.index < req.n_predict {
             let remaining = req.n_predict - emit.index;
-            let drafts = match self.drafter.as_mut() {
-                Some(d) => d.draft(self.draft_max.min(remaining - 1)),
-                None => Vec::new(),
+            let drafting = Instant::now();
+            // The MTP drafter's whole draft, which it must be told the fate of.
+            let mut mtp_drafted = 0;
+            let drafts = match (self.drafter.as_mut(), self.mtp.as_mut()) {
+                (Some(d), _) => d.draft(self.draft_max.min(remaining - 1)),
+                (None, Some(m)) => {
+                    let mut drafts = m.draft(self.history.len() as i32, token).map_err(EngineError::Llama)?;
+                    mtp_drafted = drafts.len();
+                    drafts.truncate(remaining as usize - 1);
+                    drafts
+                }
+                (None, None) => Vec::new(),
             };
+            let draft_ns = drafting.elapsed().as_nanos() as u64;
             let mut batch = Vec::with_capacity(drafts.len() + 1);
             batch.push(token);
             batch.extend_from_slice(&drafts);
             step += 1;
             let first_pos = self.history.len();
-            let Some(mut report) = self.decode_step(&batch, Logits::All, turn, Phase::Decode, step)? else {
+            let verified = self.decode_step(&batch, Logits::All, turn, Phase::Decode, step);
+            if mtp_drafted > 0 && !matches!(verified, Ok(Some(_))) {
+                // Nothing was verified: the drafter is told none was kept.
+                self.mtp_accept(0)?;
+            }
+            let Some(mut report) = verified? else {
                 self.pending = Some(token);
                 out.aborted = true;
                 return Ok(());
             };
+            report.wall_ns += draft_ns;
             self.pending = None;
             // Accept drafts while they equal greedy argmax; the first
             // disagreement (or the position after the last draft) gives the next token.
@@ -674,6 +744,9 @@ impl Session {
                 } else {
                     break;
                 }
+            }
+            if mtp_drafted > 0 {
+                self.mtp_accept(accepted)?;
             }
             // Positions past the accepted drafts hold guesses the model rejected.
             let keep = first_pos + 1 + accepted;
@@ -705,6 +778,14 @@ impl Session {
             self.pending = Some(token);
         }
         Ok(())
+    }
+
+    /// Tells the MTP drafter how many of its last draft's tokens were kept.
+    fn mtp_accept(&mut self, accepted: usize) -> Result<(), EngineError> {
+        match self.mtp.as_mut() {
+            Some(m) => m.accept(accepted).map_err(EngineError::Llama),
+            None => Ok(()),
+        }
     }
 
     /// Decodes one batch at the end of the history. Returns None when the
@@ -767,6 +848,17 @@ impl Session {
             }
         }
         self.history.extend_from_slice(tokens);
+        // The MTP draft context takes the same positions with the hidden
+        // states this decode left; its time counts in the step's.
+        let mut wall_ns = wall_ns;
+        if let Some(m) = self.mtp.as_mut() {
+            let following = Instant::now();
+            if let Err(e) = m.follow(&self.ctx) {
+                self.roll_back(first_pos);
+                return Err(EngineError::Llama(e));
+            }
+            wall_ns += following.elapsed().as_nanos() as u64;
+        }
         // Single-token decode steps are alike enough to compare settings by.
         // The run queue is read only for a tuner (a few /proc reads a step).
         let queued_ns = self.run_queue.as_mut().filter(|_| self.tuner.is_some()).and_then(RunQueueDelay::since_last);
@@ -913,8 +1005,18 @@ impl Session {
             // The cache cannot drop a tail (e.g. some sliding-window layouts): start over.
             self.ctx.clear_kv();
             self.history.clear();
+            if let Some(m) = self.mtp.as_mut() {
+                m.clear();
+            }
+        } else if let Some(m) = self.mtp.as_mut() {
+            m.truncate(pos);
         }
         self.pending = None;
+    }
+
+    /// Whether the session drafts with the model's MTP layers.
+    pub fn drafts_with_mtp(&self) -> bool {
+        self.mtp.is_some()
     }
 
     /// The expert store, when streaming (for tests and diagnostics).
@@ -926,6 +1028,13 @@ impl Session {
     #[doc(hidden)]
     pub fn hook_mut(&mut self) -> Option<&mut MoeHook> {
         self.ctx.hook_mut()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // The MTP drafter reads the target context: it goes first.
+        self.mtp = None;
     }
 }
 

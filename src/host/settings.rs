@@ -79,6 +79,8 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         "speculative decoding plugin (ngram, ngram-multi, suffix, a .wasm; empty = off)",
     ),
     ("plugins.draft", Apply::Live, "most tokens drafted per step"),
+    ("plugins.mtp", Apply::Reopen, "draft with the model's own MTP layers (GLM-4.5+, DeepSeek-V3, ...)"),
+    ("plugins.mtp_p_min", Apply::Reopen, "an MTP draft stops before a token its head gives less probability"),
     ("plugins.draft_params", Apply::Live, "draft plugin parameters, name=value,..."),
     ("plugins.drop_plugin", Apply::Live, "expert-drop plugin (drop-cold, a .wasm; empty = off; lossy)"),
     ("plugins.drop_params", Apply::Live, "drop plugin parameters, name=value,..."),

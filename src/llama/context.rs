@@ -32,6 +32,8 @@ pub struct ContextParams {
     pub n_ubatch: u32,
     /// Compute threads.
     pub n_threads: u32,
+    /// A context over the model's MTP layers (drafting), not its trunk.
+    pub mtp: bool,
 }
 
 /// Which positions of a batch keep their logits.
@@ -121,6 +123,9 @@ impl<H: EvalHook> Context<H> {
         cp.n_threads = params.n_threads as i32;
         cp.n_threads_batch = params.n_threads as i32;
         cp.no_perf = true;
+        if params.mtp {
+            cp.ctx_type = sys::LLAMA_CONTEXT_TYPE_MTP;
+        }
         cp.abort_callback = Some(abort_trampoline);
         cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
         if let Some(h) = hook {
@@ -205,6 +210,17 @@ impl<H: EvalHook> Context<H> {
             sys::llama_attach_threadpool(self.ptr.as_ptr(), attach, attach);
         }
         self.polling = on;
+    }
+
+    /// The raw context, for the MTP driver in this module.
+    pub(super) fn raw(&self) -> *mut sys::llama_context {
+        self.ptr.as_ptr()
+    }
+
+    /// The batch the last decode ran (its first `n_tokens` entries), for
+    /// the MTP driver, which pairs the same tokens with their hidden states.
+    pub(super) fn last_batch(&self) -> &sys::llama_batch {
+        &self.batch
     }
 
     /// The model.

@@ -37,8 +37,14 @@ impl Model {
     /// `int_overrides` replace integer metadata, e.g. `qwen3moe.expert_used_count`.
     /// Tensors whose names match one of `repack` (regular expressions) are
     /// loaded into the CPU backend's repacking buffer type: give only
-    /// tensors [`super::Repacker::new`] accepts.
-    pub fn load(path: &Path, int_overrides: &[(String, i64)], repack: &[String]) -> Result<Model, ModelLoadError> {
+    /// tensors [`super::Repacker::new`] accepts. With `mtp`, the model's
+    /// next-token-prediction layers are loaded too (for an MTP context).
+    pub fn load(
+        path: &Path,
+        int_overrides: &[(String, i64)],
+        repack: &[String],
+        mtp: bool,
+    ) -> Result<Model, ModelLoadError> {
         super::init();
         let fail = |reason: String| ModelLoadError { path: path.to_path_buf(), reason };
         let cpath =
@@ -66,6 +72,7 @@ impl Model {
         params.load_mode = sys::LLAMA_LOAD_MODE_MMAP;
         params.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
         params.use_extra_bufts = false;
+        params.load_mtp = mtp;
         if !int_overrides.is_empty() {
             params.kv_overrides = overrides.as_ptr();
         }
@@ -116,10 +123,23 @@ impl Model {
         unsafe { sys::llama_vocab_n_tokens(self.vocab) as usize }
     }
 
-    /// Number of transformer layers.
+    /// Number of transformer layers (the MTP layers not counted).
     pub fn n_layer(&self) -> u32 {
         // SAFETY: plain getter on a live model.
         unsafe { sys::llama_model_n_layer(self.raw()) as u32 }
+    }
+
+    /// Number of next-token-prediction (MTP) layers after the trunk.
+    pub fn n_layer_mtp(&self) -> u32 {
+        // SAFETY: plain getter on a live model.
+        unsafe { sys::llama_model_n_layer_nextn(self.raw()).max(0) as u32 }
+    }
+
+    /// Whether some layers keep a recurrent state (which cannot drop a
+    /// tail of positions the way a KV cache can).
+    pub fn has_recurrent_state(&self) -> bool {
+        // SAFETY: plain getters on a live model.
+        unsafe { sys::llama_model_is_recurrent(self.raw()) || sys::llama_model_is_hybrid(self.raw()) }
     }
 
     /// Tokenizes `text`, adding BOS (per the model's vocabulary) when `add_special`.

@@ -58,6 +58,7 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
         n_expert_used: None,
         stream,
         repack: Default::default(),
+        mtp: None,
     }
 }
 

@@ -1,0 +1,68 @@
+//! MTP self-speculation on the real engine: drafts from the model's own
+//! next-token-prediction layer, verified in one batch, give exactly greedy
+//! decoding's tokens, resident and streamed, cache off and evicting, over
+//! several turns; a model without MTP layers, sampling and grammars are
+//! refused with clear errors.
+
+mod common;
+
+use bmoe::engine::{Event, GenerateRequest, Session, SessionOptions};
+use bmoe::llama::{MtpParams, Sampling};
+use bmoe::synth::Arch;
+use common::*;
+
+const TURNS: [&str; 3] = [PROMPT, " and then", " finally, the end."];
+
+/// MTP drafting of up to 3 tokens; a floor of 0 drafts whatever the head says.
+fn with_mtp(opts: SessionOptions, p_min: f32) -> SessionOptions {
+    SessionOptions { mtp: Some(MtpParams { draft_max: 3, p_min }), ..opts }
+}
+
+#[test]
+fn mtp_drafting_reproduces_greedy_decoding() {
+    let dir = tempdir();
+    for arch in [Arch::Glm4Moe, Arch::Deepseek2] {
+        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |s| assert_eq!(s.mtp_layers, 1));
+        let (reference, _) = run_turns(options(&m, None), &TURNS, 24);
+        for stream in [None, stream0(2, true), cached(100 * 1024, 2)] {
+            let what = format!("{arch:?} with {stream:?}");
+            let (got, reports) = run_turns(with_mtp(options(&m, stream), 0.0), &TURNS, 24);
+            for (i, (r, g)) in reference.iter().zip(&got).enumerate() {
+                assert_eq!(r.tokens, g.tokens, "{what}, turn {i}");
+                assert!(g.summary.speculative, "{what}");
+            }
+            let drafted: u32 = reports.iter().map(|r| r.drafted).sum();
+            assert!(drafted > 0, "{what}: nothing drafted");
+        }
+    }
+}
+
+#[test]
+fn mtp_is_refused_where_it_cannot_work() {
+    let dir = tempdir();
+    let plain = write_tiny(dir.path(), "q.gguf", Arch::Qwen3Moe, |_| {});
+    let _serial = llama_lock();
+    let e = Session::open(with_mtp(options(&plain, None), 0.5)).err().expect("no MTP layers");
+    assert!(e.to_string().contains("has no MTP layers"), "{e}");
+    let m = write_tiny(dir.path(), "g.gguf", Arch::Glm4Moe, |_| {});
+    let mut s = Session::open(with_mtp(options(&m, None), 0.5)).unwrap();
+    assert!(s.drafts_with_mtp());
+    let request = |sampling: Sampling, grammar: Option<String>| GenerateRequest {
+        prompt: PROMPT.into(),
+        n_predict: 4,
+        sampling,
+        continue_context: false,
+        keep_logits: false,
+        grammar,
+    };
+    let hot = Sampling { temp: 0.8, ..Sampling::default() };
+    let e = s.generate(&request(hot, None), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("use --temp 0 with --mtp"), "{e}");
+    let e = s.generate(&request(Sampling::default(), Some("root ::= \"a\"".into())), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("a grammar and MTP drafting do not go together"), "{e}");
+    // Still usable after the refusals.
+    let mut steps = 0;
+    let g = s.generate(&request(Sampling::default(), None), &mut |e| steps += u32::from(matches!(e, Event::Step(_))));
+    assert_eq!(g.unwrap().tokens.len(), 4);
+    assert!(steps > 0);
+}
