@@ -17,6 +17,7 @@ pub mod interrupt;
 #[allow(unsafe_code)]
 pub mod llama;
 pub mod moe;
+pub mod mtp_head;
 pub mod notes;
 pub mod policy;
 pub mod progress;

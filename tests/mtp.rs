@@ -20,19 +20,36 @@ fn with_mtp(opts: SessionOptions, p_min: f32) -> SessionOptions {
 
 #[test]
 fn mtp_drafting_reproduces_greedy_decoding() {
+    // A random head (every draft forced out with a floor of 0, nearly all
+    // rejected) and an agreeing one (most accepted): both roll back cleanly.
     let dir = tempdir();
     for arch in [Arch::Glm4Moe, Arch::Deepseek2] {
-        let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |s| assert_eq!(s.mtp_layers, 1));
-        let (reference, _) = run_turns(options(&m, None), &TURNS, 24);
-        for stream in [None, stream0(2, true), cached(100 * 1024, 2)] {
-            let what = format!("{arch:?} with {stream:?}");
-            let (got, reports) = run_turns(with_mtp(options(&m, stream), 0.0), &TURNS, 24);
-            for (i, (r, g)) in reference.iter().zip(&got).enumerate() {
-                assert_eq!(r.tokens, g.tokens, "{what}, turn {i}");
-                assert!(g.summary.speculative, "{what}");
+        let random = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |s| assert_eq!(s.mtp_layers, 1));
+        let agreeing = write_tiny(dir.path(), &format!("{arch:?}-agree.gguf"), arch, |_| {});
+        let head = {
+            let _serial = llama_lock();
+            bmoe::mtp_head::write_agreeing_head(&agreeing, 0.7, 7, 1).unwrap()
+        };
+        assert!(head.agreeing > 0 && head.agreeing < head.with_successor, "{head:?}");
+        for (m, p_min) in [(&random, 0.0), (&agreeing, 0.5)] {
+            let (reference, _) = run_turns(options(m, None), &TURNS, 24);
+            for stream in [None, stream0(2, true), cached(100 * 1024, 2)] {
+                let what = format!("{} with {stream:?}", m.display());
+                let (got, reports) = run_turns(with_mtp(options(m, stream), p_min), &TURNS, 24);
+                for (i, (r, g)) in reference.iter().zip(&got).enumerate() {
+                    assert_eq!(r.tokens, g.tokens, "{what}, turn {i}");
+                    assert!(g.summary.speculative, "{what}");
+                }
+                let drafted: u32 = reports.iter().map(|r| r.drafted).sum();
+                let accepted: u32 = reports.iter().map(|r| r.accepted).sum();
+                assert!(drafted > 0, "{what}: nothing drafted");
+                if m == &agreeing {
+                    assert!(accepted * 3 > drafted, "{what}: {accepted} of {drafted} accepted");
+                    // Accepted drafts save verify steps.
+                    let steps = reports.iter().filter(|r| r.phase == bmoe::engine::Phase::Decode).count();
+                    assert!(steps < 3 * 23, "{what}: {steps} decode steps");
+                }
             }
-            let drafted: u32 = reports.iter().map(|r| r.drafted).sum();
-            assert!(drafted > 0, "{what}: nothing drafted");
         }
     }
 }

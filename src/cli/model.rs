@@ -48,6 +48,16 @@ pub fn make_model(a: MakeModelArgs) -> Result<()> {
         report.seconds,
         report.bytes as f64 / 1048576.0 / report.seconds.max(1e-9)
     );
+    if let Some(share) = a.model.mtp_agreement()? {
+        eprint!("mtp head: learning each token's successor from greedy runs... ");
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let head = crate::mtp_head::write_agreeing_head(&report.paths[0], share, spec.seed, threads)
+            .map_err(|e| anyhow!("--mtp-head: {e}"))?;
+        eprintln!(
+            "{} tokens generated, {} with a successor, {} of them kept (the rest given a wrong one)",
+            head.tokens_seen, head.with_successor, head.agreeing
+        );
+    }
     Ok(())
 }
 

@@ -231,6 +231,7 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         skew_first: float("skew_first")?,
         mix: float("mix")?,
         chat_template: text("chat_template"),
+        mtp_head: text("mtp_head"),
     };
     let m = crate::synth::model_spec(&options).map_err(|e| fail("make_model", format!("{e:#}")))?;
     let written = crate::synth::write_model(&m, &full, &mut |_, _| {
@@ -241,6 +242,10 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         }
     })
     .map_err(|e| fail("make_model", format!("{e:#}")))?;
+    if let Some(share) = options.mtp_agreement().map_err(|e| fail("make_model", format!("{e:#}")))? {
+        crate::mtp_head::write_agreeing_head(&written.paths[0], share, m.seed, 1)
+            .map_err(|e| fail("make_model", format!("mtp_head: {e}")))?;
+    }
     Ok(written.paths[0].display().to_string())
 }
 

@@ -226,7 +226,7 @@ fn uniform(std: f32, n: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 
 /// Encodes whole rows of `n_per_row` values: natively where the generator
 /// can, else with ggml's quantizer.
-fn encode_rows(ty: GgmlType, values: &[f32], n_per_row: usize, out: &mut [u8]) -> Result<(), String> {
+pub(super) fn encode_rows(ty: GgmlType, values: &[f32], n_per_row: usize, out: &mut [u8]) -> Result<(), String> {
     if encodes_natively(ty) {
         encode(ty, values, out);
         Ok(())

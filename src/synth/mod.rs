@@ -33,7 +33,7 @@ pub use options::{ModelOptions, model_spec};
 pub use plan::{Planned, plan};
 pub use presets::{MODEL_PRESETS, ModelPreset};
 pub use vocab::{BOS_ID, EOS_ID, Vocab, template_markers};
-pub use write::{WriteReport, write_model, write_plan};
+pub use write::{WriteReport, rewrite_tensor, write_model, write_plan};
 
 use crate::gguf::GgmlType;
 

@@ -159,6 +159,37 @@ impl Drop for PartialFile {
     }
 }
 
+/// Overwrites the data of tensor `name` of the model at `path` in place,
+/// row by row: `row(i, values)` fills row `i` (`ne[0]` values), which is
+/// encoded in the tensor's own type. The file keeps its layout.
+pub fn rewrite_tensor(path: &Path, name: &str, row: &mut dyn FnMut(usize, &mut [f32])) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let files = crate::gguf::ModelFiles::open(path)?;
+    let at = files.locate(name).with_context(|| format!("{}: no tensor {name}", path.display()))?;
+    let (ty, width) = (at.info.ty, at.info.dims[0] as usize);
+    let rows = (at.info.elements() / width as u64) as usize;
+    let row_bytes = (at.info.size / rows as u64) as usize;
+    let file = fs::OpenOptions::new().write(true).open(&files.paths()[at.shard])?;
+    // A few MiB of rows at a time.
+    let chunk = (4 << 20) / (width * 4).max(1) + 1;
+    let mut values = Vec::new();
+    let mut bytes = Vec::new();
+    for first in (0..rows).step_by(chunk) {
+        let n = chunk.min(rows - first);
+        values.clear();
+        values.resize(n * width, 0.0);
+        for (i, v) in values.chunks_mut(width).enumerate() {
+            row(first + i, v);
+        }
+        bytes.clear();
+        bytes.resize(n * row_bytes, 0);
+        super::fill::encode_rows(ty, &values, width, &mut bytes).map_err(anyhow::Error::msg)?;
+        file.write_all_at(&bytes, at.file_offset + (first * row_bytes) as u64)?;
+    }
+    file.sync_data()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
