@@ -243,3 +243,24 @@ fn a_tool_call_shows_in_the_transcript() {
     let call = screen.lines().find(|l| l.starts_with("│call ")).unwrap_or_else(|| panic!("{screen}"));
     assert!(call.starts_with("│call get_weather({\"city\": \""), "{call}");
 }
+
+#[test]
+fn mtp_acceptance_shows_live() {
+    let dir = tempdir();
+    let template = bmoe::chat::named_template("qwen3").map(str::to_string);
+    let model = write_tiny(dir.path(), "glm.gguf", Arch::Glm4Moe, |s| s.chat_template = template);
+    let _serial = llama_lock();
+    bmoe::mtp_head::write_agreeing_head(&model, 0.7, 7, 1).unwrap();
+    let config = config(|c| {
+        c.generate.n_predict = 40;
+        c.chat.think = false;
+        c.plugins.mtp = true;
+    });
+    let mut host = Host::open(config, &model).unwrap();
+    let mut app = App::new(HostInfo::of(&host), false, true);
+    turn(&mut host, &mut app, "Tell me a story");
+    let screen = text(&render_to_buffer(&app, 160, 48));
+    assert!(screen.contains("draft mtp"), "{screen}");
+    let line = screen.lines().find(|l| l.contains("draft ") && l.contains('→')).unwrap_or_else(|| panic!("{screen}"));
+    assert!(line.contains('%'), "{line}");
+}

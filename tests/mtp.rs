@@ -35,6 +35,7 @@ fn mtp_drafting_reproduces_greedy_decoding() {
             let (reference, _) = run_turns(options(m, None), &TURNS, 24);
             for stream in [None, stream0(2, true), cached(100 * 1024, 2)] {
                 let what = format!("{} with {stream:?}", m.display());
+                let streamed = stream.is_some();
                 let (got, reports) = run_turns(with_mtp(options(m, stream), p_min), &TURNS, 24);
                 for (i, (r, g)) in reference.iter().zip(&got).enumerate() {
                     assert_eq!(r.tokens, g.tokens, "{what}, turn {i}");
@@ -43,6 +44,16 @@ fn mtp_drafting_reproduces_greedy_decoding() {
                 let drafted: u32 = reports.iter().map(|r| r.drafted).sum();
                 let accepted: u32 = reports.iter().map(|r| r.accepted).sum();
                 assert!(drafted > 0, "{what}: nothing drafted");
+                // Streamed, the MTP layer (after the 4 trunk layers) routes and
+                // reads its experts through the same cache, in every decode step.
+                let mtp_rows = |r: &bmoe::engine::StepReport| r.trace.rows.iter().filter(|row| row.layer == 4).count();
+                if streamed {
+                    let decode = reports.iter().filter(|r| r.phase == bmoe::engine::Phase::Decode);
+                    assert!(decode.clone().all(|r| mtp_rows(r) > 0), "{what}: a step without the MTP layer's routing");
+                    assert!(decode.map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{what}");
+                } else {
+                    assert!(reports.iter().all(|r| mtp_rows(r) == 0), "{what}");
+                }
                 if m == &agreeing {
                     assert!(accepted * 3 > drafted, "{what}: {accepted} of {drafted} accepted");
                     // Accepted drafts save verify steps.

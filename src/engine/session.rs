@@ -9,9 +9,7 @@ use super::contention::{OtherLoad, RunQueueDelay};
 use super::events::{Event, Phase, StepReport};
 use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
-use crate::llama::{
-    Context, ContextParams, DecodeError, Logits, Model, MtpDrafter, MtpParams, NoHook, Sampler, Sampling, argmax,
-};
+use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, MtpParams, Sampler, Sampling, argmax};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
 use crate::moe::evict::CachePolicy;
@@ -268,8 +266,8 @@ pub struct Session {
     turn: u32,
     drafter: Option<Drafter>,
     draft_max: u32,
-    /// Drafts from the model's MTP layers, when opened with them.
-    mtp: Option<MtpDrafter<NoHook>>,
+    /// Drafts from the model's MTP layers (attached to the context).
+    mtp: bool,
     /// Chooses the decode thread count and read-ahead, when either is tuned.
     tuner: Option<StepTuner>,
     /// Run-queue delay of the process's threads, read after each step
@@ -336,8 +334,8 @@ impl Session {
                 notices.push(note);
             }
         }
-        // The MTP layers' experts are read by the draft context, which does
-        // not stream: they must not be left out of the file loaded.
+        // No lean copy under MTP drafting: its holes are not checked against
+        // what the draft context's graph reads.
         let lean = options
             .stream
             .as_ref()
@@ -369,9 +367,13 @@ impl Session {
             n_batch: options.batch,
             n_ubatch: options.ubatch,
             n_threads: options.threads,
-            mtp: false,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
+        // Attached before anything is decoded: the warm-up below captures
+        // the MTP layer's experts too, and they stream like the trunk's.
+        if let Some(mtp) = options.mtp {
+            ctx.attach_mtp(mtp).map_err(EngineError::Llama)?;
+        }
         let mut info = OpenReport {
             arch,
             n_layer: model.n_layer(),
@@ -387,14 +389,7 @@ impl Session {
                 finish_lean_open(&mut ctx, copy)?;
             }
         }
-        let mtp = match options.mtp {
-            Some(mtp_params) => {
-                let draft_ctx = Context::new(model.clone(), ContextParams { mtp: true, ..params }, None, abort.clone())
-                    .map_err(EngineError::Llama)?;
-                Some(MtpDrafter::new(&mut ctx, draft_ctx, mtp_params).map_err(EngineError::Llama)?)
-            }
-            None => None,
-        };
+        let mtp = options.mtp.is_some();
         info.notices.splice(0..0, notices);
         info.load_s = start.elapsed().as_secs_f64();
         info.open_read_bytes = read_before
@@ -489,9 +484,6 @@ impl Session {
     /// Forgets the conversation (the expert cache stays warm).
     pub fn reset(&mut self) {
         self.ctx.clear_kv();
-        if let Some(m) = self.mtp.as_mut() {
-            m.clear();
-        }
         self.history.clear();
         self.pending = None;
     }
@@ -508,7 +500,7 @@ impl Session {
                 "speculative decoding verifies drafts against greedy argmax: use --temp 0 with --draft-plugin".into(),
             ));
         }
-        if self.mtp.is_some() && req.sampling.temp > 0.0 {
+        if self.mtp && req.sampling.temp > 0.0 {
             return Err(EngineError::Request(
                 "MTP drafts are verified against greedy argmax: use --temp 0 with --mtp".into(),
             ));
@@ -517,7 +509,7 @@ impl Session {
         // Built before anything is decoded, so a refused grammar leaves the
         // session as it was.
         let mut sampler = match &req.grammar {
-            Some(_) if self.mtp.is_some() => {
+            Some(_) if self.mtp => {
                 return Err(EngineError::Request(
                     "a grammar and MTP drafting do not go together (drafts are verified against unconstrained greedy \
                      choices): turn one of them off"
@@ -566,7 +558,7 @@ impl Session {
                 load_s: self.info.load_s,
                 streaming: self.options.stream.is_some(),
                 cached: self.info.cache_budget > 0,
-                speculative: self.drafter.is_some() || self.mtp.is_some(),
+                speculative: self.drafter.is_some() || self.mtp,
                 dropping: self.ctx.hook_mut().is_some_and(|h| h.dropper_mut().is_some()),
                 ..RunSummary::default()
             },
@@ -599,7 +591,7 @@ impl Session {
         }
 
         let mut emit = Emitter { model: &model, utf8: Utf8Stream::default(), keep_logits: req.keep_logits, index: 0 };
-        if self.drafter.is_some() || self.mtp.is_some() {
+        if self.drafter.is_some() || self.mtp {
             self.decode_speculative(req, turn, &mut emit, &mut out, on_event)?;
         } else {
             self.decode_plain(req, turn, &mut sampler, &mut emit, &mut out, on_event)?;
@@ -690,8 +682,8 @@ impl Session {
         if let Some(d) = self.drafter.as_mut() {
             d.reset(&context);
         }
-        if let Some(m) = self.mtp.as_mut() {
-            m.begin(&self.history).map_err(EngineError::Llama)?;
+        if self.mtp {
+            self.ctx.mtp_begin(&self.history).map_err(EngineError::Llama)?;
         }
         let mut step = 0;
         while emit.index < req.n_predict {
@@ -699,15 +691,22 @@ impl Session {
             let drafting = Instant::now();
             // The MTP drafter's whole draft, which it must be told the fate of.
             let mut mtp_drafted = 0;
-            let drafts = match (self.drafter.as_mut(), self.mtp.as_mut()) {
-                (Some(d), _) => d.draft(self.draft_max.min(remaining - 1)),
-                (None, Some(m)) => {
-                    let mut drafts = m.draft(self.history.len() as i32, token).map_err(EngineError::Llama)?;
+            // What the MTP layer's experts cost to draft, added to the step.
+            let mut draft_trace = None;
+            let drafts = match self.drafter.as_mut() {
+                Some(d) => d.draft(self.draft_max.min(remaining - 1)),
+                None if self.mtp => {
+                    if let Some(h) = self.ctx.hook_mut() {
+                        h.begin_side_batch(1);
+                    }
+                    let mut drafts =
+                        self.ctx.mtp_draft(self.history.len() as i32, token).map_err(EngineError::Llama)?;
+                    draft_trace = self.ctx.hook_mut().map(MoeHook::take_trace);
                     mtp_drafted = drafts.len();
                     drafts.truncate(remaining as usize - 1);
                     drafts
                 }
-                (None, None) => Vec::new(),
+                None => Vec::new(),
             };
             let draft_ns = drafting.elapsed().as_nanos() as u64;
             let mut batch = Vec::with_capacity(drafts.len() + 1);
@@ -726,6 +725,9 @@ impl Session {
                 return Ok(());
             };
             report.wall_ns += draft_ns;
+            if let Some(t) = draft_trace {
+                report.trace.absorb(t);
+            }
             self.pending = None;
             // Accept drafts while they equal greedy argmax; the first
             // disagreement (or the position after the last draft) gives the next token.
@@ -782,10 +784,7 @@ impl Session {
 
     /// Tells the MTP drafter how many of its last draft's tokens were kept.
     fn mtp_accept(&mut self, accepted: usize) -> Result<(), EngineError> {
-        match self.mtp.as_mut() {
-            Some(m) => m.accept(accepted).map_err(EngineError::Llama),
-            None => Ok(()),
-        }
+        self.ctx.mtp_accept(accepted).map_err(EngineError::Llama)
     }
 
     /// Decodes one batch at the end of the history. Returns None when the
@@ -822,7 +821,21 @@ impl Session {
             h.pause_read_ahead(!read_ahead);
         }
         let t0 = Instant::now();
-        let result = self.ctx.decode(tokens, first_pos, logits);
+        let mut result = self.ctx.decode(tokens, first_pos, logits);
+        // The MTP draft context takes the same positions with the hidden
+        // states this decode left; its reads and time count in the step's.
+        if self.mtp && result.is_ok() {
+            if let Some(h) = self.ctx.hook_mut() {
+                h.begin_side_batch(tokens.len() as u32);
+            }
+            if let Err(e) = self.ctx.mtp_follow() {
+                self.roll_back(first_pos);
+                return Err(EngineError::Llama(e));
+            }
+            if self.abort.load(Ordering::Relaxed) {
+                result = Err(DecodeError::Aborted);
+            }
+        }
         let wall_ns = t0.elapsed().as_nanos() as u64;
         let (trace, stream_error, budget, resident, residency) = match self.ctx.hook_mut() {
             Some(h) => {
@@ -848,17 +861,6 @@ impl Session {
             }
         }
         self.history.extend_from_slice(tokens);
-        // The MTP draft context takes the same positions with the hidden
-        // states this decode left; its time counts in the step's.
-        let mut wall_ns = wall_ns;
-        if let Some(m) = self.mtp.as_mut() {
-            let following = Instant::now();
-            if let Err(e) = m.follow(&self.ctx) {
-                self.roll_back(first_pos);
-                return Err(EngineError::Llama(e));
-            }
-            wall_ns += following.elapsed().as_nanos() as u64;
-        }
         // Single-token decode steps are alike enough to compare settings by.
         // The run queue is read only for a tuner (a few /proc reads a step).
         let queued_ns = self.run_queue.as_mut().filter(|_| self.tuner.is_some()).and_then(RunQueueDelay::since_last);
@@ -1005,18 +1007,13 @@ impl Session {
             // The cache cannot drop a tail (e.g. some sliding-window layouts): start over.
             self.ctx.clear_kv();
             self.history.clear();
-            if let Some(m) = self.mtp.as_mut() {
-                m.clear();
-            }
-        } else if let Some(m) = self.mtp.as_mut() {
-            m.truncate(pos);
         }
         self.pending = None;
     }
 
     /// Whether the session drafts with the model's MTP layers.
     pub fn drafts_with_mtp(&self) -> bool {
-        self.mtp.is_some()
+        self.mtp
     }
 
     /// The expert store, when streaming (for tests and diagnostics).
@@ -1031,13 +1028,6 @@ impl Session {
     }
 }
 
-impl Drop for Session {
-    fn drop(&mut self) {
-        // The MTP drafter reads the target context: it goes first.
-        self.mtp = None;
-    }
-}
-
 /// Captures the expert tensors with a warm-up decode, opens the read lanes,
 /// rebinds the experts to engine memory and switches the hook to streaming.
 fn attach_stream(
@@ -1049,8 +1039,13 @@ fn attach_stream(
 ) -> Result<(), EngineError> {
     let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
     ctx.decode(&[bos], 0, Logits::None)?;
+    if ctx.mtp_draft_max().is_some() {
+        // The draft context's graph shows the MTP layer's experts.
+        ctx.mtp_follow().map_err(EngineError::Llama)?;
+    }
     ctx.clear_kv();
     let n_ctx = ctx.n_ctx();
+    let n_trunk = ctx.model().n_layer() as usize;
     let hook = ctx.hook_mut().ok_or_else(|| EngineError::Llama("the context has no eval hook".into()))?;
     if let Some(gap) = hook.routing_gap() {
         return Err(EngineError::Unsupported(format!("cannot stream {}: {gap}; run without --moe-stream", info.arch)));
@@ -1125,9 +1120,11 @@ fn attach_stream(
     }
     let decision = budget::decide(stream.cache, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
     notices.extend(decision.note);
-    let store = ExpertStore::new(banks.layers, banks.n_expert, decision.bytes, stream.cache_policy, lanes)
+    let mut store = ExpertStore::new(banks.layers, banks.n_expert, decision.bytes, stream.cache_policy, lanes)
         .map_err(|e| EngineError::Stream(format!("reserving expert memory: {e}")))?
         .recycling_pages(stream.recycle_pages);
+    // An MTP layer's experts stream too, read by the draft context.
+    store.set_trunk_layers(n_trunk);
     if decision.bytes > 0 && stream.recycle_pages && !store.recycles_pages() {
         notices.push(
             "evicted expert pages are released, not recycled: page moves need Linux and room under vm.max_map_count"

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use llama_cpp_sys_2 as sys;
 
 use super::model::Model;
+use super::mtp::{MtpDraft, MtpParams};
 use super::tensor::Tensor;
 
 /// Receives every graph node during decode (the seam with llama.cpp).
@@ -32,8 +33,6 @@ pub struct ContextParams {
     pub n_ubatch: u32,
     /// Compute threads.
     pub n_threads: u32,
-    /// A context over the model's MTP layers (drafting), not its trunk.
-    pub mtp: bool,
 }
 
 /// Which positions of a batch keep their logits.
@@ -77,6 +76,10 @@ pub struct Context<H: EvalHook> {
     n_batch: u32,
     n_ctx: u32,
     model: Arc<Model>,
+    /// The parameters the context was made with (a draft context takes them).
+    cp: sys::llama_context_params,
+    /// Drafting with the model's MTP layers, when attached.
+    mtp: Option<MtpDraft>,
 }
 
 // SAFETY: the context is used by one thread at a time (methods take &mut
@@ -123,9 +126,6 @@ impl<H: EvalHook> Context<H> {
         cp.n_threads = params.n_threads as i32;
         cp.n_threads_batch = params.n_threads as i32;
         cp.no_perf = true;
-        if params.mtp {
-            cp.ctx_type = sys::LLAMA_CONTEXT_TYPE_MTP;
-        }
         cp.abort_callback = Some(abort_trampoline);
         cp.abort_callback_data = Arc::as_ptr(&abort) as *mut c_void;
         if let Some(h) = hook {
@@ -166,6 +166,8 @@ impl<H: EvalHook> Context<H> {
             n_batch: params.n_batch,
             n_ctx: Self::context_length(ptr),
             model,
+            cp,
+            mtp: None,
         })
     }
 
@@ -212,15 +214,50 @@ impl<H: EvalHook> Context<H> {
         self.polling = on;
     }
 
-    /// The raw context, for the MTP driver in this module.
-    pub(super) fn raw(&self) -> *mut sys::llama_context {
-        self.ptr.as_ptr()
+    /// Attaches drafting with the model's MTP layers (loaded with
+    /// `Model::load(.., mtp: true)`): a draft context of the MTP type with
+    /// this context's settings and eval hook. From here on this context's
+    /// decodes keep every position's last hidden state for it, and
+    /// [`Context::truncate_kv`] and [`Context::clear_kv`] apply to both.
+    pub fn attach_mtp(&mut self, params: MtpParams) -> Result<(), String> {
+        self.mtp = None;
+        // SAFETY: the model (our Arc) and this context outlive the draft,
+        // which Drop frees first; the hook and abort pointers in `cp` are
+        // freed after it too.
+        let draft = unsafe { MtpDraft::new(self.model.raw(), self.ptr.as_ptr(), self.cp, self.max_threads, params)? };
+        self.mtp = Some(draft);
+        Ok(())
     }
 
-    /// The batch the last decode ran (its first `n_tokens` entries), for
-    /// the MTP driver, which pairs the same tokens with their hidden states.
-    pub(super) fn last_batch(&self) -> &sys::llama_batch {
-        &self.batch
+    fn draft_mut(&mut self) -> Result<&mut MtpDraft, String> {
+        self.mtp.as_mut().ok_or_else(|| "no MTP drafting attached".to_string())
+    }
+
+    /// Most tokens one MTP draft holds (`None`: no drafting attached).
+    pub fn mtp_draft_max(&self) -> Option<u32> {
+        self.mtp.as_ref().map(|m| m.draft_max)
+    }
+
+    /// Starts a generation whose context holds `tokens`, for the drafter.
+    pub fn mtp_begin(&mut self, tokens: &[i32]) -> Result<(), String> {
+        self.draft_mut()?.begin(tokens)
+    }
+
+    /// Feeds the draft context the batch this context decoded last, with
+    /// the hidden states that decode left.
+    pub fn mtp_follow(&mut self) -> Result<(), String> {
+        let batch = self.batch;
+        self.draft_mut()?.follow(&batch)
+    }
+
+    /// Drafts tokens after `last`, the token at position `pos` (not yet decoded).
+    pub fn mtp_draft(&mut self, pos: i32, last: i32) -> Result<Vec<i32>, String> {
+        self.draft_mut()?.draft(pos, last)
+    }
+
+    /// Tells the drafter how many tokens of its last non-empty draft were kept.
+    pub fn mtp_accept(&mut self, accepted: usize) -> Result<(), String> {
+        self.draft_mut()?.accept(accepted)
     }
 
     /// The model.
@@ -238,6 +275,9 @@ impl<H: EvalHook> Context<H> {
     pub fn set_threads(&mut self, n: u32) {
         // SAFETY: live context; &mut self means no decode is running.
         unsafe { sys::llama_set_n_threads(self.ptr.as_ptr(), n as i32, n as i32) };
+        if let Some(m) = self.mtp.as_mut() {
+            m.set_threads(n);
+        }
     }
 
     /// The hook, between decodes.
@@ -304,10 +344,16 @@ impl<H: EvalHook> Context<H> {
     pub fn clear_kv(&mut self) {
         // SAFETY: live context; the memory handle belongs to it.
         unsafe { sys::llama_memory_clear(sys::llama_get_memory(self.ptr.as_ptr()), true) };
+        if let Some(m) = self.mtp.as_mut() {
+            m.truncate(0);
+        }
     }
 
     /// Forgets positions `from..`; false if the cache cannot do it.
     pub fn truncate_kv(&mut self, from: i32) -> bool {
+        if let Some(m) = self.mtp.as_mut() {
+            m.truncate(from);
+        }
         // SAFETY: live context; sequence 0 is the only sequence.
         unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.ptr.as_ptr()), 0, from, -1) }
     }
@@ -317,7 +363,9 @@ impl<H: EvalHook> Drop for Context<H> {
     fn drop(&mut self) {
         // SAFETY: context, batch and pool were created in `new` and are freed
         // once, context first; then the hook (whose bindings restore weight
-        // pointers while the model, held by our Arc, is still alive).
+        // pointers while the model, held by our Arc, is still alive). A
+        // draft context, which reads this one and shares its hook, goes first.
+        self.mtp = None;
         unsafe {
             sys::llama_batch_free(self.batch);
             sys::llama_free(self.ptr.as_ptr());
@@ -336,7 +384,7 @@ impl<H: EvalHook> Drop for Context<H> {
 /// A threadpool of `threads` threads whose idle threads poll `poll` rounds
 /// (ggml's 0-100 scale) before they sleep, attached to `ctx`; null when
 /// ggml cannot make one (the context then uses its own threads).
-fn new_threadpool(ctx: NonNull<sys::llama_context>, threads: u32, poll: u32) -> *mut sys::ggml_threadpool {
+pub(super) fn new_threadpool(ctx: NonNull<sys::llama_context>, threads: u32, poll: u32) -> *mut sys::ggml_threadpool {
     // SAFETY: plain constructor calls on a live context; the pool outlives
     // the context (freed after it, in Drop).
     unsafe {

@@ -19,7 +19,7 @@ use llama_cpp_sys_2 as sys;
 pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook};
 pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};
-pub use mtp::{MtpDrafter, MtpParams};
+pub use mtp::MtpParams;
 pub use repack::Repacker;
 pub use sampler::{Sampler, Sampling, argmax};
 pub use tensor::{RowScorer, Tensor, TensorBinding, TensorHandle};

@@ -5,13 +5,15 @@
 //! KV cache of its own layer, fed each position's token with the target
 //! context's last hidden state there; a draft runs the MTP head on its own
 //! output for as many tokens as asked, or until its top choice is less
-//! likely than the floor.
+//! likely than the floor. The draft context shares the target's eval hook,
+//! so the MTP layer's experts stream through the same expert cache.
+//!
+//! A [`super::Context`] owns its drafter ([`super::Context::attach_mtp`]),
+//! so the drafter never outlives the context or the hook it points to.
 
 use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
-
-use super::context::{Context, EvalHook};
 
 /// What the MTP drafter is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -22,19 +24,15 @@ pub struct MtpParams {
     pub p_min: f32,
 }
 
-/// An MTP draft context and llama.cpp's drafting state, tied to one target
-/// context (whose hidden states it reads after each of its decodes).
-pub struct MtpDrafter<H: EvalHook> {
+/// The draft context and llama.cpp's drafting state.
+pub(super) struct MtpDraft {
     spec: NonNull<sys::llama_rs_mtp_speculative>,
-    ctx: Context<H>,
-    draft_max: u32,
+    ctx: NonNull<sys::llama_context>,
+    threadpool: *mut sys::ggml_threadpool,
+    pub(super) draft_max: u32,
 }
 
-// SAFETY: the drafting state is used by one thread at a time (methods take
-// &mut self), like the contexts it points to.
-unsafe impl<H: EvalHook> Send for MtpDrafter<H> {}
-
-fn check(status: sys::llama_rs_status, what: &str) -> Result<(), String> {
+pub(super) fn check(status: sys::llama_rs_status, what: &str) -> Result<(), String> {
     match status {
         sys::LLAMA_RS_STATUS_OK => Ok(()),
         sys::LLAMA_RS_STATUS_INVALID_ARGUMENT => Err(format!("MTP {what}: invalid argument")),
@@ -43,28 +41,40 @@ fn check(status: sys::llama_rs_status, what: &str) -> Result<(), String> {
     }
 }
 
-impl<H: EvalHook> MtpDrafter<H> {
-    /// Ties the MTP context `ctx` (made with `ContextParams::mtp`) to
-    /// `target`. Call before `target` decodes what the drafts will follow:
-    /// from here on its decodes keep every position's hidden state.
-    pub fn new<T: EvalHook>(target: &mut Context<T>, ctx: Context<H>, params: MtpParams) -> Result<Self, String> {
+impl MtpDraft {
+    /// A draft context over `model` with the target's settings `cp` (and
+    /// its eval hook, abort flag and thread count), tied to `target`.
+    ///
+    /// # Safety
+    /// `model` and `target` must be alive, and outlive the returned value;
+    /// `cp`'s callback pointers must stay valid as long.
+    pub(super) unsafe fn new(
+        model: *mut sys::llama_model,
+        target: *mut sys::llama_context,
+        mut cp: sys::llama_context_params,
+        threads: u32,
+        params: MtpParams,
+    ) -> Result<MtpDraft, String> {
+        cp.ctx_type = sys::LLAMA_CONTEXT_TYPE_MTP;
+        // SAFETY: the caller keeps the model alive; cp is a valid parameter set.
+        let raw = unsafe { sys::llama_init_from_model(model, cp) };
+        let ctx = NonNull::new(raw).ok_or_else(|| {
+            format!("llama.cpp could not create the MTP draft context: {}", super::last_errors().join("; "))
+        })?;
+        let threadpool = super::context::new_threadpool(ctx, threads, 0);
         let n_max = params.draft_max.clamp(1, 64) as i32;
-        // SAFETY: both contexts are alive and outlive the state: `ctx` is
-        // owned by the drafter (freed after the state, in Drop) and the
-        // session drops its drafter before its target context.
-        let raw = unsafe { sys::llama_rs_mtp_speculative_init(target.raw(), ctx.raw(), n_max, 0, params.p_min) };
-        let spec = NonNull::new(raw)
-            .ok_or_else(|| format!("llama.cpp could not start MTP drafting: {}", super::last_errors().join("; ")))?;
-        Ok(MtpDrafter { spec, ctx, draft_max: n_max as u32 })
-    }
-
-    /// Most tokens a draft holds.
-    pub fn draft_max(&self) -> u32 {
-        self.draft_max
+        // SAFETY: both contexts are alive (the caller's contract for the target).
+        let spec = unsafe { sys::llama_rs_mtp_speculative_init(target, ctx.as_ptr(), n_max, 0, params.p_min) };
+        let Some(spec) = NonNull::new(spec) else {
+            // SAFETY: created above, not shared.
+            unsafe { free_context(ctx, threadpool) };
+            return Err(format!("llama.cpp could not start MTP drafting: {}", super::last_errors().join("; ")));
+        };
+        Ok(MtpDraft { spec, ctx, threadpool, draft_max: n_max as u32 })
     }
 
     /// Starts a generation whose context holds `tokens`.
-    pub fn begin(&mut self, tokens: &[i32]) -> Result<(), String> {
+    pub(super) fn begin(&mut self, tokens: &[i32]) -> Result<(), String> {
         // SAFETY: live state; `tokens` is valid for its length during the call.
         check(
             unsafe { sys::llama_rs_mtp_speculative_begin(self.spec.as_ptr(), tokens.as_ptr(), tokens.len()) },
@@ -72,18 +82,15 @@ impl<H: EvalHook> MtpDrafter<H> {
         )
     }
 
-    /// Feeds the draft context the batch `target` just decoded, paired with
-    /// the hidden states that decode left.
-    pub fn follow<T: EvalHook>(&mut self, target: &Context<T>) -> Result<(), String> {
-        // SAFETY: live state; the batch belongs to `target`, whose last
-        // decode it describes, and is only read during the call.
-        check(unsafe { sys::llama_rs_mtp_speculative_process(self.spec.as_ptr(), target.last_batch()) }, "follow")
+    /// Feeds the draft context `batch`, which the target just decoded.
+    pub(super) fn follow(&mut self, batch: &sys::llama_batch) -> Result<(), String> {
+        // SAFETY: live state; the batch is only read during the call.
+        check(unsafe { sys::llama_rs_mtp_speculative_process(self.spec.as_ptr(), batch) }, "follow")
     }
 
-    /// Drafts up to [`MtpDrafter::draft_max`] tokens after `last`, the
-    /// token at position `pos` (not yet decoded by the target). The draft
-    /// context's own positions past `pos` are dropped again afterwards.
-    pub fn draft(&mut self, pos: i32, last: i32) -> Result<Vec<i32>, String> {
+    /// Drafts after `last`, the token at position `pos`; the draft
+    /// context's positions from `pos` on are dropped again afterwards.
+    pub(super) fn draft(&mut self, pos: i32, last: i32) -> Result<Vec<i32>, String> {
         let mut out = vec![0i32; self.draft_max as usize];
         let mut n = 0usize;
         // SAFETY: live state; `out` has room for draft_max tokens, the
@@ -102,42 +109,58 @@ impl<H: EvalHook> MtpDrafter<H> {
         };
         check(status, "draft")?;
         out.truncate(n);
-        // The target verifies from `pos` on; the draft context is fed those
-        // positions again, with the target's hidden states, by `follow`.
-        self.ctx.truncate_kv(pos);
+        // The target verifies from `pos` on, and `follow` feeds the draft
+        // context those positions again with the target's hidden states.
+        self.truncate(pos);
         Ok(out)
     }
 
-    /// Tells the drafter how many tokens of its last (non-empty) draft the
-    /// target accepted.
-    pub fn accept(&mut self, accepted: usize) -> Result<(), String> {
+    /// How many tokens of the last non-empty draft were accepted.
+    pub(super) fn accept(&mut self, accepted: usize) -> Result<(), String> {
         let n = u16::try_from(accepted).map_err(|_| "MTP accept: too many tokens".to_string())?;
         // SAFETY: live state.
         check(unsafe { sys::llama_rs_mtp_speculative_accept(self.spec.as_ptr(), n) }, "accept")
     }
 
-    /// Forgets the draft context's positions `from..` (the target rolled back).
-    pub fn truncate(&mut self, from: i32) {
-        if !self.ctx.truncate_kv(from) {
-            self.ctx.clear_kv();
+    /// Forgets positions `from..` (everything, when the cache cannot).
+    pub(super) fn truncate(&mut self, from: i32) {
+        // SAFETY: live context; sequence 0 is the only sequence.
+        unsafe {
+            let memory = sys::llama_get_memory(self.ctx.as_ptr());
+            if !sys::llama_memory_seq_rm(memory, 0, from, -1) {
+                sys::llama_memory_clear(memory, true);
+            }
         }
     }
 
-    /// Forgets every position.
-    pub fn clear(&mut self) {
-        self.ctx.clear_kv();
-    }
-
-    /// The draft context's eval hook, between decodes.
-    pub fn hook_mut(&mut self) -> Option<&mut H> {
-        self.ctx.hook_mut()
+    /// Sets the compute threads of the draft decodes.
+    pub(super) fn set_threads(&mut self, n: u32) {
+        // SAFETY: live context, no decode running (&mut self).
+        unsafe { sys::llama_set_n_threads(self.ctx.as_ptr(), n as i32, n as i32) };
     }
 }
 
-impl<H: EvalHook> Drop for MtpDrafter<H> {
+impl Drop for MtpDraft {
     fn drop(&mut self) {
-        // SAFETY: created in `new`, freed once, before the context it drives
-        // (a field, dropped after this).
-        unsafe { sys::llama_rs_mtp_speculative_free(self.spec.as_ptr()) };
+        // SAFETY: created in `new` and freed once: the drafting state first,
+        // then the context it drives.
+        unsafe {
+            sys::llama_rs_mtp_speculative_free(self.spec.as_ptr());
+            free_context(self.ctx, self.threadpool);
+        }
+    }
+}
+
+/// Frees a context and then its threadpool.
+///
+/// # Safety
+/// Both were created by this module and are not used again.
+unsafe fn free_context(ctx: NonNull<sys::llama_context>, threadpool: *mut sys::ggml_threadpool) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        sys::llama_free(ctx.as_ptr());
+        if !threadpool.is_null() {
+            sys::ggml_threadpool_free(threadpool);
+        }
     }
 }

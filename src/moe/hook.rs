@@ -156,6 +156,28 @@ pub struct StepTrace {
     pub cache_peak: u64,
 }
 
+impl StepTrace {
+    /// Adds what `other` (another decode in the same step) did.
+    pub fn absorb(&mut self, other: StepTrace) {
+        self.rows.extend(other.rows);
+        self.bytes_read += other.bytes_read;
+        self.window_bytes += other.window_bytes;
+        self.bounced_slices += other.bounced_slices;
+        self.read_ns += other.read_ns;
+        self.mgmt_ns += other.mgmt_ns;
+        self.lookups += other.lookups;
+        self.hits += other.hits;
+        self.evictions += other.evictions;
+        self.recycled_bytes += other.recycled_bytes;
+        self.dropped += other.dropped;
+        self.avoided_bytes += other.avoided_bytes;
+        self.prefetched += other.prefetched;
+        self.prefetch_used += other.prefetch_used;
+        self.predictions.extend(other.predictions);
+        self.cache_peak = self.cache_peak.max(other.cache_peak);
+    }
+}
+
 enum Mode {
     /// Warm-up: record expert tensors and weight-chain nodes, isolate nothing.
     Capture,
@@ -432,6 +454,18 @@ impl MoeHook {
         self.deferred = None;
         self.predicted.iter_mut().for_each(Vec::clear);
         self.predicted_far.iter_mut().for_each(Vec::clear);
+    }
+
+    /// Prepares for a decode of `tokens` tokens in another context sharing
+    /// this hook (the MTP draft context) without ending the step: what it
+    /// reads adds to the current trace.
+    pub fn begin_side_batch(&mut self, tokens: u32) {
+        self.token_base = 0;
+        self.ubatch_tokens = 0;
+        self.last_layer = None;
+        self.batch_tokens = tokens;
+        self.pending = None;
+        self.deferred = None;
     }
 
     /// Takes what the last decode did.

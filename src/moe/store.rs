@@ -168,6 +168,9 @@ pub struct ExpertStore {
     layers: Vec<Vec<Projection>>,
     /// The layers with experts, ascending (what read-ahead looks ahead to).
     streamed: Vec<usize>,
+    /// Layers from here on are a draft context's (MTP), which the trunk's
+    /// read-ahead does not look ahead to.
+    trunk_end: usize,
     /// Destination region of each (layer, projection).
     regions: Vec<Vec<Arc<Region>>>,
     entry_bytes: Vec<u64>,
@@ -264,6 +267,7 @@ impl ExpertStore {
         Ok(ExpertStore {
             n_expert,
             streamed,
+            trunk_end: usize::MAX,
             seen: vec![0; n_expert],
             layers,
             regions,
@@ -297,9 +301,19 @@ impl ExpertStore {
         &self.streamed
     }
 
-    /// The streamed layers after `il`, nearest first.
+    /// The streamed layers after `il`, nearest first: within the trunk,
+    /// for a trunk layer (the MTP layers run in another context).
     pub fn streamed_after(&self, il: usize) -> impl Iterator<Item = usize> + '_ {
-        self.streamed[self.streamed.partition_point(|&l| l <= il)..].iter().copied()
+        let end = if il < self.trunk_end { self.trunk_end } else { usize::MAX };
+        let from = self.streamed.partition_point(|&l| l <= il);
+        let to = self.streamed.partition_point(|&l| l < end);
+        self.streamed[from..to.max(from)].iter().copied()
+    }
+
+    /// Marks the layers from `n` on as a draft context's (MTP layers after
+    /// a trunk of `n`), which read-ahead from the trunk leaves alone.
+    pub fn set_trunk_layers(&mut self, n: usize) {
+        self.trunk_end = n;
     }
 
     /// Bytes of one (layer, expert) entry, all projections.

@@ -61,7 +61,8 @@ impl HostInfo {
             cache_mib: mib(info.cache_budget),
             bank_mib: mib(info.bank_bytes),
             lanes: info.io_threads,
-            draft: config.plugins.draft_plugin.clone(),
+            // MTP drafting shows as the drafter's name.
+            draft: if config.plugins.mtp { "mtp".into() } else { config.plugins.draft_plugin.clone() },
             drop: config.plugins.drop_plugin.clone(),
             settings: config.resolved_pairs(),
         }
