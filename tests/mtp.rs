@@ -45,14 +45,22 @@ fn mtp_drafting_reproduces_greedy_decoding() {
                 let accepted: u32 = reports.iter().map(|r| r.accepted).sum();
                 assert!(drafted > 0, "{what}: nothing drafted");
                 // Streamed, the MTP layer (after the 4 trunk layers) routes and
-                // reads its experts through the same cache, in every decode step.
+                // reads its experts through the same cache in every step that drafted.
                 let mtp_rows = |r: &bmoe::engine::StepReport| r.trace.rows.iter().filter(|row| row.layer == 4).count();
+                let decode = || reports.iter().filter(|r| r.phase == bmoe::engine::Phase::Decode);
                 if streamed {
-                    let decode = reports.iter().filter(|r| r.phase == bmoe::engine::Phase::Decode);
-                    assert!(decode.clone().all(|r| mtp_rows(r) > 0), "{what}: a step without the MTP layer's routing");
-                    assert!(decode.map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{what}");
+                    let drafting = decode().filter(|r| r.drafted > 0);
+                    assert!(
+                        drafting.clone().all(|r| mtp_rows(r) > 0),
+                        "{what}: a draft without the MTP layer's routing"
+                    );
+                    assert!(decode().map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{what}");
                 } else {
                     assert!(reports.iter().all(|r| mtp_rows(r) == 0), "{what}");
+                }
+                if m == &random {
+                    // A head that keeps missing rests: steps go by without a draft.
+                    assert!(decode().any(|r| r.drafted == 0), "{what}: the useless head never rested");
                 }
                 if m == &agreeing {
                     assert!(accepted * 3 > drafted, "{what}: {accepted} of {drafted} accepted");
@@ -93,4 +101,29 @@ fn mtp_is_refused_where_it_cannot_work() {
     let g = s.generate(&request(Sampling::default(), None), &mut |e| steps += u32::from(matches!(e, Event::Step(_))));
     assert_eq!(g.unwrap().tokens.len(), 4);
     assert!(steps > 0);
+}
+
+#[test]
+fn mtp_runs_beside_a_drop_plugin_from_the_command_line() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "g.gguf", Arch::Glm4Moe, |_| {});
+    let _serial = llama_lock();
+    bmoe::mtp_head::write_agreeing_head(&m, 0.7, 7, 1).unwrap();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["generate", "-m", m.to_str().unwrap(), "-p", PROMPT, "-n", "32", "-t", "1", "--moe-stream"])
+            .args(extra)
+            .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    // A keep-all threshold drops nothing: the text is the plain run's.
+    let (plain, _) = run(&["--drop-plugin", "drop-cold", "--drop-param", "F=0"]);
+    let (drafted, err) = run(&["--mtp", "--drop-plugin", "drop-cold", "--drop-param", "F=0"]);
+    assert_eq!(plain, drafted);
+    let line = err.lines().find(|l| l.starts_with("draft:")).unwrap_or_else(|| panic!("{err}"));
+    assert!(!line.starts_with("draft:   0 drafted"), "{line}");
+    assert!(err.lines().any(|l| l.starts_with("drop:")), "{err}");
 }

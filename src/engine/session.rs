@@ -310,7 +310,7 @@ impl Session {
         if options.mtp.is_some() && mtp_layers == 0 {
             return Err(EngineError::Request(format!(
                 "--mtp: {} has no MTP layers ({arch}.nextn_predict_layers is 0 or missing); drafting needs a model \
-                 that ships them (GLM-4.5+, DeepSeek-V3, Qwen3.5), or use a draft plugin",
+                 that ships them (GLM-4.5+, DeepSeek-V3), or use a draft plugin",
                 options.model.display()
             )));
         }
@@ -334,14 +334,10 @@ impl Session {
                 notices.push(note);
             }
         }
-        // No lean copy under MTP drafting: its holes are not checked against
-        // what the draft context's graph reads.
-        let lean = options
-            .stream
-            .as_ref()
-            .and_then(|s| s.lean.as_ref())
-            .filter(|_| options.mtp.is_none())
-            .and_then(|l| lean_copy(&files, l, &mut notices));
+        // Under MTP drafting too: the draft graph's experts stream, and its
+        // other reads are checked against the copy's holes like the trunk's.
+        let lean =
+            options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
         let memory = MemoryLimits::read().tightest();
         let from_copy = options.stream.as_ref().is_some_and(|s| s.repacked_copy.is_some());
@@ -682,15 +678,10 @@ impl Session {
         if let Some(d) = self.drafter.as_mut() {
             d.reset(&context);
         }
-        if self.mtp {
-            self.ctx.mtp_begin(&self.history).map_err(EngineError::Llama)?;
-        }
         let mut step = 0;
         while emit.index < req.n_predict {
             let remaining = req.n_predict - emit.index;
             let drafting = Instant::now();
-            // The MTP drafter's whole draft, which it must be told the fate of.
-            let mut mtp_drafted = 0;
             // What the MTP layer's experts cost to draft, added to the step.
             let mut draft_trace = None;
             let drafts = match self.drafter.as_mut() {
@@ -699,10 +690,13 @@ impl Session {
                     if let Some(h) = self.ctx.hook_mut() {
                         h.begin_side_batch(1);
                     }
-                    let mut drafts =
-                        self.ctx.mtp_draft(self.history.len() as i32, token).map_err(EngineError::Llama)?;
+                    let mut drafts = match self.ctx.mtp_draft(self.history.len(), token) {
+                        Ok(drafts) => drafts,
+                        // Stopped by Ctrl-C: the verify decode below stops too.
+                        Err(_) if self.abort.load(Ordering::Relaxed) => Vec::new(),
+                        Err(e) => return Err(EngineError::Llama(e)),
+                    };
                     draft_trace = self.ctx.hook_mut().map(MoeHook::take_trace);
-                    mtp_drafted = drafts.len();
                     drafts.truncate(remaining as usize - 1);
                     drafts
                 }
@@ -714,12 +708,7 @@ impl Session {
             batch.extend_from_slice(&drafts);
             step += 1;
             let first_pos = self.history.len();
-            let verified = self.decode_step(&batch, Logits::All, turn, Phase::Decode, step);
-            if mtp_drafted > 0 && !matches!(verified, Ok(Some(_))) {
-                // Nothing was verified: the drafter is told none was kept.
-                self.mtp_accept(0)?;
-            }
-            let Some(mut report) = verified? else {
+            let Some(mut report) = self.decode_step(&batch, Logits::All, turn, Phase::Decode, step)? else {
                 self.pending = Some(token);
                 out.aborted = true;
                 return Ok(());
@@ -747,8 +736,8 @@ impl Session {
                     break;
                 }
             }
-            if mtp_drafted > 0 {
-                self.mtp_accept(accepted)?;
+            if self.mtp && !drafts.is_empty() {
+                self.ctx.mtp_verified(accepted);
             }
             // Positions past the accepted drafts hold guesses the model rejected.
             let keep = first_pos + 1 + accepted;
@@ -780,11 +769,6 @@ impl Session {
             self.pending = Some(token);
         }
         Ok(())
-    }
-
-    /// Tells the MTP drafter how many of its last draft's tokens were kept.
-    fn mtp_accept(&mut self, accepted: usize) -> Result<(), EngineError> {
-        self.ctx.mtp_accept(accepted).map_err(EngineError::Llama)
     }
 
     /// Decodes one batch at the end of the history. Returns None when the
@@ -821,20 +805,15 @@ impl Session {
             h.pause_read_ahead(!read_ahead);
         }
         let t0 = Instant::now();
-        let mut result = self.ctx.decode(tokens, first_pos, logits);
-        // The MTP draft context takes the same positions with the hidden
-        // states this decode left; its reads and time count in the step's.
-        if self.mtp && result.is_ok() {
-            if let Some(h) = self.ctx.hook_mut() {
-                h.begin_side_batch(tokens.len() as u32);
-            }
-            if let Err(e) = self.ctx.mtp_follow() {
-                self.roll_back(first_pos);
-                return Err(EngineError::Llama(e));
-            }
-            if self.abort.load(Ordering::Relaxed) {
-                result = Err(DecodeError::Aborted);
-            }
+        let result = self.ctx.decode(tokens, first_pos, logits);
+        // The MTP drafter keeps the tokens and the hidden states this decode
+        // left, for the draft context to take with the next draft.
+        if self.mtp
+            && result.is_ok()
+            && let Err(e) = self.ctx.mtp_follow()
+        {
+            self.roll_back(first_pos);
+            return Err(EngineError::Llama(e));
         }
         let wall_ns = t0.elapsed().as_nanos() as u64;
         let (trace, stream_error, budget, resident, residency) = match self.ctx.hook_mut() {
@@ -1040,8 +1019,9 @@ fn attach_stream(
     let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
     ctx.decode(&[bos], 0, Logits::None)?;
     if ctx.mtp_draft_max().is_some() {
-        // The draft context's graph shows the MTP layer's experts.
+        // A draft after it shows the MTP layer's experts in the draft graph.
         ctx.mtp_follow().map_err(EngineError::Llama)?;
+        ctx.mtp_draft(1, bos).map_err(EngineError::Llama)?;
     }
     ctx.clear_kv();
     let n_ctx = ctx.n_ctx();

@@ -238,26 +238,25 @@ impl<H: EvalHook> Context<H> {
         self.mtp.as_ref().map(|m| m.draft_max)
     }
 
-    /// Starts a generation whose context holds `tokens`, for the drafter.
-    pub fn mtp_begin(&mut self, tokens: &[i32]) -> Result<(), String> {
-        self.draft_mut()?.begin(tokens)
-    }
-
-    /// Feeds the draft context the batch this context decoded last, with
-    /// the hidden states that decode left.
+    /// Hands the drafter the batch this context decoded last, with the
+    /// hidden states that decode left (call after every decode).
     pub fn mtp_follow(&mut self) -> Result<(), String> {
         let batch = self.batch;
         self.draft_mut()?.follow(&batch)
     }
 
-    /// Drafts tokens after `last`, the token at position `pos` (not yet decoded).
-    pub fn mtp_draft(&mut self, pos: i32, last: i32) -> Result<Vec<i32>, String> {
+    /// Drafts tokens after `last`, the token at position `pos` (right after
+    /// what this context holds, not yet decoded).
+    pub fn mtp_draft(&mut self, pos: usize, last: i32) -> Result<Vec<i32>, String> {
         self.draft_mut()?.draft(pos, last)
     }
 
-    /// Tells the drafter how many tokens of its last non-empty draft were kept.
-    pub fn mtp_accept(&mut self, accepted: usize) -> Result<(), String> {
-        self.draft_mut()?.accept(accepted)
+    /// Tells the drafter how many tokens of its last non-empty draft the
+    /// verification accepted (a head that keeps missing rests).
+    pub fn mtp_verified(&mut self, accepted: usize) {
+        if let Some(m) = self.mtp.as_mut() {
+            m.verified(accepted);
+        }
     }
 
     /// The model.
@@ -352,7 +351,7 @@ impl<H: EvalHook> Context<H> {
     /// Forgets positions `from..`; false if the cache cannot do it.
     pub fn truncate_kv(&mut self, from: i32) -> bool {
         if let Some(m) = self.mtp.as_mut() {
-            m.truncate(from);
+            m.truncate(from.max(0) as usize);
         }
         // SAFETY: live context; sequence 0 is the only sequence.
         unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.ptr.as_ptr()), 0, from, -1) }

@@ -85,8 +85,11 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         );
         let in_trunk = |l: &u32| trunk.is_none_or(|t| u64::from(*l) < t);
         let trunk_moe = layers.keys().filter(|l| in_trunk(l)).count();
-        let mtp_note =
-            if trunk_moe < layers.len() { " (an MTP layer's experts are not read while decoding)" } else { "" };
+        let mtp_note = if trunk_moe < layers.len() {
+            " (an MTP layer's experts are read only when drafting with --mtp)"
+        } else {
+            ""
+        };
         let _ = writeln!(out, "moe layers:    {trunk_moe} of {}{mtp_note}", trunk.unwrap_or(0));
         if let Some(k) = k {
             let per_token: u64 =
