@@ -159,7 +159,8 @@ fn csv_and_route_trace_are_written() {
 fn missing_and_corrupt_models_fail_with_one_line() {
     let dir = tempdir();
     let missing = dir.path().join("missing.gguf").to_string_lossy().into_owned();
-    fails_with_one_line(&["generate", "-m", &missing, "-n", "4"], "missing.gguf");
+    let e = fails_with_one_line(&["generate", "-m", &missing, "-n", "4"], "missing.gguf");
+    assert_eq!(e.matches("No such file or directory").count(), 1, "the OS error said once: {e}");
 
     let m = make_tiny(dir.path(), "m.gguf", &[]);
     let bytes = std::fs::read(&m).unwrap();

@@ -73,14 +73,9 @@ impl fmt::Display for GgufError {
     }
 }
 
-impl std::error::Error for GgufError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            GgufError::Io { source, .. } => Some(source),
-            GgufError::Invalid { .. } => None,
-        }
-    }
-}
+/// The message already says what the I/O error was, so no source is
+/// chained after it (a chain printer would repeat it).
+impl std::error::Error for GgufError {}
 
 #[cfg(test)]
 mod tests;
