@@ -255,6 +255,9 @@ pub fn write_csv(path: &Path, results: &[RunResult]) -> std::io::Result<()> {
         "load_s",
         "cache_budget_mib",
         "evictions",
+        "decode_steps",
+        "drafted",
+        "accepted",
     ];
     let mut out = String::from("pass,config,rep,ok,oom_killed,cgroup_peak_mib");
     for k in KEYS {
@@ -332,6 +335,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("b.csv");
         write_csv(&csv, &results).unwrap();
-        assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 7);
+        let text = std::fs::read_to_string(&csv).unwrap();
+        assert_eq!(text.lines().count(), 7);
+        assert!(
+            text.starts_with("pass,config,rep,") && text.contains(",decode_steps,drafted,accepted,error\n"),
+            "{text}"
+        );
     }
 }
