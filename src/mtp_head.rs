@@ -78,7 +78,6 @@ pub fn write_agreeing_head(path: &Path, agree: f64, seed: u64, threads: u32) -> 
             .into());
     };
     let (d, vocab) = (embed[0] as usize, embed[1] as usize);
-    drop(files);
 
     let (successor, seen) = learn_successors(path, threads)?;
     let mut report = HeadReport { tokens_seen: seen, with_successor: successor.len(), agreeing: 0 };
@@ -106,11 +105,11 @@ pub fn write_agreeing_head(path: &Path, agree: f64, seed: u64, threads: u32) -> 
         out.iter_mut().for_each(|v| *v /= rms);
     };
     let fail = |e: anyhow::Error| e.to_string();
-    rewrite_tensor(path, &name("nextn.embed_tokens"), &mut |x, out| row_of(x, out)).map_err(fail)?;
+    rewrite_tensor(&files, &name("nextn.embed_tokens"), &mut |x, out| row_of(x, out)).map_err(fail)?;
     // A known successor's logit: ln(vocab) + 4 over the others', about 98%.
     let scale = ((vocab as f32).ln() + 4.0) / d as f32;
     let mut scratch = vec![0f32; d];
-    rewrite_tensor(path, &name("nextn.shared_head_head"), &mut |v, out| {
+    rewrite_tensor(&files, &name("nextn.shared_head_head"), &mut |v, out| {
         out.fill(0.0);
         for &x in target.get(&v).map_or(&[][..], Vec::as_slice) {
             row_of(x, &mut scratch);
@@ -119,18 +118,17 @@ pub fn write_agreeing_head(path: &Path, agree: f64, seed: u64, threads: u32) -> 
     })
     .map_err(fail)?;
     // Output i of eh_proj is input i: the embedding half, the hidden state dropped.
-    rewrite_tensor(path, &name("nextn.eh_proj"), &mut |i, out| {
+    rewrite_tensor(&files, &name("nextn.eh_proj"), &mut |i, out| {
         out.fill(0.0);
         out[i] = 1.0;
     })
     .map_err(fail)?;
     for norm in ["nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm"] {
-        rewrite_tensor(path, &name(norm), &mut |_, out| out.fill(1.0)).map_err(fail)?;
+        rewrite_tensor(&files, &name(norm), &mut |_, out| out.fill(1.0)).map_err(fail)?;
     }
-    let files = ModelFiles::open(path).map_err(|e| e.to_string())?;
     for zeroed in ["attn_output", "ffn_down_exps", "ffn_down_shexp", "ffn_down"] {
         if files.locate(&name(zeroed)).is_some() {
-            rewrite_tensor(path, &name(zeroed), &mut |_, out| out.fill(0.0)).map_err(fail)?;
+            rewrite_tensor(&files, &name(zeroed), &mut |_, out| out.fill(0.0)).map_err(fail)?;
         }
     }
     Ok(report)

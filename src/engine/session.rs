@@ -266,8 +266,6 @@ pub struct Session {
     turn: u32,
     drafter: Option<Drafter>,
     draft_max: u32,
-    /// Drafts from the model's MTP layers (attached to the context).
-    mtp: bool,
     /// Chooses the decode thread count and read-ahead, when either is tuned.
     tuner: Option<StepTuner>,
     /// Run-queue delay of the process's threads, read after each step
@@ -385,7 +383,6 @@ impl Session {
                 finish_lean_open(&mut ctx, copy)?;
             }
         }
-        let mtp = options.mtp.is_some();
         info.notices.splice(0..0, notices);
         info.load_s = start.elapsed().as_secs_f64();
         info.open_read_bytes = read_before
@@ -405,7 +402,6 @@ impl Session {
             turn: 0,
             drafter: None,
             draft_max: 3,
-            mtp,
             tuner,
             run_queue: Some(RunQueueDelay::new()),
             other_load: OtherLoad::new(),
@@ -496,7 +492,7 @@ impl Session {
                 "speculative decoding verifies drafts against greedy argmax: use --temp 0 with --draft-plugin".into(),
             ));
         }
-        if self.mtp && req.sampling.temp > 0.0 {
+        if self.drafts_with_mtp() && req.sampling.temp > 0.0 {
             return Err(EngineError::Request(
                 "MTP drafts are verified against greedy argmax: use --temp 0 with --mtp".into(),
             ));
@@ -505,7 +501,7 @@ impl Session {
         // Built before anything is decoded, so a refused grammar leaves the
         // session as it was.
         let mut sampler = match &req.grammar {
-            Some(_) if self.mtp => {
+            Some(_) if self.drafts_with_mtp() => {
                 return Err(EngineError::Request(
                     "a grammar and MTP drafting do not go together (drafts are verified against unconstrained greedy \
                      choices): turn one of them off"
@@ -554,7 +550,7 @@ impl Session {
                 load_s: self.info.load_s,
                 streaming: self.options.stream.is_some(),
                 cached: self.info.cache_budget > 0,
-                speculative: self.drafter.is_some() || self.mtp,
+                speculative: self.drafter.is_some() || self.drafts_with_mtp(),
                 dropping: self.ctx.hook_mut().is_some_and(|h| h.dropper_mut().is_some()),
                 ..RunSummary::default()
             },
@@ -587,7 +583,7 @@ impl Session {
         }
 
         let mut emit = Emitter { model: &model, utf8: Utf8Stream::default(), keep_logits: req.keep_logits, index: 0 };
-        if self.drafter.is_some() || self.mtp {
+        if self.drafter.is_some() || self.drafts_with_mtp() {
             self.decode_speculative(req, turn, &mut emit, &mut out, on_event)?;
         } else {
             self.decode_plain(req, turn, &mut sampler, &mut emit, &mut out, on_event)?;
@@ -686,7 +682,7 @@ impl Session {
             let mut draft_trace = None;
             let drafts = match self.drafter.as_mut() {
                 Some(d) => d.draft(self.draft_max.min(remaining - 1)),
-                None if self.mtp => {
+                None if self.ctx.has_mtp() => {
                     if let Some(h) = self.ctx.hook_mut() {
                         h.begin_side_batch(1);
                     }
@@ -736,7 +732,7 @@ impl Session {
                     break;
                 }
             }
-            if self.mtp && !drafts.is_empty() {
+            if self.drafts_with_mtp() && !drafts.is_empty() {
                 self.ctx.mtp_verified(accepted);
             }
             // Positions past the accepted drafts hold guesses the model rejected.
@@ -808,7 +804,7 @@ impl Session {
         let result = self.ctx.decode(tokens, first_pos, logits);
         // The MTP drafter keeps the tokens and the hidden states this decode
         // left, for the draft context to take with the next draft.
-        if self.mtp
+        if self.drafts_with_mtp()
             && result.is_ok()
             && let Err(e) = self.ctx.mtp_follow()
         {
@@ -992,7 +988,7 @@ impl Session {
 
     /// Whether the session drafts with the model's MTP layers.
     pub fn drafts_with_mtp(&self) -> bool {
-        self.mtp
+        self.ctx.has_mtp()
     }
 
     /// The expert store, when streaming (for tests and diagnostics).
@@ -1018,7 +1014,7 @@ fn attach_stream(
 ) -> Result<(), EngineError> {
     let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
     ctx.decode(&[bos], 0, Logits::None)?;
-    if ctx.mtp_draft_max().is_some() {
+    if ctx.has_mtp() {
         // A draft after it shows the MTP layer's experts in the draft graph.
         ctx.mtp_follow().map_err(EngineError::Llama)?;
         ctx.mtp_draft(1, bos).map_err(EngineError::Llama)?;

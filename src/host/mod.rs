@@ -300,21 +300,6 @@ impl Host {
         let mut messages = self.conversation.rendered_messages();
         messages.extend(new.iter().cloned());
         let prompt = self.format.prompt(&messages, self.config.chat.think)?;
-        // A reply to the user that must call a tool follows the call grammar.
-        let from_user = messages.last().is_some_and(|m| m.role == "user");
-        let call_grammar = if from_user && self.config.chat.tool_choice == "required" {
-            if self.config.generate.constraint().ok().flatten().is_some() {
-                return Err(HostError::Setting(
-                    "chat.tool_choice = required and a grammar (generate.grammar or json_schema) both constrain the \
-                     reply: unset one"
-                        .into(),
-                ));
-            }
-            let grammar = self.format.call_grammar(&prompt);
-            Some(grammar.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?)
-        } else {
-            None
-        };
         let tokens = self.prompt_tokens(&prompt);
         let n_ctx = self.session.n_ctx();
         let room = (n_ctx as usize).saturating_sub(tokens.len());
@@ -333,8 +318,18 @@ impl Host {
         };
         let prompt_len = tokens.len();
         let mut request = self.request(Prompt::Tokens(tokens), n_predict)?;
-        if call_grammar.is_some() {
-            request.grammar = call_grammar;
+        // A reply to the user that must call a tool follows the call grammar.
+        if messages.last().is_some_and(|m| m.role == "user") && self.config.chat.tool_choice == "required" {
+            if request.grammar.is_some() {
+                return Err(HostError::Setting(
+                    "chat.tool_choice = required and a grammar (generate.grammar or json_schema) both constrain the \
+                     reply: unset one"
+                        .into(),
+                ));
+            }
+            let grammar = self.format.call_grammar(&prompt);
+            request.grammar =
+                Some(grammar.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?);
         }
         let generation = self.run(
             &request,

@@ -233,9 +233,9 @@ impl<H: EvalHook> Context<H> {
         self.mtp.as_mut().ok_or_else(|| "no MTP drafting attached".to_string())
     }
 
-    /// Most tokens one MTP draft holds (`None`: no drafting attached).
-    pub fn mtp_draft_max(&self) -> Option<u32> {
-        self.mtp.as_ref().map(|m| m.draft_max)
+    /// Whether MTP drafting is attached.
+    pub fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
     }
 
     /// Hands the drafter the batch this context decoded last, with the

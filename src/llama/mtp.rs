@@ -54,7 +54,7 @@ pub(super) struct MtpDraft {
     ctx: NonNull<sys::llama_context>,
     target: NonNull<sys::llama_context>,
     threadpool: *mut sys::ggml_threadpool,
-    pub(super) draft_max: u32,
+    draft_max: u32,
     p_min: f32,
     n_embd: usize,
     n_vocab: usize,

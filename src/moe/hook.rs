@@ -444,14 +444,9 @@ impl MoeHook {
 
     /// Prepares for a decode of `tokens` tokens (`decode`: not a prompt chunk).
     pub fn begin_batch(&mut self, tokens: u32, decode: bool) {
+        self.begin_side_batch(tokens);
         self.trace = StepTrace::default();
-        self.token_base = 0;
-        self.ubatch_tokens = 0;
-        self.last_layer = None;
-        self.batch_tokens = tokens;
         self.decode_phase = decode;
-        self.pending = None;
-        self.deferred = None;
         self.predicted.iter_mut().for_each(Vec::clear);
         self.predicted_far.iter_mut().for_each(Vec::clear);
     }

@@ -171,6 +171,8 @@ pub struct ExpertStore {
     /// Layers from here on are a draft context's (MTP), which the trunk's
     /// read-ahead does not look ahead to.
     trunk_end: usize,
+    /// How many of `streamed` are trunk layers (below `trunk_end`).
+    trunk_streamed: usize,
     /// Destination region of each (layer, projection).
     regions: Vec<Vec<Arc<Region>>>,
     entry_bytes: Vec<u64>,
@@ -268,6 +270,7 @@ impl ExpertStore {
             n_expert,
             streamed,
             trunk_end: usize::MAX,
+            trunk_streamed: usize::MAX,
             seen: vec![0; n_expert],
             layers,
             regions,
@@ -304,9 +307,8 @@ impl ExpertStore {
     /// The streamed layers after `il`, nearest first: within the trunk,
     /// for a trunk layer (the MTP layers run in another context).
     pub fn streamed_after(&self, il: usize) -> impl Iterator<Item = usize> + '_ {
-        let end = if il < self.trunk_end { self.trunk_end } else { usize::MAX };
         let from = self.streamed.partition_point(|&l| l <= il);
-        let to = self.streamed.partition_point(|&l| l < end);
+        let to = if il < self.trunk_end { self.trunk_streamed.min(self.streamed.len()) } else { self.streamed.len() };
         self.streamed[from..to.max(from)].iter().copied()
     }
 
@@ -314,6 +316,7 @@ impl ExpertStore {
     /// a trunk of `n`), which read-ahead from the trunk leaves alone.
     pub fn set_trunk_layers(&mut self, n: usize) {
         self.trunk_end = n;
+        self.trunk_streamed = self.streamed.partition_point(|&l| l < n);
     }
 
     /// Bytes of one (layer, expert) entry, all projections.

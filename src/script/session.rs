@@ -86,7 +86,7 @@ impl Session {
         let keep_logits = options.get("logits").is_some_and(|v| v.as_bool().unwrap_or(false));
         let schema = match options.get("json_schema") {
             None => None,
-            Some(v) if v.is_map() => Some(rhai::format_map_as_json(&v.clone().cast::<Map>())),
+            Some(v) if v.is_map() => Some(dynamic_to_json(v).to_string()),
             Some(v) => Some(v.clone().into_string().map_err(|_| {
                 fail("generate", "json_schema: a map, or a schema as JSON text, or a file holding one")
             })?),
@@ -335,5 +335,25 @@ fn json_to_dynamic(v: &serde_json::Value) -> Dynamic {
         Value::Object(fields) => {
             Dynamic::from_map(fields.iter().map(|(k, v)| (k.as_str().into(), json_to_dynamic(v))).collect())
         }
+    }
+}
+
+/// A Rhai value as JSON (`()` as null; other types by their text).
+fn dynamic_to_json(value: &Dynamic) -> serde_json::Value {
+    use serde_json::Value;
+    if value.is_unit() {
+        Value::Null
+    } else if let Ok(b) = value.as_bool() {
+        Value::Bool(b)
+    } else if let Ok(i) = value.as_int() {
+        Value::from(i)
+    } else if let Ok(f) = value.as_float() {
+        serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+    } else if let Some(items) = value.clone().try_cast::<Array>() {
+        Value::Array(items.iter().map(dynamic_to_json).collect())
+    } else if let Some(fields) = value.clone().try_cast::<Map>() {
+        Value::Object(fields.iter().map(|(k, v)| (k.to_string(), dynamic_to_json(v))).collect())
+    } else {
+        Value::String(value.to_string())
     }
 }

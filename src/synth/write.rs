@@ -159,13 +159,16 @@ impl Drop for PartialFile {
     }
 }
 
-/// Overwrites the data of tensor `name` of the model at `path` in place,
+/// Overwrites the data of tensor `name` of the model `files` in place,
 /// row by row: `row(i, values)` fills row `i` (`ne[0]` values), which is
 /// encoded in the tensor's own type. The file keeps its layout.
-pub fn rewrite_tensor(path: &Path, name: &str, row: &mut dyn FnMut(usize, &mut [f32])) -> Result<()> {
+pub fn rewrite_tensor(
+    files: &crate::gguf::ModelFiles,
+    name: &str,
+    row: &mut dyn FnMut(usize, &mut [f32]),
+) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    let files = crate::gguf::ModelFiles::open(path)?;
-    let at = files.locate(name).with_context(|| format!("{}: no tensor {name}", path.display()))?;
+    let at = files.locate(name).with_context(|| format!("{}: no tensor {name}", files.paths()[0].display()))?;
     let (ty, width) = (at.info.ty, at.info.dims[0] as usize);
     let rows = (at.info.elements() / width as u64) as usize;
     let row_bytes = (at.info.size / rows as u64) as usize;

@@ -3,7 +3,7 @@
 
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext};
 
-use super::{Fallible, Session, check_interrupt, fail, json_to_dynamic, run_guarded};
+use super::{Fallible, Session, check_interrupt, dynamic_to_json, fail, json_to_dynamic, run_guarded};
 use crate::chat::ToolCall;
 use crate::host::Turn;
 
@@ -61,7 +61,7 @@ impl ToolOptions {
 impl Session {
     /// `s.chat(message, options)`: a chat turn with tools shown (`tools`),
     /// a reply to the user forced to call one (`tool_choice: "required"`),
-    /// and calls answered by the script function `call(name, args)`, whose
+    /// and calls answered by the script function `answer(name, args)`, whose
     /// result goes back to the model as a `tool` message, up to `max_steps`
     /// replies.
     pub fn chat_with(&mut self, ctx: &NativeCallContext, message: &str, options: &Map) -> Fallible<Map> {
@@ -169,24 +169,4 @@ fn result_text(value: &Dynamic) -> String {
         return text;
     }
     dynamic_to_json(value).to_string()
-}
-
-/// A Rhai value as JSON (`()` as null; other types by their text).
-pub fn dynamic_to_json(value: &Dynamic) -> serde_json::Value {
-    use serde_json::Value;
-    if value.is_unit() {
-        Value::Null
-    } else if let Ok(b) = value.as_bool() {
-        Value::Bool(b)
-    } else if let Ok(i) = value.as_int() {
-        Value::from(i)
-    } else if let Ok(f) = value.as_float() {
-        serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
-    } else if let Some(items) = value.clone().try_cast::<Array>() {
-        Value::Array(items.iter().map(dynamic_to_json).collect())
-    } else if let Some(fields) = value.clone().try_cast::<Map>() {
-        Value::Object(fields.iter().map(|(k, v)| (k.to_string(), dynamic_to_json(v))).collect())
-    } else {
-        Value::String(value.to_string())
-    }
 }
