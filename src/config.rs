@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{CacheBudget, DenseWeights, LeanOpen, SessionOptions, StreamOptions};
+use crate::engine::{CacheBudget, DenseWeights, LeanOpen, RpcOptions, SessionOptions, StreamOptions};
 use crate::llama::{MtpParams, Sampling};
 use crate::moe::evict::CachePolicy;
 use crate::moe::predict::ReadAhead;
@@ -141,11 +141,22 @@ pub struct ModelConfig {
     /// file fits in memory; streamed from a repacked copy, or when it
     /// fits), `on` or `off`.
     pub repack: String,
+    /// RPC servers holding some of the layers, `HOST:PORT[,HOST:PORT...]`
+    /// (`bmoe rpc-server` on each); empty = every layer here.
+    pub rpc: String,
+    /// Layers on the RPC servers: one count per server, or one total split
+    /// by the servers' free memory; empty = as many as their memory holds.
+    pub rpc_layers: String,
 }
 
 impl Default for ModelConfig {
     fn default() -> ModelConfig {
-        ModelConfig { path: PathBuf::new(), repack: Repack::default().name().into() }
+        ModelConfig {
+            path: PathBuf::new(),
+            repack: Repack::default().name().into(),
+            rpc: String::new(),
+            rpc_layers: String::new(),
+        }
     }
 }
 
@@ -470,6 +481,13 @@ impl RunConfig {
         if Repack::from_name(&self.model.repack).is_none() {
             return Err(bad("model.repack", format!("`{}` is not auto, on or off", self.model.repack)));
         }
+        let rpc = self.rpc_options().map_err(|e| bad("model.rpc", e))?;
+        if rpc.is_none() && !self.model.rpc_layers.trim().is_empty() {
+            return Err(bad("model.rpc_layers", "layers on RPC servers need servers (model.rpc / --rpc)"));
+        }
+        if rpc.is_some() && self.plugins.mtp {
+            return Err(bad("model.rpc", "MTP drafting (plugins.mtp) runs on one machine only; turn one of them off"));
+        }
         match DenseWeights::from_name(&m.dense_weights) {
             None => {
                 return Err(bad("moe.dense_weights", format!("`{}` is not mmap, warm or anon", m.dense_weights)));
@@ -584,7 +602,14 @@ impl RunConfig {
             }),
             repack: Repack::from_name(&self.model.repack).unwrap_or_default(),
             mtp: self.plugins.mtp.then_some(MtpParams { draft_max: self.plugins.draft, p_min: self.plugins.mtp_p_min }),
+            rpc: self.rpc_options().ok().flatten(),
         }
+    }
+
+    /// The RPC servers and layer split `model.rpc` and `model.rpc_layers`
+    /// ask for (`None`: no servers).
+    pub fn rpc_options(&self) -> Result<Option<RpcOptions>, String> {
+        RpcOptions::parse(&self.model.rpc, &self.model.rpc_layers)
     }
 
     /// The expert cache budget `moe.*` asks for.
@@ -792,6 +817,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 2 + 11 + 16 + 9 + 4 + 5);
+        assert_eq!(pairs.len(), 4 + 11 + 16 + 9 + 4 + 5);
     }
 }

@@ -148,6 +148,7 @@ fn learn_successors(path: &Path, threads: u32) -> Result<(HashMap<usize, usize>,
         stream: None,
         repack: Default::default(),
         mtp: None,
+        rpc: None,
     };
     let mut session = Session::open(options).map_err(|e| e.to_string())?;
     let mut counts: HashMap<usize, HashMap<usize, u32>> = HashMap::new();

@@ -71,6 +71,14 @@ pub struct RunFlags {
     /// streamed and resident with the same choice.
     #[arg(long, value_name = "auto|on|off")]
     pub repack: Option<String>,
+    /// RPC servers (`bmoe rpc-server` on other machines) that hold the model's last layers and
+    /// its output head, HOST:PORT[,HOST:PORT...]; the first layers stay here [model.rpc].
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub rpc: Option<String>,
+    /// Layers on the RPC servers: one count per server, or one total split by their free memory
+    /// [model.rpc_layers, default: as many as the servers' free memory holds].
+    #[arg(long, value_name = "N[,N...]")]
+    pub rpc_layers: Option<String>,
     /// Parallel read lanes [default 4].
     #[arg(long)]
     pub io_threads: Option<u32>,
@@ -208,6 +216,12 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     }
     if let Some(r) = &args.repack {
         c.model.repack = r.clone();
+    }
+    if let Some(r) = &args.rpc {
+        c.model.rpc = r.clone();
+    }
+    if let Some(r) = &args.rpc_layers {
+        c.model.rpc_layers = r.clone();
     }
     macro_rules! set {
         ($($flag:ident => $field:expr),* $(,)?) => { $( if let Some(v) = args.$flag.clone() { $field = v; } )* };

@@ -1,12 +1,12 @@
 //! The command line: `generate`, `repl`, `template`, `make-model`,
-//! `inspect`, `archs`, `trace-stats` and `plugin`.
+//! `inspect`, `archs`, `trace-stats`, `plugin` and `rpc-server`.
 
 mod bench;
 mod generate;
-
 mod model;
 mod plugin;
 mod replay;
+mod rpc_server;
 mod run;
 mod template;
 
@@ -86,6 +86,9 @@ pub enum Command {
     /// Draft and drop policy plugins: list, check, bench, wrap, scaffold a new one.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Lend this machine's CPU to a client that holds some of a model's layers here
+    /// (`--rpc HOST:PORT` on the client; llama.cpp's RPC protocol, no authentication).
+    RpcServer(rpc_server::RpcServerArgs),
 }
 
 /// Runs the command line.
@@ -106,6 +109,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::bench(args),
         Command::Replay(args) => replay::replay_traces(args),
         Command::Run(args) => run::run(args),
+        Command::RpcServer(args) => rpc_server::rpc_server(args),
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod contention;
 mod events;
+mod remote;
 mod session;
 mod threads;
 
@@ -10,6 +11,7 @@ pub use crate::moe::budget::CacheBudget;
 pub use crate::moe::dense::DenseWeights;
 pub use crate::moe::repack::Repack;
 pub use events::{Event, Phase, StepReport};
+pub use remote::RpcOptions;
 pub use session::{
     AbortHandle, EngineError, GenerateRequest, Generation, LeanOpen, OpenReport, Prompt, Session, SessionOptions,
     StreamOptions,

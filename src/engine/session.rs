@@ -7,9 +7,13 @@ use std::time::Instant;
 
 use super::contention::{OtherLoad, RunQueueDelay};
 use super::events::{Event, Phase, StepReport};
+use super::remote::{self, RpcOptions};
 use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
-use crate::llama::{Context, ContextParams, DecodeError, Logits, Model, MtpParams, Sampler, Sampling, argmax};
+use crate::llama::rpc;
+use crate::llama::{
+    Context, ContextParams, DecodeError, Logits, Model, MtpParams, RemoteLayers, Sampler, Sampling, argmax,
+};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
 use crate::moe::evict::CachePolicy;
@@ -95,6 +99,8 @@ pub struct SessionOptions {
     pub repack: Repack,
     /// Draft with the model's own MTP layers (speculative decoding).
     pub mtp: Option<MtpParams>,
+    /// Hold the last layers on RPC servers (llama.cpp's RPC backend).
+    pub rpc: Option<RpcOptions>,
 }
 
 /// Why the engine failed.
@@ -277,6 +283,8 @@ pub struct Session {
     ctx_threads: u32,
     /// Polling set by a test instead of by the tuner.
     force_polling: Option<bool>,
+    /// The RPC servers holding layers, and the addresses they answered on.
+    remote: Vec<(String, std::net::SocketAddr)>,
 }
 
 impl Session {
@@ -332,20 +340,34 @@ impl Session {
                 notices.push(note);
             }
         }
+        let remote = match &options.rpc {
+            Some(rpc) => place_remote(rpc, &files, &options, &mut notices)?,
+            None => RemoteLayers::default(),
+        };
         // Under MTP drafting too: the draft graph's experts stream, and its
         // other reads are checked against the copy's holes like the trunk's.
-        let lean =
-            options.stream.as_ref().and_then(|s| s.lean.as_ref()).and_then(|l| lean_copy(&files, l, &mut notices));
+        // Not with layers on RPC servers: llama.cpp uploads theirs from the
+        // file it loads, and a lean copy's experts are holes.
+        let lean = options
+            .stream
+            .as_ref()
+            .and_then(|s| s.lean.as_ref())
+            .filter(|_| remote.total() == 0)
+            .and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
         let memory = MemoryLimits::read().tightest();
         let from_copy = options.stream.as_ref().is_some_and(|s| s.repacked_copy.is_some());
-        let repack = options.repack.applies(files.total_bytes(), memory, from_copy);
+        // An RPC server computes its layers' banks in the file's layout (it
+        // has no repacked buffers), and a repacked kernel rounds differently:
+        // with layers there, the banks here keep that layout too, so the
+        // output is the single-process `--repack off` run's, bit for bit.
+        let repack = remote.total() == 0 && options.repack.applies(files.total_bytes(), memory, from_copy);
         // A resident run has llama.cpp repack the banks as it loads them; a
         // streamed one reads them repacked from a copy, or repacks each
         // slice as it reads it (`attach_stream`).
         let resident_banks = if repack && options.stream.is_none() { repackable_banks(&files) } else { Vec::new() };
         let model = Arc::new(
-            Model::load(load_path, &overrides, &name_patterns(&resident_banks), options.mtp.is_some())
+            Model::load(load_path, &overrides, &name_patterns(&resident_banks), options.mtp.is_some(), &remote)
                 .map_err(|e| EngineError::Llama(e.to_string()))?,
         );
         let abort = Arc::new(AtomicBool::new(false));
@@ -363,6 +385,10 @@ impl Session {
             n_threads: options.threads,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
+        if remote.total() > 0 {
+            // The connections the model's and the context's remote buffers hold.
+            rpc::close_sockets_on_exec();
+        }
         // Attached before anything is decoded: the warm-up below captures
         // the MTP layer's experts too, and they stream like the trunk's.
         if let Some(mtp) = options.mtp {
@@ -407,6 +433,7 @@ impl Session {
             other_load: OtherLoad::new(),
             ctx_threads,
             force_polling: None,
+            remote: remote.devices.iter().map(|d| (d.endpoint.clone(), d.addr)).collect(),
         })
     }
 
@@ -473,9 +500,24 @@ impl Session {
         Ok(())
     }
 
+    /// An error naming the RPC server that has gone, if one holding layers
+    /// has: ggml ends the process at the next message to it, so nothing
+    /// that touches the context may run, and the session stays usable for
+    /// its other calls and for dropping.
+    fn remote_gone(&self) -> Option<EngineError> {
+        let (endpoint, _) = self.remote.iter().find(|&&(_, addr)| rpc::connection_lost(addr))?;
+        Some(EngineError::Request(format!(
+            "the RPC server at {endpoint} has gone (it holds some of this model's layers); restart `bmoe rpc-server` \
+             there and open the model again, or open it without --rpc"
+        )))
+    }
+
     /// Forgets the conversation (the expert cache stays warm).
     pub fn reset(&mut self) {
-        self.ctx.clear_kv();
+        // The remote part of the KV cache cannot be cleared once its server has gone.
+        if self.remote_gone().is_none() {
+            self.ctx.clear_kv();
+        }
         self.history.clear();
         self.pending = None;
     }
@@ -487,6 +529,9 @@ impl Session {
         on_event: &mut dyn FnMut(Event<'_>),
     ) -> Result<Generation, EngineError> {
         self.abort.store(false, Ordering::Relaxed);
+        if let Some(gone) = self.remote_gone() {
+            return Err(gone);
+        }
         if self.drafter.is_some() && req.sampling.temp > 0.0 {
             return Err(EngineError::Request(
                 "speculative decoding verifies drafts against greedy argmax: use --temp 0 with --draft-plugin".into(),
@@ -778,6 +823,9 @@ impl Session {
         phase: Phase,
         step: u32,
     ) -> Result<Option<StepReport>, EngineError> {
+        if let Some(gone) = self.remote_gone() {
+            return Err(gone);
+        }
         let first_pos = self.history.len() as i32;
         if let Some(h) = self.ctx.hook_mut() {
             h.begin_batch(tokens.len() as u32, phase == Phase::Decode);
@@ -1143,6 +1191,49 @@ fn attach_stream(
 
 /// The lean copy to load instead of the model, when `lean` asks for one for
 /// this model and it can be found or written (else a notice says why not).
+/// Connects to the RPC servers and places the last layers on them; says
+/// where each range went.
+fn place_remote(
+    rpc: &RpcOptions,
+    files: &ModelFiles,
+    options: &SessionOptions,
+    notices: &mut Vec<String>,
+) -> Result<RemoteLayers, EngineError> {
+    if options.repack == Repack::On {
+        return Err(EngineError::Request(
+            "--repack on cannot hold with --rpc: a server computes its layers' expert banks in the file's layout, \
+             and exact output needs the same kernels here; use --repack auto or off"
+                .into(),
+        ));
+    }
+    if options.mtp.is_some() {
+        return Err(EngineError::Request(
+            "--mtp runs on one machine only: its draft context cannot use layers on RPC servers; run without --rpc \
+             or without --mtp"
+                .into(),
+        ));
+    }
+    let n_layer = files.meta().arch_u64("block_count").unwrap_or(0) as usize;
+    // A streamed session keeps at least its first layer here.
+    let max_remote = n_layer.saturating_sub(usize::from(options.stream.is_some()));
+    let remote = remote::place(rpc, files, n_layer, max_remote).map_err(EngineError::Request)?;
+    for (device, range) in remote.devices.iter().zip(remote.ranges()) {
+        let what = match range.len() {
+            0 => "no layers".to_string(),
+            1 => format!("layer {}", range.start),
+            _ => format!("layers {}-{}", range.start, range.end - 1),
+        };
+        let head = if range.end == remote.n_layer && !range.is_empty() { " and the output head" } else { "" };
+        notices.push(format!(
+            "rpc: {what}{head} on {} ({}, {:.0} MiB free)",
+            device.endpoint,
+            device.name,
+            device.free_bytes as f64 / 1048576.0
+        ));
+    }
+    Ok(remote)
+}
+
 fn lean_copy(files: &ModelFiles, lean: &LeanOpen, notices: &mut Vec<String>) -> Option<lean::LeanCopy> {
     let is_expert = |name: &str| recipe::parse_expert_tensor(name).is_some();
     let expert_bytes: u64 = files.tensors().filter(|t| is_expert(&t.info.name)).map(|t| t.info.size).sum();

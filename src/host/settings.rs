@@ -26,6 +26,12 @@ impl Apply {
 pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("model.path", Apply::Reopen, "GGUF model file; empty = the demo model"),
     ("model.repack", Apply::Reopen, "expert banks for the CPU's repacked kernels: auto, on, off"),
+    ("model.rpc", Apply::Reopen, "RPC servers holding the last layers, HOST:PORT,... (empty = none)"),
+    (
+        "model.rpc_layers",
+        Apply::Reopen,
+        "layers on the RPC servers: a count per server, or a total (empty = by memory)",
+    ),
     ("generate.n_predict", Apply::Live, "most tokens per turn"),
     ("generate.threads", Apply::Reopen, "compute threads (0 = tuned between 1 and one per core)"),
     ("generate.ctx_size", Apply::Reopen, "context length in tokens, all turns together"),

@@ -365,9 +365,14 @@ impl<H: EvalHook> Drop for Context<H> {
         // pointers while the model, held by our Arc, is still alive). A
         // draft context, which reads this one and shares its hook, goes first.
         self.mtp = None;
+        // A context whose RPC server has gone is left in memory, like its
+        // model: freeing its remote buffers would end the process.
+        let leave = self.model.remote_lost();
         unsafe {
             sys::llama_batch_free(self.batch);
-            sys::llama_free(self.ptr.as_ptr());
+            if !leave {
+                sys::llama_free(self.ptr.as_ptr());
+            }
             for pool in [self.threadpool, self.polling_pool] {
                 if !pool.is_null() {
                     sys::ggml_threadpool_free(pool);

@@ -9,6 +9,7 @@ mod model;
 mod mtp;
 pub mod quant;
 mod repack;
+pub mod rpc;
 mod sampler;
 mod tensor;
 
@@ -21,6 +22,7 @@ pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};
 pub use mtp::MtpParams;
 pub use repack::Repacker;
+pub use rpc::RemoteLayers;
 pub use sampler::{Sampler, Sampling, argmax};
 pub use tensor::{RowScorer, Tensor, TensorBinding, TensorHandle};
 
@@ -31,8 +33,32 @@ static INIT: Once = Once::new();
 pub fn init() {
     INIT.call_once(|| {
         log::install();
+        // SAFETY: installs a plain function pointer, before any other call.
+        unsafe { sys::ggml_set_abort_callback(Some(on_ggml_abort)) };
         // SAFETY: called once per process before any other llama.cpp call.
         unsafe { sys::llama_backend_init() };
+    });
+}
+
+/// Says why llama.cpp is about to end the process (ggml then calls
+/// `abort`, which nothing can stop): its own message, and for the RPC
+/// backend, which aborts on a broken connection, what that means.
+unsafe extern "C" fn on_ggml_abort(message: *const std::ffi::c_char) {
+    let text = if message.is_null() {
+        String::new()
+    } else {
+        // SAFETY: ggml passes its NUL-terminated message buffer.
+        unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy().into_owned()
+    };
+    let rpc = text.contains("RPC") || text.contains("rpc");
+    let _ = std::panic::catch_unwind(|| {
+        eprintln!("bmoe: llama.cpp stopped the process: {text}");
+        if rpc {
+            eprintln!(
+                "bmoe: an RPC server stopped answering (it holds some of the model's layers, so the model cannot \
+                 go on without it); restart `bmoe rpc-server` there and open the model again"
+            );
+        }
     });
 }
 

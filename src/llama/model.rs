@@ -6,6 +6,8 @@ use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
 
+use super::rpc::RemoteLayers;
+
 /// Why llama.cpp refused a model.
 #[derive(Debug, thiserror::Error)]
 #[error("llama.cpp could not load {path}: {reason}")]
@@ -24,6 +26,8 @@ pub struct Model {
     ptr: NonNull<sys::llama_model>,
     vocab: *const sys::llama_vocab,
     path: PathBuf,
+    /// The RPC servers holding layers, by the address each answered on.
+    remote: Vec<std::net::SocketAddr>,
 }
 
 // SAFETY: llama_model is immutable after load except for the expert data
@@ -39,11 +43,13 @@ impl Model {
     /// loaded into the CPU backend's repacking buffer type: give only
     /// tensors [`super::Repacker::new`] accepts. With `mtp`, the model's
     /// next-token-prediction layers are loaded too (for an MTP context).
+    /// `remote` places the last layers on RPC servers (none when empty).
     pub fn load(
         path: &Path,
         int_overrides: &[(String, i64)],
         repack: &[String],
         mtp: bool,
+        remote: &RemoteLayers,
     ) -> Result<Model, ModelLoadError> {
         super::init();
         let fail = |reason: String| ModelLoadError { path: path.to_path_buf(), reason };
@@ -73,6 +79,14 @@ impl Model {
         params.lazy_mode = sys::LLAMA_LAZY_MODE_OFF;
         params.use_extra_bufts = false;
         params.load_mtp = mtp;
+        // Kept alive until the load returns: llama.cpp copies the device list.
+        let (mut devices, split, offloaded) = remote.params();
+        if offloaded > 0 {
+            params.devices = devices.as_mut_ptr();
+            params.tensor_split = split.as_ptr();
+            params.n_gpu_layers = offloaded;
+            params.split_mode = sys::LLAMA_SPLIT_MODE_LAYER;
+        }
         if !int_overrides.is_empty() {
             params.kv_overrides = overrides.as_ptr();
         }
@@ -91,7 +105,7 @@ impl Model {
                 .push(sys::llama_model_tensor_buft_override { pattern: std::ptr::null(), buft: std::ptr::null_mut() });
             params.tensor_buft_overrides = buft_overrides.as_ptr();
         }
-        // SAFETY: cpath, overrides, patterns and buft_overrides outlive the call;
+        // SAFETY: cpath, overrides, patterns, buft_overrides, devices and split outlive the call;
         // llama.cpp copies what it keeps.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), params) };
         let ptr = NonNull::new(raw).ok_or_else(|| {
@@ -100,7 +114,8 @@ impl Model {
         })?;
         // SAFETY: a loaded model always has a vocabulary, valid as long as the model.
         let vocab = unsafe { sys::llama_model_get_vocab(ptr.as_ptr()) };
-        Ok(Model { ptr, vocab, path: path.to_path_buf() })
+        let remote = remote.devices.iter().zip(&remote.layers).filter(|&(_, &n)| n > 0).map(|(d, _)| d.addr).collect();
+        Ok(Model { ptr, vocab, path: path.to_path_buf(), remote })
     }
 
     pub(super) fn raw(&self) -> *mut sys::llama_model {
@@ -209,8 +224,23 @@ impl Model {
     }
 }
 
+impl Model {
+    /// True when an RPC server holding some of the layers has gone: ggml
+    /// would end the process at the next message to it, freeing the
+    /// layers' buffers included.
+    pub fn remote_lost(&self) -> bool {
+        self.remote.iter().any(|&addr| super::rpc::connection_lost(addr))
+    }
+}
+
 impl Drop for Model {
     fn drop(&mut self) {
+        // A model whose server has gone is left in memory: freeing its
+        // remote buffers would message the server, and ggml ends the
+        // process when that fails.
+        if self.remote_lost() {
+            return;
+        }
         // SAFETY: every context created from this model holds an Arc to it,
         // so none is alive when the last reference drops.
         unsafe { sys::llama_model_free(self.ptr.as_ptr()) };

@@ -77,6 +77,14 @@ impl<'a> Tensor<'a> {
         self.t().op == sys::GGML_OP_NONE
     }
 
+    /// True when the tensor's bytes are in this process's memory: not in
+    /// a buffer of an RPC server (a layer held on another machine).
+    pub fn is_host(&self) -> bool {
+        let buffer = self.t().buffer;
+        // SAFETY: a tensor's buffer, when set, lives as long as the graph or model it belongs to.
+        buffer.is_null() || unsafe { sys::ggml_backend_buffer_is_host(buffer) }
+    }
+
     /// The node's `i`-th source, if any.
     pub fn src(&self, i: usize) -> Option<Tensor<'a>> {
         let p = *self.t().src.get(i)?;

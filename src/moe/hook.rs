@@ -490,7 +490,12 @@ impl MoeHook {
     fn capture(&mut self, node: Tensor<'_>) {
         self.nodes_seen += 1;
         let at = self.nodes_seen;
-        for src in node.srcs().filter(Tensor::is_leaf) {
+        // Tensors held on an RPC server compute there: nothing to stream,
+        // rebind or read for them here.
+        if !node.is_host() {
+            return;
+        }
+        for src in node.srcs().filter(|s| s.is_leaf() && s.is_host()) {
             let name = src.name();
             let expert = parse_expert_tensor(name).is_some();
             if (name.ends_with(".weight") || name.ends_with(".bias")) && !expert && !self.dense.contains_key(name) {

@@ -59,6 +59,7 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
         stream,
         repack: Default::default(),
         mtp: None,
+        rpc: None,
     }
 }
 

@@ -1,0 +1,365 @@
+//! llama.cpp's RPC backend (ggml-rpc): a server that lends this machine's
+//! CPU backend to another process over TCP, and the client side that makes
+//! such a server's devices places for a model's layers. Only activations
+//! and the weights uploaded at load cross the network; the server computes
+//! the layers it holds with the same ggml kernels as a local run.
+
+use std::ffi::{CStr, CString, c_char};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use llama_cpp_sys_2 as sys;
+
+// ggml-rpc's C API (ggml-rpc.h), which llama-cpp-sys-2 builds with
+// GGML_RPC=ON and links but does not bind.
+unsafe extern "C" {
+    fn ggml_backend_rpc_start_server(
+        endpoint: *const c_char,
+        cache_dir: *const c_char,
+        n_threads: usize,
+        n_devices: usize,
+        devices: *mut sys::ggml_backend_dev_t,
+    );
+    fn ggml_backend_rpc_add_server(endpoint: *const c_char) -> sys::ggml_backend_reg_t;
+}
+
+/// How long a client waits for a server to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A device handle ggml keeps for the life of the process.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DevicePtr(pub(super) sys::ggml_backend_dev_t);
+
+// SAFETY: ggml's device objects are process-global, never freed, and safe
+// to use from any thread (their calls go through the RPC dispatcher's queue).
+unsafe impl Send for DevicePtr {}
+// SAFETY: see Send.
+unsafe impl Sync for DevicePtr {}
+
+/// One compute device an RPC server offers.
+#[derive(Debug, Clone)]
+pub struct RemoteDevice {
+    /// The server's `HOST:PORT`.
+    pub endpoint: String,
+    /// ggml's name for it (`RPC0`, `RPC1`, ...).
+    pub name: String,
+    /// Memory the server reports free, in bytes.
+    pub free_bytes: u64,
+    /// Memory the server reports in all, in bytes.
+    pub total_bytes: u64,
+    /// The address it answered on.
+    pub addr: SocketAddr,
+    pub(super) dev: DevicePtr,
+}
+
+/// Which layers RPC devices hold. llama.cpp gives a model's last layers
+/// to its devices, in order, with the output head on the last one; the
+/// first `n_layer - total` layers stay in this process.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteLayers {
+    /// The devices, in the order they take layers.
+    pub devices: Vec<RemoteDevice>,
+    /// Layers each device holds.
+    pub layers: Vec<u32>,
+    /// The model's layers.
+    pub n_layer: u32,
+}
+
+impl RemoteLayers {
+    /// Layers on all devices together.
+    pub fn total(&self) -> u32 {
+        self.layers.iter().sum()
+    }
+
+    /// The first layer not held here.
+    pub fn first_remote(&self) -> u32 {
+        self.n_layer.saturating_sub(self.total())
+    }
+
+    /// True when layer `il` is held by a device, not here.
+    pub fn is_remote(&self, il: u32) -> bool {
+        self.total() > 0 && il >= self.first_remote()
+    }
+
+    /// Each device's layers, in the order of [`Self::devices`].
+    pub fn ranges(&self) -> impl Iterator<Item = std::ops::Range<u32>> + '_ {
+        let mut next = self.first_remote();
+        self.layers.iter().map(move |&n| {
+            next += n;
+            next - n..next
+        })
+    }
+
+    /// llama.cpp's model parameters for this placement: the devices that
+    /// hold layers (NULL-terminated), their split and the offloaded layer
+    /// count. The split gives each device exactly its count: llama.cpp
+    /// places layer `start + k` on the first device whose cumulative share
+    /// exceeds `k / (total + 1)`, the `+ 1` being the output head, which
+    /// goes with the last device.
+    pub(super) fn params(&self) -> (Vec<sys::ggml_backend_dev_t>, Vec<f32>, i32) {
+        let held: Vec<(usize, u32)> = self.layers.iter().copied().enumerate().filter(|&(_, n)| n > 0).collect();
+        let mut devices: Vec<_> = held.iter().map(|&(i, _)| self.devices[i].dev.0).collect();
+        devices.push(std::ptr::null_mut());
+        let mut split: Vec<f32> = held.iter().map(|&(_, n)| n as f32).collect();
+        if let Some(last) = split.last_mut() {
+            *last += 1.0;
+        }
+        let offloaded = if self.total() > 0 { self.total() as i32 + 1 } else { 0 };
+        (devices, split, offloaded)
+    }
+}
+
+/// Splits `HOST:PORT` (`[V6]:PORT` for an IPv6 address), checking the port.
+pub fn parse_endpoint(endpoint: &str) -> Result<(String, u16), String> {
+    let bad = |why: &str| format!("RPC endpoint {endpoint:?}: {why} (expected HOST:PORT, e.g. 192.168.1.20:50052)");
+    let (host, port) = endpoint.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    let port: u16 = port.parse().map_err(|_| bad("the port is not a number from 0 to 65535"))?;
+    Ok((host.to_string(), port))
+}
+
+/// Connects to the RPC server at `endpoint` and returns the devices it
+/// offers. The server is first reached with a plain TCP connection, so a
+/// server that is down or unreachable is an error here rather than inside
+/// ggml (which would end the process).
+pub fn connect(endpoint: &str) -> Result<Vec<RemoteDevice>, String> {
+    super::init();
+    let (host, port) = parse_endpoint(endpoint)?;
+    let addrs: Vec<_> = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| format!("RPC server {endpoint}: cannot resolve {host}: {e}"))?
+        .collect();
+    let mut last = None;
+    let reached = addrs.iter().copied().find(|a| match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
+        Ok(_) => true,
+        Err(e) => {
+            last = Some(e);
+            false
+        }
+    });
+    let Some(addr) = reached else {
+        let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
+        return Err(format!(
+            "cannot reach the RPC server at {endpoint}: {why} (is `bmoe rpc-server --host {host} --port {port}` running \
+             there?)"
+        ));
+    };
+    let c = CString::new(endpoint).map_err(|_| format!("RPC endpoint {endpoint:?} contains a NUL byte"))?;
+    // SAFETY: c is a valid NUL-terminated string; ggml copies it. The server
+    // answered a TCP connection just now; a server that accepts and then
+    // breaks the handshake still makes ggml abort (reported by the abort hook).
+    let reg = unsafe { ggml_backend_rpc_add_server(c.as_ptr()) };
+    if reg.is_null() {
+        return Err(format!("the RPC server at {endpoint} offers no devices"));
+    }
+    // SAFETY: reg is a live registry ggml keeps for the process.
+    let count = unsafe { sys::ggml_backend_reg_dev_count(reg) };
+    let mut devices = Vec::with_capacity(count);
+    for i in 0..count {
+        // SAFETY: i < count; devices live as long as their registry.
+        let dev = unsafe { sys::ggml_backend_reg_dev_get(reg, i) };
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: dev is live; the outputs are plain integers.
+        unsafe { sys::ggml_backend_dev_memory(dev, &mut free, &mut total) };
+        // SAFETY: ggml returns a NUL-terminated name owned by the device.
+        let name = unsafe { CStr::from_ptr(sys::ggml_backend_dev_name(dev)) }.to_string_lossy().into_owned();
+        devices.push(RemoteDevice {
+            endpoint: endpoint.to_string(),
+            name,
+            free_bytes: free as u64,
+            total_bytes: total as u64,
+            addr,
+            dev: DevicePtr(dev),
+        });
+    }
+    close_sockets_on_exec();
+    Ok(devices)
+}
+
+/// True when the kernel saw the server at `addr` close this machine's
+/// connection to it (its process ended) and no connection to it is
+/// open: ggml would end the process at its next message. Reads the
+/// kernel's socket table (Linux); elsewhere, or with no connection to
+/// look at, false.
+pub fn connection_lost(addr: SocketAddr) -> bool {
+    const ESTABLISHED: &str = "01";
+    const CLOSE_WAIT: &str = "08";
+    let table = if addr.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+    let Ok(text) = std::fs::read_to_string(table) else { return false };
+    let states: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().skip(2);
+            let remote = fields.next()?;
+            let state = fields.next()?;
+            (parse_proc_addr(remote) == Some(addr)).then_some(state)
+        })
+        .collect();
+    states.contains(&CLOSE_WAIT) && !states.contains(&ESTABLISHED)
+}
+
+/// Reads an address of the kernel's socket table: the IP as 32-bit words
+/// in host byte order, then the port, in hex (`0100007F:C350`).
+fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
+    let (ip, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let words: Vec<u32> = ip
+        .as_bytes()
+        .chunks(8)
+        .map(|w| u32::from_str_radix(std::str::from_utf8(w).ok()?, 16).ok())
+        .collect::<Option<_>>()?;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let ip = match bytes.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?),
+        16 => IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Marks every socket of this process close-on-exec. ggml-rpc opens its
+/// connections without the flag, so a child process started while a model
+/// holds layers on a server (a bench run, a script's command) would keep
+/// the connection open after this process closes it, and the server, which
+/// serves one client at a time, would wait on it forever. Rust's own
+/// sockets carry the flag already. Linux only (it reads `/proc/self/fd`).
+pub fn close_sockets_on_exec() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return };
+    for entry in entries.flatten() {
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let is_socket = std::fs::read_link(entry.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"));
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: fcntl on a descriptor number only reads or sets its flags;
+        // one closed meanwhile makes it fail with EBADF, which is ignored.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+/// What `bmoe rpc-server` serves: this machine's CPU backend.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    /// ggml's description of the CPU.
+    pub description: String,
+    /// Memory free, in bytes (what clients size their split from).
+    pub free_bytes: u64,
+    /// Memory in all, in bytes.
+    pub total_bytes: u64,
+}
+
+/// The CPU device ggml would serve.
+fn cpu_device() -> Result<sys::ggml_backend_dev_t, String> {
+    super::init();
+    // SAFETY: a lookup in ggml's registry of built-in backends.
+    let dev = unsafe { sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU) };
+    if dev.is_null() { Err("llama.cpp was built without a CPU backend".into()) } else { Ok(dev) }
+}
+
+/// Describes the CPU backend a server started here would offer.
+pub fn local_backend() -> Result<LocalBackend, String> {
+    let dev = cpu_device()?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: dev is a live device; the outputs are plain integers.
+    unsafe { sys::ggml_backend_dev_memory(dev, &mut free, &mut total) };
+    // SAFETY: a NUL-terminated description owned by the device.
+    let description = unsafe { CStr::from_ptr(sys::ggml_backend_dev_description(dev)) }.to_string_lossy().into_owned();
+    Ok(LocalBackend { description, free_bytes: free as u64, total_bytes: total as u64 })
+}
+
+/// Serves this machine's CPU backend at `host:port` with `threads` compute
+/// threads, until the process is stopped. `cache_dir` lets the server keep
+/// large tensors a client uploads, by hash, so a reconnecting client sends
+/// only their hashes. Returns only on failure.
+pub fn serve(host: &str, port: u16, threads: usize, cache_dir: Option<&Path>) -> Result<(), String> {
+    let dev = cpu_device()?;
+    // ggml reports a port it cannot bind only on stdout, then returns:
+    // bind once here so that error is ours and clear.
+    drop(TcpListener::bind((host, port)).map_err(|e| format!("cannot listen on {host}:{port}: {e}"))?);
+    let endpoint = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let endpoint = CString::new(endpoint).map_err(|_| "the host contains a NUL byte".to_string())?;
+    let cache = match cache_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("cache directory {}: {e}", d.display()))?;
+            Some(
+                CString::new(d.as_os_str().as_encoded_bytes())
+                    .map_err(|_| "the cache directory's path contains a NUL byte".to_string())?,
+            )
+        }
+        None => None,
+    };
+    let mut devices = [dev];
+    // SAFETY: the strings and the device array outlive the call, which
+    // serves clients in this thread until the process ends.
+    unsafe {
+        ggml_backend_rpc_start_server(
+            endpoint.as_ptr(),
+            cache.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            threads.max(1),
+            devices.len(),
+            devices.as_mut_ptr(),
+        )
+    };
+    Err("the RPC server stopped (see llama.cpp's message above)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_or_say_why() {
+        assert_eq!(parse_endpoint("127.0.0.1:50052").unwrap(), ("127.0.0.1".into(), 50052));
+        assert_eq!(parse_endpoint("[::1]:7").unwrap(), ("::1".into(), 7));
+        assert_eq!(parse_endpoint("box.lan:1").unwrap(), ("box.lan".into(), 1));
+        for bad in ["127.0.0.1", ":50052", "h:port", "h:70000"] {
+            let e = parse_endpoint(bad).unwrap_err();
+            assert!(e.contains("HOST:PORT"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn socket_table_addresses_read_back() {
+        let v4 = parse_proc_addr("0100007F:C350").unwrap();
+        assert_eq!(v4, "127.0.0.1:50000".parse().unwrap());
+        let v6 = parse_proc_addr("00000000000000000000000001000000:0035").unwrap();
+        assert_eq!(v6, "[::1]:53".parse().unwrap());
+        assert_eq!(parse_proc_addr("zz:1"), None);
+    }
+
+    #[test]
+    fn a_server_that_ends_is_seen_as_lost() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        assert!(!connection_lost(addr), "an open connection is not lost");
+        drop(server_side);
+        drop(listener);
+        // The FIN arrives asynchronously: wait until the kernel shows it.
+        let t0 = std::time::Instant::now();
+        while !connection_lost(addr) {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the closed connection never showed as lost");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(client);
+    }
+
+    #[test]
+    fn an_unreachable_server_is_an_error_not_an_abort() {
+        // A port nothing listens on: bind one, then free it.
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let e = connect(&format!("127.0.0.1:{port}")).unwrap_err();
+        assert!(e.contains("cannot reach the RPC server") && e.contains("bmoe rpc-server"), "{e}");
+    }
+}

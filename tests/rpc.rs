@@ -1,0 +1,250 @@
+//! Layers on RPC servers: two `bmoe rpc-server` processes on this machine
+//! hold the last layers of a model, and the run must print the tokens and
+//! bitwise the logits of the resident single-process run, streamed or not,
+//! with the expert cache off or evicting. Also: what a user sees when a
+//! server is missing, busy on its port, or asked for too many layers.
+
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use bmoe::engine::{RpcOptions, SessionOptions};
+use bmoe::synth::Arch;
+use common::*;
+
+const N: u32 = 24;
+
+/// A free TCP port on the loopback interface (bound, then released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `bmoe rpc-server` child process, stopped when dropped.
+struct Server {
+    child: Child,
+    endpoint: String,
+}
+
+impl Server {
+    /// Starts a server on a free port and waits until it accepts connections.
+    fn start(dir: &Path) -> Server {
+        let port = free_port();
+        let log = std::fs::File::create(dir.join(format!("server-{port}.log"))).unwrap();
+        // Not while another test opens a session: a fork in the moment
+        // between ggml opening a connection and bmoe marking it
+        // close-on-exec would hand the connection to the server.
+        let _serial = llama_lock();
+        let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["rpc-server", "--port", &port.to_string(), "--threads", "1"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start bmoe rpc-server");
+        let mut server = Server { child, endpoint: format!("127.0.0.1:{port}") };
+        // Ready when it accepts a connection (the server takes the probe as
+        // a client that left, and waits for the next). Waits as long as the
+        // process runs, with a generous bound against a server that never binds.
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if TcpStream::connect(&server.endpoint).is_ok() {
+                return server;
+            }
+            if let Some(status) = server.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(dir.join(format!("server-{port}.log"))).unwrap_or_default();
+                panic!("bmoe rpc-server exited with {status} before listening:\n{log}");
+            }
+            assert!(Instant::now() < deadline, "bmoe rpc-server on {} never listened", server.endpoint);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn with_rpc(opts: SessionOptions, servers: &[&Server], layers: &[u32]) -> SessionOptions {
+    SessionOptions {
+        rpc: Some(RpcOptions {
+            servers: servers.iter().map(|s| s.endpoint.clone()).collect(),
+            layers: layers.to_vec(),
+        }),
+        ..opts
+    }
+}
+
+#[test]
+fn layers_on_two_servers_are_exact_streamed_or_not() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (a, b) = (Server::start(dir.path()), Server::start(dir.path()));
+    let n_layer = bmoe::gguf::ModelFiles::open(&m).unwrap().meta().arch_u64("block_count").unwrap() as u32;
+    assert!(n_layer >= 3, "the tiny model needs a layer here and one on each server");
+    let (reference, _) = run(options(&m, None), N);
+    for (what, stream) in
+        [("resident", None), ("cache off", stream0(2, true)), ("evicting cache", cached(100 * 1024, 2))]
+    {
+        let streamed = stream.is_some();
+        let opts = with_rpc(options(&m, stream), &[&a, &b], &[1, 1]);
+        {
+            let _serial = llama_lock();
+            let s = bmoe::engine::Session::open(opts.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let placed: Vec<&String> = s.info().notices.iter().filter(|n| n.starts_with("rpc:")).collect();
+            assert_eq!(placed.len(), 2, "{what}: {:?}", s.info().notices);
+            assert!(placed[0].contains(&format!("layer {} on {}", n_layer - 2, a.endpoint)), "{placed:?}");
+            assert!(placed[1].contains(&format!("layer {} and the output head on {}", n_layer - 1, b.endpoint)));
+        }
+        let (remote, reports) = run(opts, N);
+        assert_identical(&reference, &remote, &format!("two RPC servers, {what}"));
+        let rows: Vec<_> = reports.iter().flat_map(|r| &r.trace.rows).collect();
+        if streamed {
+            let read: u64 = reports.iter().map(|r| r.trace.bytes_read).sum();
+            assert!(read > 0, "{what}: nothing was streamed");
+            // Only the layers kept here stream; the servers hold theirs.
+            assert!(rows.iter().all(|r| r.layer < n_layer - 2), "{what}: a remote layer was streamed");
+            assert!((0..n_layer - 2).all(|l| rows.iter().any(|r| r.layer == l)), "{what}: a local layer never routed");
+        }
+    }
+}
+
+#[test]
+fn a_total_is_split_by_memory_and_too_many_layers_are_refused() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (a, b) = (Server::start(dir.path()), Server::start(dir.path()));
+    let n_layer = bmoe::gguf::ModelFiles::open(&m).unwrap().meta().arch_u64("block_count").unwrap() as u32;
+    let _serial = llama_lock();
+    // Both servers report this machine's memory, so a total splits evenly.
+    let s = bmoe::engine::Session::open(with_rpc(options(&m, None), &[&a, &b], &[2])).unwrap();
+    let placed: Vec<&String> = s.info().notices.iter().filter(|n| n.starts_with("rpc:")).collect();
+    assert_eq!(placed.len(), 2, "{:?}", s.info().notices);
+    drop(s);
+    // A streamed session keeps its first layer.
+    let e = bmoe::engine::Session::open(with_rpc(options(&m, stream0(1, true)), &[&a], &[n_layer]))
+        .err()
+        .expect("every layer remote while streaming");
+    assert!(e.to_string().contains("keeps at least its first layer here"), "{e}");
+    // Unstreamed, every layer may go.
+    let s = bmoe::engine::Session::open(with_rpc(options(&m, None), &[&a], &[n_layer])).unwrap();
+    assert!(
+        s.info().notices.iter().any(|n| n.contains(&format!("layers 0-{}", n_layer - 1))),
+        "{:?}",
+        s.info().notices
+    );
+}
+
+#[test]
+fn cli_generate_with_servers_prints_the_resident_text_and_says_where_layers_went() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (a, b) = (Server::start(dir.path()), Server::start(dir.path()));
+    let generate = |extra: &[&str]| {
+        let _serial = llama_lock();
+        let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["generate", "-m", m.to_str().unwrap(), "-n", "12", "-t", "1", "-p", PROMPT])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{extra:?}: {stderr}");
+        (String::from_utf8(out.stdout).unwrap(), stderr)
+    };
+    let (resident, _) = generate(&[]);
+    let servers = format!("{},{}", a.endpoint, b.endpoint);
+    let (remote, notes) = generate(&["--moe-stream", "--rpc", &servers, "--rpc-layers", "1,1"]);
+    assert_eq!(resident, remote);
+    assert!(notes.contains(&format!("on {}", a.endpoint)) && notes.contains(&format!("on {}", b.endpoint)), "{notes}");
+}
+
+#[test]
+fn a_missing_server_or_a_taken_port_is_a_clear_error() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["generate", "-m", m.to_str().unwrap(), "-n", "4", "--rpc", &nobody])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot reach the RPC server at {nobody}")), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["generate", "-m", m.to_str().unwrap(), "--rpc", "nohost"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("HOST:PORT"), "{}", String::from_utf8_lossy(&bad.stderr));
+    // A port already taken.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe")).args(["rpc-server", "--port", &port]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")), "{stderr}");
+}
+
+#[test]
+fn a_server_that_goes_away_between_turns_is_an_error_and_the_process_lives_on() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let mut a = Server::start(dir.path());
+    let endpoint = a.endpoint.clone();
+    let _serial = llama_lock();
+    let mut s = bmoe::engine::Session::open(with_rpc(options(&m, stream0(1, true)), &[&a], &[1])).unwrap();
+    let (first, _) = generate_steps(&mut s, 4);
+    assert_eq!(first.tokens.len(), 4);
+    // The server ends; the kernel closes its side of the connection.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let req = bmoe::engine::GenerateRequest {
+        prompt: PROMPT.into(),
+        n_predict: 4,
+        sampling: Default::default(),
+        continue_context: false,
+        keep_logits: false,
+        grammar: None,
+    };
+    // The close reaches this side asynchronously (until it does, the
+    // session cannot know): wait for the kernel to show it.
+    let addr = endpoint.parse().unwrap();
+    let t0 = Instant::now();
+    while !bmoe::llama::rpc::connection_lost(addr) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the server's close never arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let err = s.generate(&req, &mut |_| {}).err().expect("a turn with a gone server");
+    assert!(err.to_string().contains(&format!("the RPC server at {endpoint} has gone")), "{err}");
+    // Dropping the session must not end the process (its remote buffers
+    // cannot be freed), and the model opens again without the server.
+    drop(s);
+    let mut alone = bmoe::engine::Session::open(options(&m, stream0(1, true))).unwrap();
+    let (again, _) = generate_steps(&mut alone, 4);
+    assert_eq!(again.tokens, first.tokens, "the same greedy text without the server");
+}
+
+#[test]
+fn with_a_server_banks_keep_the_file_layout_and_give_its_logits_bit_for_bit() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |s| {
+        (s.embd, s.expert_ff) = (256, 256);
+        s.derive();
+        s.expert_type = bmoe::gguf::GgmlType::from_name("q4_0").unwrap();
+    });
+    let a = Server::start(dir.path());
+    // A server computes the file's layout, so with one the banks here are
+    // not repacked either: the run is the single-process `--repack off` run.
+    let plain = |stream| SessionOptions { repack: bmoe::engine::Repack::Off, ..options(&m, stream) };
+    let (reference, _) = run(plain(None), N);
+    let (repacked, _) = run(options(&m, None), N);
+    assert!(first_difference(&reference, &repacked).is_some(), "the repacked kernels round the same: nothing to check");
+    for (what, stream) in [("resident", None), ("cache off", stream0(2, true))] {
+        let (remote, _) = run(with_rpc(options(&m, stream), &[&a], &[1]), N);
+        assert_identical(&reference, &remote, &format!("q4_0 experts, one RPC server, {what}"));
+    }
+}
