@@ -248,6 +248,7 @@ pub fn write_csv(path: &Path, results: &[RunResult]) -> std::io::Result<()> {
         "decode_ms",
         "read_ms",
         "mgmt_ms",
+        "remote_ms",
         "peak_rss_mib",
         "major_faults",
         "open_read_mib",

@@ -58,6 +58,9 @@ pub struct StepReport {
     pub threads: u32,
     /// Whether the decode read ahead (configured, and chosen by the tuner).
     pub read_ahead: bool,
+    /// Time the decode waited for RPC servers: their compute of the layers
+    /// they hold, and the network (part of the compute residual).
+    pub remote_ns: u64,
 }
 
 impl StepReport {

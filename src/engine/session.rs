@@ -908,6 +908,7 @@ impl Session {
             accepted: 0,
             threads,
             read_ahead,
+            remote_ns: self.ctx.remote_wait_ns(),
         }))
     }
 

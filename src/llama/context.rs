@@ -80,6 +80,9 @@ pub struct Context<H: EvalHook> {
     cp: sys::llama_context_params,
     /// Drafting with the model's MTP layers, when attached.
     mtp: Option<MtpDraft>,
+    /// How long the last decode waited for its graph to finish after
+    /// llama.cpp returned (layers on RPC servers).
+    remote_wait_ns: u64,
 }
 
 // SAFETY: the context is used by one thread at a time (methods take &mut
@@ -168,6 +171,7 @@ impl<H: EvalHook> Context<H> {
             model,
             cp,
             mtp: None,
+            remote_wait_ns: 0,
         })
     }
 
@@ -310,12 +314,26 @@ impl<H: EvalHook> Context<H> {
         // SAFETY: live context and a batch filled above; the hook pointer is
         // not borrowed by Rust during the call.
         let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), *b) };
+        // A graph with layers on an RPC server may still be computing there
+        // when llama_decode returns: wait here, so a decode's time is its own
+        // (the CPU backend's is synchronous, and this returns at once). The
+        // wait is the servers' compute and the network, as seen from here.
+        let t0 = std::time::Instant::now();
+        // SAFETY: live context.
+        unsafe { sys::llama_synchronize(self.ptr.as_ptr()) };
+        self.remote_wait_ns = t0.elapsed().as_nanos() as u64;
         match rc {
             0 => Ok(()),
             2 if self.abort.load(Ordering::Relaxed) => Err(DecodeError::Aborted),
             1 => Err(DecodeError::ContextFull(self.n_ctx)),
             rc => Err(DecodeError::Failed(rc)),
         }
+    }
+
+    /// Nanoseconds the last decode waited, after llama.cpp returned, for
+    /// the part of its graph on RPC servers (0 without servers).
+    pub fn remote_wait_ns(&self) -> u64 {
+        self.remote_wait_ns
     }
 
     /// Logits of the last decoded token that asked for them.

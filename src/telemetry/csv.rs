@@ -94,7 +94,7 @@ impl CsvSink {
         let f = |v: Option<f64>| v.map_or_else(|| "nan".into(), |x| format!("{x:.3}"));
         writeln!(
             self.out,
-            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3} decode_steps={} drafted={} accepted={} verify_steps={} draft_extra_mib={:.3} routings={} dropped={} avoided_mib={:.3} decode_ms={:.3} read_ms={:.3} mgmt_ms={:.3} peak_rss_mib={} major_faults={} prefetched={} prefetch_used={} predict_pct={} threads={} read_ahead_steps={} recycled_mib={:.3}",
+            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3} decode_steps={} drafted={} accepted={} verify_steps={} draft_extra_mib={:.3} routings={} dropped={} avoided_mib={:.3} decode_ms={:.3} read_ms={:.3} mgmt_ms={:.3} peak_rss_mib={} major_faults={} prefetched={} prefetch_used={} predict_pct={} threads={} read_ahead_steps={} recycled_mib={:.3} remote_ms={:.3}",
             s.decode_tokens,
             f(s.decode_tps()),
             s.prompt_tokens,
@@ -121,7 +121,8 @@ impl CsvSink {
             f(s.prediction_pct()),
             s.main_threads(),
             s.read_ahead_steps,
-            s.recycled_bytes as f64 / 1048576.0
+            s.recycled_bytes as f64 / 1048576.0,
+            s.decode_remote_ns as f64 / 1e6
         )?;
         self.out.flush()
     }

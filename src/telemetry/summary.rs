@@ -29,6 +29,8 @@ pub struct RunSummary {
     pub decode_read_ns: u64,
     /// Cache-management time during decode steps.
     pub decode_mgmt_ns: u64,
+    /// Time decode steps waited for RPC servers (their compute and the network).
+    pub decode_remote_ns: u64,
     /// Distinct (layer, expert) lookups during decode steps.
     pub lookups: u64,
     /// Lookups that hit the cache.
@@ -97,6 +99,7 @@ impl RunSummary {
                 self.decode_bytes += r.trace.bytes_read;
                 self.decode_read_ns += r.trace.read_ns;
                 self.decode_mgmt_ns += r.trace.mgmt_ns;
+                self.decode_remote_ns += r.remote_ns;
                 self.lookups += r.trace.lookups;
                 self.hits += r.trace.hits;
                 self.evictions += r.trace.evictions;
@@ -192,6 +195,13 @@ impl fmt::Display for RunSummary {
             opt(self.prefill_tps(), 1, ""),
             self.load_s
         )?;
+        if self.decode_remote_ns > 0 && self.decode_tokens > 0 {
+            writeln!(
+                f,
+                "rpc:     {:.2} ms per token waiting for the RPC servers (their layers' compute and the network)",
+                self.decode_remote_ns as f64 / 1e6 / self.decode_tokens as f64
+            )?;
+        }
         if self.streaming {
             let per = |ns: u64| {
                 if self.decode_tokens == 0 { 0.0 } else { ns as f64 / 1e6 / self.decode_tokens as f64 }

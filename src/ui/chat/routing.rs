@@ -431,6 +431,7 @@ mod tests {
             accepted: 0,
             threads: 1,
             read_ahead: false,
+            remote_ns: 0,
         }
     }
 
