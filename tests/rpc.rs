@@ -248,3 +248,32 @@ fn with_a_server_banks_keep_the_file_layout_and_give_its_logits_bit_for_bit() {
         assert_identical(&reference, &remote, &format!("q4_0 experts, one RPC server, {what}"));
     }
 }
+
+#[test]
+fn a_rhai_script_opens_a_model_with_layers_on_a_server() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let a = Server::start(dir.path());
+    let script = dir.path().join("rpc.rhai");
+    std::fs::write(
+        &script,
+        r#"
+let here = open(ARGS[0], #{ stream: true, threads: 1 });
+let split = open(ARGS[0], #{ stream: true, threads: 1, rpc: ARGS[1], rpc_layers: "1" });
+let a = here.generate("Hello world", 10, #{ logits: true });
+let b = split.generate("Hello world", 10, #{ logits: true });
+print(`same: ${a.token_ids == b.token_ids}`);
+"#,
+    )
+    .unwrap();
+    let _serial = llama_lock();
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["run", script.to_str().unwrap(), "--out", dir.path().join("out").to_str().unwrap(), "--"])
+        .args([m.to_str().unwrap(), &a.endpoint])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("same: true"), "{stdout}\n{stderr}");
+    assert!(stderr.contains(&format!("on {}", a.endpoint)), "the placement note: {stderr}");
+}

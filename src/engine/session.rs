@@ -860,6 +860,13 @@ impl Session {
             return Err(EngineError::Llama(e));
         }
         let wall_ns = t0.elapsed().as_nanos() as u64;
+        // The remote part: from its start, seen by the hook when streaming,
+        // to the end of the decode; without a hook, the wait after llama.cpp
+        // returned (which misses what llama.cpp itself waited).
+        let remote_ns = match self.ctx.hook_mut().and_then(MoeHook::take_remote_start) {
+            Some(start) => start.elapsed().as_nanos() as u64,
+            None => self.ctx.remote_wait_ns(),
+        };
         let (trace, stream_error, budget, resident, residency) = match self.ctx.hook_mut() {
             Some(h) => {
                 let (budget, resident) = h.store().map_or((0, 0), |s| (s.budget(), s.resident_bytes()));
@@ -908,7 +915,7 @@ impl Session {
             accepted: 0,
             threads,
             read_ahead,
-            remote_ns: self.ctx.remote_wait_ns(),
+            remote_ns,
         }))
     }
 

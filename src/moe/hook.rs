@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use super::predict::{PredictionScore, ReadAhead, RouterPredictor, RouterWeights};
 use super::recipe::parse_expert_tensor;
@@ -270,6 +271,8 @@ pub struct MoeHook {
     predict_distance: usize,
     /// Experts each token routes to, from the last routing seen.
     top_k: Option<usize>,
+    /// When the current decode's first node on an RPC server was asked about.
+    remote_since: Option<Instant>,
 }
 
 impl MoeHook {
@@ -312,6 +315,7 @@ impl MoeHook {
             read_ahead_paused: false,
             layers_all_resident: 0,
             top_k: None,
+            remote_since: None,
         }
     }
 
@@ -446,6 +450,7 @@ impl MoeHook {
     pub fn begin_batch(&mut self, tokens: u32, decode: bool) {
         self.begin_side_batch(tokens);
         self.trace = StepTrace::default();
+        self.remote_since = None;
         self.decode_phase = decode;
         self.predicted.iter_mut().for_each(Vec::clear);
         self.predicted_far.iter_mut().for_each(Vec::clear);
@@ -466,6 +471,12 @@ impl MoeHook {
     /// Takes what the last decode did.
     pub fn take_trace(&mut self) -> StepTrace {
         std::mem::take(&mut self.trace)
+    }
+
+    /// Takes when the last decode started its part on RPC servers, if it
+    /// had one.
+    pub fn take_remote_start(&mut self) -> Option<Instant> {
+        self.remote_since.take()
     }
 
     /// Takes the error that aborted the last decode, if any.
@@ -1009,6 +1020,12 @@ impl EvalHook for MoeHook {
                 false
             }
             Mode::Stream => {
+                // The scheduler asks about a split's nodes just before it
+                // runs the split: the first remote one starts the part of
+                // the step on RPC servers.
+                if self.remote_since.is_none() && !node.is_host() {
+                    self.remote_since = Some(Instant::now());
+                }
                 if node.name() == EMBEDDING_NODE {
                     return self.predicts_from_embedding();
                 }
