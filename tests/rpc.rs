@@ -218,7 +218,7 @@ fn a_server_that_goes_away_between_turns_is_an_error_and_the_process_lives_on() 
         assert!(t0.elapsed() < Duration::from_secs(60), "the server's close never arrived");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let err = s.generate(&req, &mut |_| {}).err().expect("a turn with a gone server");
+    let err = s.generate(&req, &mut |_| {}).expect_err("a turn with a gone server");
     assert!(err.to_string().contains(&format!("the RPC server at {endpoint} has gone")), "{err}");
     // Dropping the session must not end the process (its remote buffers
     // cannot be freed), and the model opens again without the server.
