@@ -283,8 +283,8 @@ pub struct Session {
     ctx_threads: u32,
     /// Polling set by a test instead of by the tuner.
     force_polling: Option<bool>,
-    /// The RPC servers holding layers, and the addresses they answered on.
-    remote: Vec<(String, std::net::SocketAddr)>,
+    /// The RPC servers holding layers, and this process's connections to them.
+    remote: Vec<(String, rpc::ConnectionWatch)>,
 }
 
 impl Session {
@@ -433,7 +433,13 @@ impl Session {
             other_load: OtherLoad::new(),
             ctx_threads,
             force_polling: None,
-            remote: remote.devices.iter().map(|d| (d.endpoint.clone(), d.addr)).collect(),
+            remote: remote
+                .devices
+                .iter()
+                .zip(&remote.layers)
+                .filter(|&(_, &n)| n > 0)
+                .map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr)))
+                .collect(),
         })
     }
 
@@ -505,7 +511,7 @@ impl Session {
     /// that touches the context may run, and the session stays usable for
     /// its other calls and for dropping.
     fn remote_gone(&self) -> Option<EngineError> {
-        let (endpoint, _) = self.remote.iter().find(|&&(_, addr)| rpc::connection_lost(addr))?;
+        let (endpoint, _) = self.remote.iter().find(|(_, watch)| watch.closed())?;
         Some(EngineError::Request(format!(
             "the RPC server at {endpoint} has gone (it holds some of this model's layers); restart `bmoe rpc-server` \
              there and open the model again, or open it without --rpc"

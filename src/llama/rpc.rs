@@ -203,6 +203,69 @@ pub fn connection_lost(addr: SocketAddr) -> bool {
     states.contains(&CLOSE_WAIT) && !states.contains(&ESTABLISHED)
 }
 
+/// This process's connections to one RPC server, found once, then checked
+/// between steps with a non-blocking peek (a syscall per connection;
+/// reading the kernel's socket table costs about a millisecond a time).
+#[derive(Debug, Clone)]
+pub struct ConnectionWatch {
+    addr: SocketAddr,
+    fds: Vec<i32>,
+}
+
+impl ConnectionWatch {
+    /// Finds this process's sockets connected to `addr` (Linux: by their
+    /// inodes in `/proc/self/fd` and the kernel's socket table).
+    pub fn new(addr: SocketAddr) -> ConnectionWatch {
+        let table = if addr.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+        let inodes: Vec<String> = std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                (fields.len() > 9 && parse_proc_addr(fields[2]) == Some(addr)).then(|| fields[9].to_string())
+            })
+            .collect();
+        let fds = std::fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let fd = entry.file_name().to_str()?.parse::<i32>().ok()?;
+                let target = std::fs::read_link(entry.path()).ok()?;
+                let inode = target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
+                inodes.contains(&inode).then_some(fd)
+            })
+            .collect();
+        ConnectionWatch { addr, fds }
+    }
+
+    /// How many connections were found.
+    pub fn connections(&self) -> usize {
+        self.fds.len()
+    }
+
+    /// True when the server has closed this process's connection to it
+    /// (its process ended). A peek that reads the end of the stream is
+    /// confirmed in the socket table, in case ggml closed the descriptor
+    /// and the number now names another socket. Without a connection
+    /// found at [`Self::new`], the socket table is read every time.
+    pub fn closed(&self) -> bool {
+        if self.fds.is_empty() {
+            return connection_lost(self.addr);
+        }
+        let ended = self.fds.iter().any(|&fd| {
+            let mut byte = 0u8;
+            // SAFETY: a non-blocking peek of at most one byte into a local;
+            // it consumes nothing, and a descriptor that is no longer a
+            // socket (or is closed) makes it fail, which reads as alive.
+            let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+            n == 0
+        });
+        ended && connection_lost(self.addr)
+    }
+}
+
 /// Reads an address of the kernel's socket table: the IP as 32-bit words
 /// in host byte order, then the port, in hex (`0100007F:C350`).
 fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
@@ -350,6 +413,25 @@ mod tests {
         let t0 = std::time::Instant::now();
         while !connection_lost(addr) {
             assert!(t0.elapsed() < Duration::from_secs(60), "the closed connection never showed as lost");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(client);
+    }
+
+    #[test]
+    fn a_watch_finds_the_connection_and_sees_its_end() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let watch = ConnectionWatch::new(addr);
+        assert_eq!(watch.connections(), 1, "the client's socket, not the listener's or the accepted one");
+        assert!(!watch.closed());
+        drop(server_side);
+        drop(listener);
+        let t0 = std::time::Instant::now();
+        while !watch.closed() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the peek never saw the end of the stream");
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(client);
