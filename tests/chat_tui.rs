@@ -264,3 +264,22 @@ fn mtp_acceptance_shows_live() {
     let line = screen.lines().find(|l| l.contains("draft ") && l.contains('→')).unwrap_or_else(|| panic!("{screen}"));
     assert!(line.contains('%'), "{line}");
 }
+
+#[test]
+fn layers_on_an_rpc_server_show_in_the_header() {
+    let dir = tempdir();
+    let model = tiny(dir.path());
+    let server = Server::start(dir.path());
+    let config = config(|c| {
+        c.generate.n_predict = 8;
+        c.model.rpc = server.endpoint.clone();
+        c.model.rpc_layers = "1".into();
+    });
+    let _serial = llama_lock();
+    let mut host = Host::open(config, &model).unwrap();
+    let mut app = App::new(HostInfo::of(&host), false, true);
+    turn(&mut host, &mut app, "Hello");
+    let screen = text(&render_to_buffer(&app, 160, 48));
+    let n_layer = HostInfo::of(&host).n_layer;
+    assert!(screen.contains(&format!("rpc 1 of {n_layer}L")), "{screen}");
+}

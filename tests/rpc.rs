@@ -6,9 +6,8 @@
 
 mod common;
 
-use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command};
+use std::net::TcpListener;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bmoe::engine::{RpcOptions, SessionOptions};
@@ -16,58 +15,6 @@ use bmoe::synth::Arch;
 use common::*;
 
 const N: u32 = 24;
-
-/// A free TCP port on the loopback interface (bound, then released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A `bmoe rpc-server` child process, stopped when dropped.
-struct Server {
-    child: Child,
-    endpoint: String,
-}
-
-impl Server {
-    /// Starts a server on a free port and waits until it accepts connections.
-    fn start(dir: &Path) -> Server {
-        let port = free_port();
-        let log = std::fs::File::create(dir.join(format!("server-{port}.log"))).unwrap();
-        // Not while another test opens a session: a fork in the moment
-        // between ggml opening a connection and bmoe marking it
-        // close-on-exec would hand the connection to the server.
-        let _serial = llama_lock();
-        let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-            .args(["rpc-server", "--port", &port.to_string(), "--threads", "1"])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start bmoe rpc-server");
-        let mut server = Server { child, endpoint: format!("127.0.0.1:{port}") };
-        // Ready when it accepts a connection (the server takes the probe as
-        // a client that left, and waits for the next). Waits as long as the
-        // process runs, with a generous bound against a server that never binds.
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            if TcpStream::connect(&server.endpoint).is_ok() {
-                return server;
-            }
-            if let Some(status) = server.child.try_wait().unwrap() {
-                let log = std::fs::read_to_string(dir.join(format!("server-{port}.log"))).unwrap_or_default();
-                panic!("bmoe rpc-server exited with {status} before listening:\n{log}");
-            }
-            assert!(Instant::now() < deadline, "bmoe rpc-server on {} never listened", server.endpoint);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn with_rpc(opts: SessionOptions, servers: &[&Server], layers: &[u32]) -> SessionOptions {
     SessionOptions {

@@ -155,6 +155,8 @@ pub struct OpenReport {
     pub n_expert_used: u32,
     /// Layers whose experts are streamed.
     pub streamed_layers: u32,
+    /// The last layers, held by RPC servers (0 without servers).
+    pub remote_layers: u32,
     /// Bytes of all streamed experts.
     pub bank_bytes: u64,
     /// The expert cache budget in effect (0 = no cache).
@@ -401,6 +403,7 @@ impl Session {
             n_expert_used,
             layers: layer_bytes(&files, u64::from(n_expert)),
             repacked_banks: resident_banks.len() as u32,
+            remote_layers: remote.total(),
             ..OpenReport::default()
         };
         if let Some(stream) = &options.stream {

@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 use bmoe::engine::{
     CacheBudget, DenseWeights, Event, GenerateRequest, Generation, Session, SessionOptions, StepReport, StreamOptions,
@@ -177,5 +180,59 @@ pub fn assert_identical(reference: &Generation, streamed: &Generation, what: &st
     assert_eq!(reference.logits.len(), reference.tokens.len(), "{what}: one logit vector per token");
     if let Some(d) = first_difference(reference, streamed) {
         panic!("{what}: streamed output is not identical to the resident run: {d}");
+    }
+}
+
+/// A free TCP port on the loopback interface (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `bmoe rpc-server` child process, stopped when dropped.
+pub struct Server {
+    /// The process.
+    pub child: Child,
+    /// `127.0.0.1:PORT`.
+    pub endpoint: String,
+}
+
+impl Server {
+    /// Starts a server on a free port and waits until it accepts connections.
+    pub fn start(dir: &Path) -> Server {
+        let port = free_port();
+        let log = std::fs::File::create(dir.join(format!("server-{port}.log"))).unwrap();
+        // Not while another test opens a session: a fork in the moment
+        // between ggml opening a connection and bmoe marking it
+        // close-on-exec would hand the connection to the server.
+        let _serial = llama_lock();
+        let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["rpc-server", "--port", &port.to_string(), "--threads", "1"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start bmoe rpc-server");
+        let mut server = Server { child, endpoint: format!("127.0.0.1:{port}") };
+        // Ready when it accepts a connection (the server takes the probe as
+        // a client that left, and waits for the next). Waits as long as the
+        // process runs, with a generous bound against a server that never binds.
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if TcpStream::connect(&server.endpoint).is_ok() {
+                return server;
+            }
+            if let Some(status) = server.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(dir.join(format!("server-{port}.log"))).unwrap_or_default();
+                panic!("bmoe rpc-server exited with {status} before listening:\n{log}");
+            }
+            assert!(Instant::now() < deadline, "bmoe rpc-server on {} never listened", server.endpoint);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

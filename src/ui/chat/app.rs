@@ -40,6 +40,8 @@ pub struct HostInfo {
     pub draft: String,
     /// Drop plugin (empty = none).
     pub drop: String,
+    /// The last layers, held by RPC servers (their routing is not seen here).
+    pub remote_layers: u32,
     /// Every setting and its value, as `bmoe.toml` keys.
     pub settings: Vec<(String, String)>,
 }
@@ -64,6 +66,7 @@ impl HostInfo {
             // MTP drafting shows as the drafter's name.
             draft: if config.plugins.mtp { "mtp".into() } else { config.plugins.draft_plugin.clone() },
             drop: config.plugins.drop_plugin.clone(),
+            remote_layers: info.remote_layers,
             settings: config.resolved_pairs(),
         }
     }

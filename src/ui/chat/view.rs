@@ -116,6 +116,10 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
         format!("stream {}", if i.streaming { "on" } else { "off" }),
         cache,
     ];
+    // Layers on RPC servers route there: the panel shows none for them.
+    if i.remote_layers > 0 {
+        parts.push(format!("rpc {} of {}L", i.remote_layers, i.n_layer));
+    }
     // A narrow screen names only the plugins in use.
     if width >= WIDE {
         parts.push(format!("lanes {}", i.lanes));
