@@ -224,3 +224,23 @@ print(`same: ${a.token_ids == b.token_ids}`);
     assert!(stdout.contains("same: true"), "{stdout}\n{stderr}");
     assert!(stderr.contains(&format!("on {}", a.endpoint)), "the placement note: {stderr}");
 }
+
+#[test]
+fn a_server_busy_with_another_client_is_named_not_waited_on_forever() {
+    use std::io::{Read, Write};
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let a = Server::start(dir.path());
+    // Another client: greeted, so the server serves it and leaves new connections waiting.
+    let mut other = std::net::TcpStream::connect(&a.endpoint).unwrap();
+    let mut hello = vec![14u8];
+    hello.extend_from_slice(&24u64.to_le_bytes());
+    hello.extend_from_slice(&[0; 24]);
+    other.write_all(&hello).unwrap();
+    let mut answer = [0u8; 8 + 28];
+    other.read_exact(&mut answer).unwrap();
+    let _serial = llama_lock();
+    let e = bmoe::engine::Session::open(with_rpc(options(&m, None), &[&a], &[1])).err().expect("a busy server");
+    assert!(e.to_string().contains("another client is probably using it"), "{e}");
+    drop(other);
+}

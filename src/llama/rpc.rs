@@ -26,6 +26,15 @@ unsafe extern "C" {
 
 /// How long a client waits for a server to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client waits for a server's answer to its greeting: a server
+/// busy with another client leaves a new connection unanswered.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// ggml-rpc's protocol version (`RPC_PROTO_*_VERSION` in `ggml-rpc.h`).
+const PROTOCOL: (u8, u8, u8) = (7, 0, 0);
+/// The greeting's command number, fixed across protocol versions.
+const CMD_HELLO: u8 = 14;
+/// Bytes of the transport capabilities in the greeting (`RPC_CONN_CAPS_SIZE`).
+const CONN_CAPS: usize = 24;
 
 /// A device handle ggml keeps for the life of the process.
 #[derive(Debug, Clone, Copy)]
@@ -134,24 +143,25 @@ pub fn connect(endpoint: &str) -> Result<Vec<RemoteDevice>, String> {
         .map_err(|e| format!("RPC server {endpoint}: cannot resolve {host}: {e}"))?
         .collect();
     let mut last = None;
-    let reached = addrs.iter().copied().find(|a| match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
-        Ok(_) => true,
+    let reached = addrs.iter().find_map(|a| match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
+        Ok(stream) => Some((*a, stream)),
         Err(e) => {
             last = Some(e);
-            false
+            None
         }
     });
-    let Some(addr) = reached else {
+    let Some((addr, stream)) = reached else {
         let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
         return Err(format!(
             "cannot reach the RPC server at {endpoint}: {why} (is `bmoe rpc-server --host {host} --port {port}` running \
              there?)"
         ));
     };
+    greet(stream, endpoint)?;
     let c = CString::new(endpoint).map_err(|_| format!("RPC endpoint {endpoint:?} contains a NUL byte"))?;
     // SAFETY: c is a valid NUL-terminated string; ggml copies it. The server
-    // answered a TCP connection just now; a server that accepts and then
-    // breaks the handshake still makes ggml abort (reported by the abort hook).
+    // answered a greeting just now; one that stops answering after that
+    // still makes ggml abort (reported by the abort hook).
     let reg = unsafe { ggml_backend_rpc_add_server(c.as_ptr()) };
     if reg.is_null() {
         return Err(format!("the RPC server at {endpoint} offers no devices"));
@@ -201,6 +211,54 @@ pub fn connection_lost(addr: SocketAddr) -> bool {
         })
         .collect();
     states.contains(&CLOSE_WAIT) && !states.contains(&ESTABLISHED)
+}
+
+/// Greets the server on `stream` as ggml-rpc does and checks its answer,
+/// then hangs up (the server takes it as a client that left). ggml would
+/// end the process on a server of another protocol version, and wait
+/// forever on one busy with another client; here both are errors.
+fn greet(mut stream: TcpStream, endpoint: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut hello = vec![CMD_HELLO];
+    hello.extend_from_slice(&(CONN_CAPS as u64).to_le_bytes());
+    hello.extend_from_slice(&[0u8; CONN_CAPS]);
+    let io = |e: std::io::Error| {
+        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+            format!(
+                "the RPC server at {endpoint} accepted a connection but did not answer in {} s: a server serves one \
+                 client at a time, so another client is probably using it",
+                HELLO_TIMEOUT.as_secs()
+            )
+        } else if matches!(
+            e.kind(),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+        ) {
+            format!("{endpoint} closed the connection without answering: is it a `bmoe rpc-server`?")
+        } else {
+            format!("the RPC server at {endpoint}: {e}")
+        }
+    };
+    stream.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(io)?;
+    stream.write_all(&hello).map_err(io)?;
+    let mut size = [0u8; 8];
+    stream.read_exact(&mut size).map_err(io)?;
+    let size = u64::from_le_bytes(size);
+    if size != 4 + CONN_CAPS as u64 {
+        return Err(format!(
+            "{endpoint} answered with something other than an RPC greeting: is it a `bmoe rpc-server`?"
+        ));
+    }
+    let mut answer = [0u8; 4 + CONN_CAPS];
+    stream.read_exact(&mut answer).map_err(io)?;
+    let (major, minor, patch) = (answer[0], answer[1], answer[2]);
+    if major != PROTOCOL.0 || minor > PROTOCOL.1 {
+        return Err(format!(
+            "the RPC server at {endpoint} speaks RPC protocol {major}.{minor}.{patch}, this bmoe {}.{}.{}: run the same \
+             bmoe build on both machines",
+            PROTOCOL.0, PROTOCOL.1, PROTOCOL.2
+        ));
+    }
+    Ok(())
 }
 
 /// This process's connections to one RPC server, found once, then checked
@@ -435,6 +493,43 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(client);
+    }
+
+    /// A listener on a free port whose one connection `answer` handles.
+    fn fake_server(answer: impl FnOnce(TcpStream) + Send + 'static) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            answer(stream);
+        });
+        endpoint
+    }
+
+    #[test]
+    fn a_server_of_another_protocol_or_no_server_at_all_is_named() {
+        use std::io::{Read, Write};
+        let old = fake_server(|mut s| {
+            let mut hello = [0u8; 1 + 8 + CONN_CAPS];
+            s.read_exact(&mut hello).unwrap();
+            assert_eq!(hello[0], CMD_HELLO);
+            let mut answer = (4 + CONN_CAPS as u64).to_le_bytes().to_vec();
+            answer.extend_from_slice(&[6, 1, 0, 0]);
+            answer.extend_from_slice(&[0; CONN_CAPS]);
+            s.write_all(&answer).unwrap();
+        });
+        let e = connect(&old).unwrap_err();
+        assert!(e.contains("speaks RPC protocol 6.1.0") && e.contains("same bmoe build"), "{e}");
+        let web = fake_server(|mut s| {
+            let mut hello = [0u8; 1 + 8 + CONN_CAPS];
+            s.read_exact(&mut hello).unwrap();
+            s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+        });
+        let e = connect(&web).unwrap_err();
+        assert!(e.contains("is it a `bmoe rpc-server`"), "{e}");
+        let hangs_up = fake_server(drop);
+        let e = connect(&hangs_up).unwrap_err();
+        assert!(e.contains("closed the connection without answering"), "{e}");
     }
 
     #[test]
