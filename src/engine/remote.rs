@@ -120,12 +120,17 @@ pub fn place(
         ));
     }
     let placed = RemoteLayers { devices, layers, n_layer: n_layer as u32 };
+    // The output head (final norm and vocabulary projection) goes with the last layer.
+    let head: u64 = files.tensors().filter(|t| t.info.name.starts_with("output")).map(|t| t.info.size).sum();
     for (device, range) in placed.devices.iter().zip(placed.ranges()) {
-        let bytes: u64 = sizes[range.start as usize..range.end as usize].iter().sum();
+        let mut bytes: u64 = sizes[range.start as usize..range.end as usize].iter().sum();
+        if !range.is_empty() && range.end as usize == n_layer {
+            bytes += head;
+        }
         if bytes > device.free_bytes {
             return Err(format!(
-                "layers {}-{} ({:.0} MiB) do not fit on the RPC server at {} ({:.0} MiB free); give it fewer with \
-                 --rpc-layers",
+                "layers {}-{} ({:.0} MiB with the output head where it goes) do not fit on the RPC server at {} ({:.0} \
+                 MiB free); give it fewer with --rpc-layers",
                 range.start,
                 range.end.saturating_sub(1),
                 bytes as f64 / 1048576.0,

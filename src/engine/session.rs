@@ -1206,8 +1206,6 @@ fn attach_stream(
     Ok(())
 }
 
-/// The lean copy to load instead of the model, when `lean` asks for one for
-/// this model and it can be found or written (else a notice says why not).
 /// Connects to the RPC servers and places the last layers on them; says
 /// where each range went.
 fn place_remote(
@@ -1251,6 +1249,8 @@ fn place_remote(
     Ok(remote)
 }
 
+/// The lean copy to load instead of the model, when `lean` asks for one for
+/// this model and it can be found or written (else a notice says why not).
 fn lean_copy(files: &ModelFiles, lean: &LeanOpen, notices: &mut Vec<String>) -> Option<lean::LeanCopy> {
     let is_expert = |name: &str| recipe::parse_expert_tensor(name).is_some();
     let expert_bytes: u64 = files.tensors().filter(|t| is_expert(&t.info.name)).map(|t| t.info.size).sum();

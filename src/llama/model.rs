@@ -118,6 +118,13 @@ impl Model {
         Ok(Model { ptr, vocab, path: path.to_path_buf(), remote })
     }
 
+    /// True when an RPC server holding some of the layers has gone: ggml
+    /// would end the process at the next message to it, freeing the
+    /// layers' buffers included.
+    pub fn remote_lost(&self) -> bool {
+        self.remote.iter().any(|&addr| super::rpc::connection_lost(addr))
+    }
+
     pub(super) fn raw(&self) -> *mut sys::llama_model {
         self.ptr.as_ptr()
     }
@@ -221,15 +228,6 @@ impl Model {
     pub fn is_eog(&self, token: i32) -> bool {
         // SAFETY: plain lookup on a live vocabulary.
         unsafe { sys::llama_vocab_is_eog(self.vocab, token) }
-    }
-}
-
-impl Model {
-    /// True when an RPC server holding some of the layers has gone: ggml
-    /// would end the process at the next message to it, freeing the
-    /// layers' buffers included.
-    pub fn remote_lost(&self) -> bool {
-        self.remote.iter().any(|&addr| super::rpc::connection_lost(addr))
     }
 }
 
