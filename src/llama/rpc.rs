@@ -86,11 +86,6 @@ impl RemoteLayers {
         self.n_layer.saturating_sub(self.total())
     }
 
-    /// True when layer `il` is held by a device, not here.
-    pub fn is_remote(&self, il: u32) -> bool {
-        self.total() > 0 && il >= self.first_remote()
-    }
-
     /// Each device's layers, in the order of [`Self::devices`].
     pub fn ranges(&self) -> impl Iterator<Item = std::ops::Range<u32>> + '_ {
         let mut next = self.first_remote();
