@@ -16,6 +16,11 @@ use common::*;
 
 const N: u32 = 24;
 
+/// The model's layer count.
+fn layers(model: &std::path::Path) -> u32 {
+    bmoe::gguf::ModelFiles::open(model).unwrap().meta().arch_u64("block_count").unwrap() as u32
+}
+
 fn with_rpc(opts: SessionOptions, servers: &[&Server], layers: &[u32]) -> SessionOptions {
     SessionOptions {
         rpc: Some(RpcOptions {
@@ -31,7 +36,7 @@ fn layers_on_two_servers_are_exact_streamed_or_not() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
     let (a, b) = (Server::start(dir.path()), Server::start(dir.path()));
-    let n_layer = bmoe::gguf::ModelFiles::open(&m).unwrap().meta().arch_u64("block_count").unwrap() as u32;
+    let n_layer = layers(&m);
     assert!(n_layer >= 3, "the tiny model needs a layer here and one on each server");
     let (reference, _) = run(options(&m, None), N);
     for (what, stream) in
@@ -65,7 +70,7 @@ fn a_total_is_split_by_memory_and_too_many_layers_are_refused() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
     let (a, b) = (Server::start(dir.path()), Server::start(dir.path()));
-    let n_layer = bmoe::gguf::ModelFiles::open(&m).unwrap().meta().arch_u64("block_count").unwrap() as u32;
+    let n_layer = layers(&m);
     let _serial = llama_lock();
     // Both servers report this machine's memory, so a total splits evenly.
     let s = bmoe::engine::Session::open(with_rpc(options(&m, None), &[&a, &b], &[2])).unwrap();

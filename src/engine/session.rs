@@ -436,13 +436,7 @@ impl Session {
             other_load: OtherLoad::new(),
             ctx_threads,
             force_polling: None,
-            remote: remote
-                .devices
-                .iter()
-                .zip(&remote.layers)
-                .filter(|&(_, &n)| n > 0)
-                .map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr)))
-                .collect(),
+            remote: remote.holding().map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr))).collect(),
         })
     }
 

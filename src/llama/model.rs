@@ -114,7 +114,7 @@ impl Model {
         })?;
         // SAFETY: a loaded model always has a vocabulary, valid as long as the model.
         let vocab = unsafe { sys::llama_model_get_vocab(ptr.as_ptr()) };
-        let remote = remote.devices.iter().zip(&remote.layers).filter(|&(_, &n)| n > 0).map(|(d, _)| d.addr).collect();
+        let remote = remote.holding().map(|(d, _)| d.addr).collect();
         Ok(Model { ptr, vocab, path: path.to_path_buf(), remote })
     }
 

@@ -273,6 +273,8 @@ pub struct MoeHook {
     top_k: Option<usize>,
     /// When the current decode's first node on an RPC server was asked about.
     remote_since: Option<Instant>,
+    /// Capture saw nodes on RPC servers (only then does a decode look for them).
+    has_remote_nodes: bool,
 }
 
 impl MoeHook {
@@ -316,6 +318,7 @@ impl MoeHook {
             layers_all_resident: 0,
             top_k: None,
             remote_since: None,
+            has_remote_nodes: false,
         }
     }
 
@@ -504,6 +507,7 @@ impl MoeHook {
         // Tensors held on an RPC server compute there: nothing to stream,
         // rebind or read for them here.
         if !node.is_host() {
+            self.has_remote_nodes = true;
             return;
         }
         for src in node.srcs().filter(|s| s.is_leaf() && s.is_host()) {
@@ -1023,7 +1027,7 @@ impl EvalHook for MoeHook {
                 // The scheduler asks about a split's nodes just before it
                 // runs the split: the first remote one starts the part of
                 // the step on RPC servers.
-                if self.remote_since.is_none() && !node.is_host() {
+                if self.has_remote_nodes && self.remote_since.is_none() && !node.is_host() {
                     self.remote_since = Some(Instant::now());
                 }
                 if node.name() == EMBEDDING_NODE {
