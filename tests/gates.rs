@@ -679,8 +679,13 @@ fn repacked_experts_stream_like_resident_ones() {
             ("cache off, repacked copy", from_copy(stream0(2, true))),
             ("evicting cache, repacked copy", from_copy(cached(20 * 1024, 2))),
         ] {
-            let (streamed, reports) = run(with(repack, stream), N);
             let what = format!("repack {}, {how}", repack.name());
+            if repack == Repack::On && how.contains("copy") {
+                // A copy that could not be written says why at the open.
+                let notices = copy_notices(with(repack, stream.clone()));
+                assert!(notices.iter().all(|n| !n.contains("no repacked copy")), "{what}: {notices:?}");
+            }
+            let (streamed, reports) = run(with(repack, stream), N);
             assert_identical(reference, &streamed, &what);
             assert!(reports.iter().map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{what}: nothing read");
             // Repacked as read: through the bounce buffer; from the copy: in place.
@@ -710,6 +715,13 @@ fn repacked_experts_stream_like_resident_ones() {
     assert!(s.info().notices.iter().any(|n| n.contains("wrote a repacked copy")), "{:?}", s.info().notices);
 }
 
+/// The notices of an open with `opts` (a repacked copy that could not be
+/// written says why among them).
+fn copy_notices(opts: SessionOptions) -> Vec<String> {
+    let _serial = llama_lock();
+    bmoe::engine::Session::open(opts).unwrap().info().notices.clone()
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
@@ -736,6 +748,8 @@ fn split_model_streams_from_repacked_copies() {
     let on = |stream| SessionOptions { repack: bmoe::engine::Repack::On, ..options(&m, stream) };
     let from_copy = stream0(2, true).map(|s| StreamOptions { repacked_copy: Some(copies.path().into()), ..s });
     let (reference, _) = run(on(None), N);
+    let notices = copy_notices(on(from_copy.clone()));
+    assert!(notices.iter().all(|n| !n.contains("no repacked copy")), "{notices:?}");
     let (streamed, reports) = run(on(from_copy), N);
     assert_identical(&reference, &streamed, "3-shard split, repacked copy");
     assert_eq!(reports.iter().map(|r| r.trace.bounced_slices).sum::<u64>(), 0, "read in place from the copies");

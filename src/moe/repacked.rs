@@ -25,8 +25,12 @@ use super::store::Projection;
 use crate::gguf::ModelFiles;
 use crate::llama::memory::drop_file_cache;
 
-/// Room left free on the copy's file system beyond the copy itself.
-const DISK_MARGIN: u64 = 1 << 30;
+/// Room left free on the copy's file system beyond a copy of `need`
+/// bytes: an eighth of it, at least 64 MiB and at most 1 GiB (a small
+/// model's copy does not ask for a gigabyte to spare).
+fn disk_margin(need: u64) -> u64 {
+    (need / 8).clamp(64 << 20, 1 << 30)
+}
 
 /// A repacked copy ready to read.
 #[derive(Debug, Clone)]
@@ -92,14 +96,17 @@ pub fn prepare(
         let free = rustix::fs::statvfs(&home)
             .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
             .map_err(|e| at(&home, io::Error::from(e)))?;
-        if free < need + DISK_MARGIN {
+        let margin = disk_margin(need);
+        if free < need + margin {
+            let mib = |b: u64| b as f64 / 1048576.0;
             return Err(io::Error::new(
                 io::ErrorKind::StorageFull,
                 format!(
-                    "{} has {:.1} GiB free; the copy needs {:.1} GiB and 1 GiB to spare",
+                    "{} has {:.0} MiB free; the copy needs {:.0} MiB and {:.0} MiB to spare",
                     home.display(),
-                    free as f64 / (1u64 << 30) as f64,
-                    need as f64 / (1u64 << 30) as f64
+                    mib(free),
+                    mib(need),
+                    mib(margin)
                 ),
             ));
         }
