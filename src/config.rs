@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{CacheBudget, DenseWeights, LeanOpen, RpcOptions, SessionOptions, StreamOptions};
-use crate::llama::{MtpParams, Sampling};
+use crate::llama::{MtpExperts, MtpParams, Sampling};
 use crate::moe::evict::CachePolicy;
 use crate::moe::predict::ReadAhead;
 use crate::moe::repack::Repack;
@@ -43,6 +43,8 @@ pub struct PluginConfig {
     pub mtp: bool,
     /// An MTP draft stops before a token its head gives less probability than this.
     pub mtp_p_min: f32,
+    /// Which routed experts a streamed MTP layer drafts with: `cached` or `all`.
+    pub mtp_experts: String,
     /// `name=value` parameters for the draft plugin.
     pub draft_params: Vec<String>,
     /// Expert-drop plugin: a bundled name or a .wasm path; empty = off.
@@ -62,6 +64,7 @@ impl Default for PluginConfig {
             draft: 3,
             mtp: false,
             mtp_p_min: 0.5,
+            mtp_experts: MtpExperts::default().name().into(),
             draft_params: Vec::new(),
             drop_plugin: String::new(),
             drop_params: Vec::new(),
@@ -534,6 +537,9 @@ impl RunConfig {
         if !(0.0..=1.0).contains(&p.mtp_p_min) {
             return Err(bad("plugins.mtp_p_min", format!("must be between 0 and 1 (got {})", p.mtp_p_min)));
         }
+        if MtpExperts::parse(&p.mtp_experts).is_none() {
+            return Err(bad("plugins.mtp_experts", format!("`{}` is not cached or all", p.mtp_experts)));
+        }
         if !p.drop_plugin.is_empty() && !m.stream {
             return Err(bad(
                 "plugins.drop_plugin",
@@ -601,7 +607,11 @@ impl RunConfig {
                 repacked_copy: m.repacked_copy.then(repacked_dir),
             }),
             repack: Repack::from_name(&self.model.repack).unwrap_or_default(),
-            mtp: self.plugins.mtp.then_some(MtpParams { draft_max: self.plugins.draft, p_min: self.plugins.mtp_p_min }),
+            mtp: self.plugins.mtp.then_some(MtpParams {
+                draft_max: self.plugins.draft,
+                p_min: self.plugins.mtp_p_min,
+                experts: MtpExperts::parse(&self.plugins.mtp_experts).unwrap_or_default(),
+            }),
             rpc: self.rpc_options().ok().flatten(),
         }
     }
@@ -817,6 +827,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 4 + 11 + 16 + 9 + 4 + 5);
+        assert_eq!(pairs.len(), 4 + 11 + 16 + 10 + 4 + 5);
     }
 }

@@ -87,6 +87,8 @@ fn streamed_and_resident_print_the_same_text() {
         let out = ok(&args);
         assert_eq!(stdout(&out), text, "{extra:?}");
         assert!(stderr(&out).contains("MiB/token read"), "summary on stderr: {}", stderr(&out));
+        // The RPC line belongs to runs with layers on servers only.
+        assert!(!stderr(&out).contains("rpc:"), "{}", stderr(&out));
     }
     // A cache small enough to evict (the tiny bank is 1.5 MiB), below one
     // token's working set (0.375 MiB): refused unless forced.

@@ -7,7 +7,7 @@
 mod common;
 
 use bmoe::engine::{Event, GenerateRequest, Session, SessionOptions};
-use bmoe::llama::{MtpParams, Sampling};
+use bmoe::llama::{MtpExperts, MtpParams, Sampling};
 use bmoe::synth::Arch;
 use common::*;
 
@@ -15,7 +15,12 @@ const TURNS: [&str; 3] = [PROMPT, " and then", " finally, the end."];
 
 /// MTP drafting of up to 3 tokens; a floor of 0 drafts whatever the head says.
 fn with_mtp(opts: SessionOptions, p_min: f32) -> SessionOptions {
-    SessionOptions { mtp: Some(MtpParams { draft_max: 3, p_min }), ..opts }
+    with_mtp_experts(opts, p_min, MtpExperts::default())
+}
+
+/// MTP drafting as [`with_mtp`], the MTP layer computing with `experts`.
+fn with_mtp_experts(opts: SessionOptions, p_min: f32, experts: MtpExperts) -> SessionOptions {
+    SessionOptions { mtp: Some(MtpParams { draft_max: 3, p_min, experts }), ..opts }
 }
 
 #[test]
@@ -33,10 +38,14 @@ fn mtp_drafting_reproduces_greedy_decoding() {
         assert!(head.agreeing > 0 && head.agreeing < head.with_successor, "{head:?}");
         for (m, p_min) in [(&random, 0.0), (&agreeing, 0.5)] {
             let (reference, _) = run_turns(options(m, None), &TURNS, 24);
-            for stream in [None, stream0(2, true), cached(100 * 1024, 2)] {
-                let what = format!("{} with {stream:?}", m.display());
+            let configs = [None, stream0(2, true), cached(100 * 1024, 2)]
+                .into_iter()
+                .flat_map(|s| MtpExperts::ALL.map(|e| (s.clone(), e)))
+                .filter(|(s, e)| s.is_some() || *e == MtpExperts::default());
+            for (stream, experts) in configs {
+                let what = format!("{} with {stream:?}, {} experts", m.display(), experts.name());
                 let streamed = stream.is_some();
-                let (got, reports) = run_turns(with_mtp(options(m, stream), p_min), &TURNS, 24);
+                let (got, reports) = run_turns(with_mtp_experts(options(m, stream), p_min, experts), &TURNS, 24);
                 for (i, (r, g)) in reference.iter().zip(&got).enumerate() {
                     assert_eq!(r.tokens, g.tokens, "{what}, turn {i}");
                     assert!(g.summary.speculative, "{what}");
@@ -55,6 +64,12 @@ fn mtp_drafting_reproduces_greedy_decoding() {
                         "{what}: a draft without the MTP layer's routing"
                     );
                     assert!(decode().map(|r| r.trace.bytes_read).sum::<u64>() > 0, "{what}");
+                    // Drafting with the cached experts skips the others in the
+                    // MTP layer (and never in the trunk); drafting with all skips none.
+                    let rows = || reports.iter().flat_map(|r| &r.trace.rows);
+                    let skipped = rows().filter(|row| row.dropped && row.layer == 4).count();
+                    assert!(rows().all(|row| !row.dropped || row.layer == 4), "{what}");
+                    assert_eq!(skipped > 0, experts == MtpExperts::Cached, "{what}: {skipped} skipped");
                 } else {
                     assert!(reports.iter().all(|r| mtp_rows(r) == 0), "{what}");
                 }

@@ -166,6 +166,10 @@ pub struct RunFlags {
     /// An MTP draft stops before a token its head gives less probability than this [plugins.mtp_p_min, 0.5].
     #[arg(long, value_name = "P", help_heading = "Plugins")]
     pub mtp_p_min: Option<f32>,
+    /// Which routed experts a streamed MTP layer drafts with: cached (those in the expert cache, reading at most
+    /// one per draft token) or all [plugins.mtp_experts, cached].
+    #[arg(long, value_name = "cached|all", help_heading = "Plugins")]
+    pub mtp_experts: Option<String>,
     /// A draft-plugin parameter, name=value (repeatable).
     #[arg(long = "draft-param", value_name = "NAME=VALUE", help_heading = "Plugins")]
     pub draft_params: Vec<String>,
@@ -258,7 +262,8 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         m.o_direct = false;
     }
     let p = &mut c.plugins;
-    set!(draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin, mtp_p_min => p.mtp_p_min);
+    set!(draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin, mtp_p_min => p.mtp_p_min,
+        mtp_experts => p.mtp_experts);
     if args.mtp {
         p.mtp = true;
     }

@@ -12,7 +12,7 @@ use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
 use crate::llama::rpc;
 use crate::llama::{
-    Context, ContextParams, DecodeError, Logits, Model, MtpParams, RemoteLayers, Sampler, Sampling, argmax,
+    Context, ContextParams, DecodeError, Logits, Model, MtpExperts, MtpParams, RemoteLayers, Sampler, Sampling, argmax,
 };
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
@@ -408,6 +408,23 @@ impl Session {
         };
         if let Some(stream) = &options.stream {
             attach_stream(&mut ctx, &files, stream, repack, &mut info)?;
+            if let (Some(mtp), Some(hook)) = (options.mtp, ctx.hook_mut()) {
+                let experts = match mtp.experts {
+                    MtpExperts::Cached if !hook.can_drop() => {
+                        info.notices.push(
+                            "MTP drafts read every routed expert: this graph's routing weights come after its first \
+                             expert matmul, so a draft cannot skip the experts the cache lacks"
+                                .into(),
+                        );
+                        MtpExperts::All
+                    }
+                    experts => experts,
+                };
+                hook.set_draft_experts(experts);
+                if let Some(note) = mtp_width_note(&info, mtp.draft_max) {
+                    info.notices.push(note);
+                }
+            }
             if let Some(copy) = &lean {
                 finish_lean_open(&mut ctx, copy)?;
             }
@@ -1074,9 +1091,10 @@ fn attach_stream(
     let bos = ctx.model().tokenize("", true).first().copied().unwrap_or(0);
     ctx.decode(&[bos], 0, Logits::None)?;
     if ctx.has_mtp() {
-        // A draft after it shows the MTP layer's experts in the draft graph.
+        // One draft-context decode after it shows the MTP layer's experts
+        // in the draft graph.
         ctx.mtp_follow().map_err(EngineError::Llama)?;
-        ctx.mtp_draft(1, bos).map_err(EngineError::Llama)?;
+        ctx.mtp_warm_up(1, bos).map_err(EngineError::Llama)?;
     }
     ctx.clear_kv();
     let n_ctx = ctx.n_ctx();
@@ -1412,6 +1430,22 @@ impl Utf8Stream {
         self.held.clear();
         s
     }
+}
+
+/// A note when a verify batch of `draft_max` drafts and the last token
+/// routes more experts than the expert cache holds: each position brings
+/// its own, so a wide batch evicts what the next step needs.
+fn mtp_width_note(info: &OpenReport, draft_max: u32) -> Option<String> {
+    let working_set = info.holdings.as_ref()?.working_set;
+    let tokens_held = info.cache_budget as f64 / working_set.max(1) as f64;
+    if info.cache_budget == 0 || draft_max <= 1 || tokens_held >= f64::from(draft_max + 1) {
+        return None;
+    }
+    Some(format!(
+        "the expert cache holds about {tokens_held:.1} tokens' routed experts, and a verify batch of {} positions \
+         routes each position's own: under this memory --draft 1 reads less per token (docs/mtp.md)",
+        draft_max + 1
+    ))
 }
 
 #[cfg(test)]

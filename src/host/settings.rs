@@ -87,6 +87,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("plugins.draft", Apply::Live, "most tokens drafted per step"),
     ("plugins.mtp", Apply::Reopen, "draft with the model's own MTP layers (GLM-4.5+, DeepSeek-V3, ...)"),
     ("plugins.mtp_p_min", Apply::Reopen, "an MTP draft stops before a token its head gives less probability"),
+    (
+        "plugins.mtp_experts",
+        Apply::Reopen,
+        "which routed experts a streamed MTP layer drafts with: cached (reads at most one per draft token) or all",
+    ),
     ("plugins.draft_params", Apply::Live, "draft plugin parameters, name=value,..."),
     ("plugins.drop_plugin", Apply::Live, "expert-drop plugin (drop-cold, a .wasm; empty = off; lossy)"),
     ("plugins.drop_params", Apply::Live, "drop plugin parameters, name=value,..."),

@@ -255,6 +255,12 @@ impl<H: EvalHook> Context<H> {
         self.draft_mut()?.draft(pos, last)
     }
 
+    /// Runs the draft head once on `last` at `pos` without drafting (the
+    /// warm-up capture of its graph).
+    pub fn mtp_warm_up(&mut self, pos: usize, last: i32) -> Result<(), String> {
+        self.draft_mut()?.warm_up(pos, last)
+    }
+
     /// Tells the drafter how many tokens of its last non-empty draft the
     /// verification accepted (a head that keeps missing rests).
     pub fn mtp_verified(&mut self, accepted: usize) {
@@ -321,7 +327,7 @@ impl<H: EvalHook> Context<H> {
         let t0 = std::time::Instant::now();
         // SAFETY: live context.
         unsafe { sys::llama_synchronize(self.ptr.as_ptr()) };
-        self.remote_wait_ns = t0.elapsed().as_nanos() as u64;
+        self.remote_wait_ns = if self.model.has_remote_layers() { t0.elapsed().as_nanos() as u64 } else { 0 };
         match rc {
             0 => Ok(()),
             2 if self.abort.load(Ordering::Relaxed) => Err(DecodeError::Aborted),

@@ -20,7 +20,7 @@ use llama_cpp_sys_2 as sys;
 pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook};
 pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};
-pub use mtp::MtpParams;
+pub use mtp::{MtpExperts, MtpParams};
 pub use repack::Repacker;
 pub use rpc::RemoteLayers;
 pub use sampler::{Sampler, Sampling, argmax};

@@ -118,6 +118,11 @@ impl Model {
         Ok(Model { ptr, vocab, path: path.to_path_buf(), remote })
     }
 
+    /// Whether some of the model's layers live on RPC servers.
+    pub fn has_remote_layers(&self) -> bool {
+        !self.remote.is_empty()
+    }
+
     /// True when an RPC server holding some of the layers has gone: ggml
     /// would end the process at the next message to it, freeing the
     /// layers' buffers included.

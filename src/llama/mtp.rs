@@ -47,6 +47,40 @@ pub struct MtpParams {
     pub draft_max: u32,
     /// A draft stops before a token the head gives less probability than this.
     pub p_min: f32,
+    /// Which of its routed experts the MTP layer drafts with when experts stream.
+    pub experts: MtpExperts,
+}
+
+/// Which of its routed experts a streamed MTP layer computes a draft with.
+/// A draft need not be exact (the target verifies it), so it can make do
+/// with the experts at hand instead of waiting for reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MtpExperts {
+    /// The routed experts the expert cache holds, their weights scaled up
+    /// to the routed total; a token none of whose experts are cached reads
+    /// its top one. A draft token reads at most one expert.
+    #[default]
+    Cached,
+    /// Every routed expert, read like the trunk's.
+    All,
+}
+
+impl MtpExperts {
+    /// Every choice.
+    pub const ALL: [MtpExperts; 2] = [MtpExperts::Cached, MtpExperts::All];
+
+    /// Its name in configuration and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MtpExperts::Cached => "cached",
+            MtpExperts::All => "all",
+        }
+    }
+
+    /// The choice called `name`.
+    pub fn parse(name: &str) -> Option<MtpExperts> {
+        MtpExperts::ALL.into_iter().find(|e| e.name() == name)
+    }
 }
 
 /// The draft context and what it has been fed.
@@ -288,6 +322,17 @@ impl MtpDraft {
             self.note_useless();
         }
         Ok(drafts)
+    }
+
+    /// Runs the head once on `last` at `pos` and drafts nothing: the
+    /// warm-up capture sees the draft graph exactly once (a second pass
+    /// would record its nodes out of order). Leaves the rest state alone.
+    pub(super) fn warm_up(&mut self, pos: usize, last: i32) -> Result<(), String> {
+        let p_min = std::mem::replace(&mut self.p_min, f32::INFINITY);
+        let (useless, rest, resume) = (self.useless, self.rest, self.resume);
+        let result = self.draft(pos, last);
+        (self.p_min, self.useless, self.rest, self.resume) = (p_min, useless, rest, resume);
+        result.map(drop)
     }
 
     /// How the target judged the last non-empty draft.

@@ -14,7 +14,7 @@ use std::time::Instant;
 use super::predict::{PredictionScore, ReadAhead, RouterPredictor, RouterWeights};
 use super::recipe::parse_expert_tensor;
 use super::store::{ExpertStore, PrefetchReport};
-use crate::llama::{EvalHook, Tensor, TensorBinding, TensorHandle};
+use crate::llama::{EvalHook, MtpExperts, Tensor, TensorBinding, TensorHandle};
 use crate::policy::{DropCall, Dropper};
 
 /// One expert tensor seen during capture.
@@ -95,6 +95,19 @@ fn parse_moe_node(name: &str) -> Option<(&str, usize)> {
         return None;
     }
     Some((what, il.parse().ok()?))
+}
+
+/// The slots a draft drafting with cached experts skips: those not
+/// `resident`; when none is, every slot but the one of largest weight in
+/// `weights` (read, so the draft has an expert).
+fn cached_mask(resident: &[bool], weights: &[f32]) -> Vec<bool> {
+    let mut mask: Vec<bool> = resident.iter().map(|r| !r).collect();
+    if mask.iter().all(|&d| d)
+        && let Some(top) = (0..weights.len()).max_by(|&a, &b| weights[a].total_cmp(&weights[b]))
+    {
+        mask[top] = false;
+    }
+    mask
 }
 
 /// One routed (token, slot) of one layer.
@@ -275,6 +288,11 @@ pub struct MoeHook {
     remote_since: Option<Instant>,
     /// Capture saw nodes on RPC servers (only then does a decode look for them).
     has_remote_nodes: bool,
+    /// The decodes since [`MoeHook::begin_side_batch`] are another
+    /// context's (the MTP draft context), not the step's own.
+    side_batch: bool,
+    /// Which routed experts the draft context's layers compute with.
+    draft_experts: MtpExperts,
 }
 
 impl MoeHook {
@@ -319,6 +337,8 @@ impl MoeHook {
             top_k: None,
             remote_since: None,
             has_remote_nodes: false,
+            side_batch: false,
+            draft_experts: MtpExperts::All,
         }
     }
 
@@ -449,9 +469,17 @@ impl MoeHook {
         self.dropper.as_mut()
     }
 
+    /// Sets which routed experts the draft context's decodes compute with
+    /// ([`MtpExperts::Cached`] needs [`MoeHook::can_drop`]; without it every
+    /// routed expert is read).
+    pub fn set_draft_experts(&mut self, experts: MtpExperts) {
+        self.draft_experts = experts;
+    }
+
     /// Prepares for a decode of `tokens` tokens (`decode`: not a prompt chunk).
     pub fn begin_batch(&mut self, tokens: u32, decode: bool) {
         self.begin_side_batch(tokens);
+        self.side_batch = false;
         self.trace = StepTrace::default();
         self.remote_since = None;
         self.decode_phase = decode;
@@ -463,6 +491,7 @@ impl MoeHook {
     /// this hook (the MTP draft context) without ending the step: what it
     /// reads adds to the current trace.
     pub fn begin_side_batch(&mut self, tokens: u32) {
+        self.side_batch = true;
         self.token_base = 0;
         self.ubatch_tokens = 0;
         self.last_layer = None;
@@ -473,6 +502,11 @@ impl MoeHook {
 
     /// Takes what the last decode did.
     pub fn take_trace(&mut self) -> StepTrace {
+        if let Some(d) = self.deferred.take() {
+            // The graph never showed the weights node the load waited for:
+            // the layer computed with experts that were not read.
+            self.fail(format!("layer {}: its experts were never loaded (no routing-weights node came)", d.layer));
+        }
         std::mem::take(&mut self.trace)
     }
 
@@ -620,7 +654,9 @@ impl MoeHook {
             self.predict_next(node, il, k, nt, true);
             self.score_prediction(il);
         }
-        if self.dropper.is_some() && self.decode_phase {
+        // Drafts skip uncached experts in prompts too: a turn's first draft
+        // feeds the whole prompt through the MTP layer.
+        if (self.dropper.is_some() && self.decode_phase) || self.drafts_with_cached() {
             self.deferred = Some(Deferred { layer: il, k, tokens: nt, first_token });
             return;
         }
@@ -883,7 +919,7 @@ impl MoeHook {
                         self.weights[j * k + s] = node.read_f32(j * token + s * slot).unwrap_or(f32::NAN);
                     }
                 }
-                self.apply_dropper(node, il, k, nt, (slot, token));
+                self.apply_drops(node, il, k, nt, (slot, token));
             }
             let first_row = self.trace.rows.len();
             self.load_and_record(il, k, nt, d.first_token);
@@ -907,10 +943,22 @@ impl MoeHook {
         }
     }
 
-    /// Asks the drop policy about each token; writes zeroed weights and
+    /// True when the current decode is the draft context's and drafts with
+    /// the cached experts only.
+    fn drafts_with_cached(&self) -> bool {
+        self.side_batch && self.draft_experts == MtpExperts::Cached
+    }
+
+    /// Asks the drop policy (in the draft context drafting with cached
+    /// experts: the cache) about each token; writes zeroed weights and
     /// repointed ids of dropped slots back into the graph.
-    fn apply_dropper(&mut self, weights: Tensor<'_>, il: usize, k: usize, nt: usize, strides: (usize, usize)) {
-        let (Some(dropper), Some(store)) = (self.dropper.as_mut(), self.store.as_ref()) else { return };
+    fn apply_drops(&mut self, weights: Tensor<'_>, il: usize, k: usize, nt: usize, strides: (usize, usize)) {
+        let cached_only = self.drafts_with_cached();
+        let Some(store) = self.store.as_ref() else { return };
+        let mut dropper = self.dropper.as_mut().filter(|_| !cached_only);
+        if dropper.is_none() && !cached_only {
+            return;
+        }
         let Some(topk) = weights.find_source(&format!("ffn_moe_topk-{il}"), 8) else { return };
         let (id_slot, id_token) = (topk.nb()[0], topk.nb()[1]);
         let mut experts = Vec::with_capacity(k);
@@ -921,15 +969,16 @@ impl MoeHook {
             experts.extend(self.ids[row.clone()].iter().map(|&e| e as u32));
             resident.clear();
             resident.extend(experts.iter().map(|&e| store.is_resident(il, e)));
-            let call = DropCall {
-                layer: il as u32,
-                experts: &experts,
-                weights: &self.weights[row.clone()],
-                resident: &resident,
-                k: k as u32,
-            };
-            let Some(mask) = dropper.decide(&call) else { continue };
             let w = &self.weights[row.clone()];
+            let mask = match dropper.as_mut() {
+                Some(dropper) => {
+                    let call =
+                        DropCall { layer: il as u32, experts: &experts, weights: w, resident: &resident, k: k as u32 };
+                    let Some(mask) = dropper.decide(&call) else { continue };
+                    mask
+                }
+                None => cached_mask(&resident, w),
+            };
             let total: f32 = w.iter().sum();
             let kept: f32 = w.iter().zip(&mask).filter(|(_, d)| !**d).map(|(x, _)| x).sum();
             // The kept slot with the largest weight takes the dropped slots' ids.
@@ -1039,7 +1088,7 @@ impl EvalHook for MoeHook {
                     return false;
                 }
                 what == "topk"
-                    || (self.record_weights || self.dropper.is_some())
+                    || (self.record_weights || self.dropper.is_some() || self.drafts_with_cached())
                         && self.order.get(il).and_then(|o| o.weights).is_some_and(|(_, k)| WEIGHT_NODES[k] == what)
             }
         }
