@@ -97,6 +97,15 @@ fn parse_moe_node(name: &str) -> Option<(&str, usize)> {
     Some((what, il.parse().ok()?))
 }
 
+/// How many layers ahead a decode step of `nt` tokens runs the routers
+/// (`router` asked for): a verify batch only the next layer. Its guesses
+/// two layers ahead are the union of every position's, less often right,
+/// and they evict what the batch is about to use (measured on the MTP
+/// bench model under a cap: 179 against 137 MiB read per token).
+fn decode_reach(router: u32, nt: usize) -> usize {
+    if nt > 1 { 1 } else { router.max(1) as usize }
+}
+
 /// The slots a draft drafting with cached experts skips: those not
 /// `resident`; when none is, every slot but the one of largest weight in
 /// `weights` (read, so the draft has an expert).
@@ -716,7 +725,7 @@ impl MoeHook {
                 ahead.push(n);
             }
         } else {
-            ahead.extend(store.streamed_after(il).take(self.read_ahead.router.max(1) as usize));
+            ahead.extend(store.streamed_after(il).take(decode_reach(self.read_ahead.router, nt)));
         }
         self.predict_ahead(input, k, nt);
     }
@@ -792,7 +801,7 @@ impl MoeHook {
             return;
         }
         let layers = store.streamed_layers();
-        let reach = if prompt { usize::from(layers.len() > 1) } else { self.read_ahead.router.max(1) as usize };
+        let reach = if prompt { usize::from(layers.len() > 1) } else { decode_reach(self.read_ahead.router, nt) };
         self.ahead.clear();
         self.ahead.extend(layers.iter().take(reach));
         self.predict_ahead(embd, k, nt);
@@ -1112,7 +1121,21 @@ impl EvalHook for MoeHook {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_moe_node;
+    use super::{cached_mask, decode_reach, parse_moe_node};
+
+    #[test]
+    fn verify_batches_read_ahead_one_layer() {
+        assert_eq!(decode_reach(2, 1), 2);
+        assert_eq!(decode_reach(0, 1), 1);
+        assert_eq!((decode_reach(2, 2), decode_reach(3, 4)), (1, 1));
+    }
+
+    #[test]
+    fn cached_drafts_keep_what_is_resident_or_the_top_slot() {
+        assert_eq!(cached_mask(&[true, false, true], &[0.2, 0.5, 0.3]), [false, true, false]);
+        assert_eq!(cached_mask(&[false, false, false], &[0.2, 0.5, 0.3]), [true, false, true]);
+        assert_eq!(cached_mask(&[true, true], &[0.6, 0.4]), [false, false]);
+    }
 
     #[test]
     fn node_names() {
