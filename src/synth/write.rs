@@ -89,9 +89,12 @@ pub fn write_plan(
         bail!("--split {n_shards} leaves shard {} without tensors; use fewer shards", i + 1);
     }
     let total: u64 = writers.iter().map(GgufWriter::file_size).sum();
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    check_room(dir, total, out)?;
+    if let Some((t, _)) = planned.tensors.iter().max_by_key(|(t, _)| t.size()) {
+        check_memory(&t.name, t.size(), crate::moe::budget::MemoryLimits::read().tightest())?;
     }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
 
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Two tensors may wait rendered, so that a slow one to render (the
@@ -147,6 +150,50 @@ pub fn write_plan(
     })?;
     let _ = progress(total, total);
     Ok(WriteReport { paths, bytes: total, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// Refuses a write the disk cannot hold before any byte is written, rather
+/// than minutes into a multi-GiB file. A file being replaced counts as
+/// taken: it is removed only by the rename at the end. When the free space
+/// cannot be read, the write goes ahead and a full disk is its error.
+fn check_room(dir: &Path, need: u64, out: &Path) -> Result<()> {
+    // The folder may not exist yet: its nearest existing parent is on the
+    // same disk.
+    let Some(existing) = dir.ancestors().find(|d| d.as_os_str().is_empty() || d.is_dir()) else { return Ok(()) };
+    let existing = if existing.as_os_str().is_empty() { Path::new(".") } else { existing };
+    let Ok(stat) = rustix::fs::statvfs(existing) else { return Ok(()) };
+    let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+    if free < need {
+        bail!(
+            "{} would take {}, but {} has {} free; write it elsewhere (-o) or make room",
+            out.display(),
+            indicatif::HumanBytes(need),
+            existing.display(),
+            indicatif::HumanBytes(free)
+        );
+    }
+    Ok(())
+}
+
+/// Buffers of one tensor's size the writer may hold at once: the one being
+/// rendered, two rendered and waiting, and the one being written.
+const BUFFERS_IN_FLIGHT: u64 = 4;
+
+/// Refuses a model whose largest tensor cannot be rendered in `available`
+/// bytes of memory (when known): each tensor is generated whole, and an
+/// allocation that fails aborts the process.
+fn check_memory(name: &str, size: u64, available: Option<u64>) -> Result<()> {
+    let need = size.saturating_mul(BUFFERS_IN_FLIGHT);
+    match available {
+        Some(free) if need > free => bail!(
+            "its largest tensor, {name}, is {}: writing holds up to {BUFFERS_IN_FLIGHT} of that size in memory \
+             ({}), and {} is available; make the experts narrower (--expert-ff, --embd) or fewer (--experts)",
+            indicatif::HumanBytes(size),
+            indicatif::HumanBytes(need),
+            indicatif::HumanBytes(free)
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// A file being written; removed when dropped unless it was renamed away.
@@ -217,5 +264,42 @@ mod tests {
             fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert!(names.iter().all(|n| !n.ends_with(".partial")), "{names:?}");
         assert_eq!(names, ["m-00001-of-00002.gguf"]);
+    }
+
+    #[test]
+    fn a_model_larger_than_the_free_disk_is_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        // 22 TiB of experts: no disk this runs on has that free.
+        let spec = ModelSpec {
+            layers: 16,
+            experts: 2,
+            experts_used: 1,
+            embd: 64,
+            expert_ff: 1_000_000_000,
+            ..ModelSpec::preset(Preset::Tiny, Arch::Qwen3Moe)
+        };
+        // Into a folder not yet made, which the refusal does not make.
+        let out = dir.path().join("models/huge.gguf");
+        let mut calls = 0;
+        let err = write_model(&spec, &out, &mut |_, _| {
+            calls += 1;
+            ControlFlow::Continue(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("would take 22") && err.contains("TiB") && err.contains("free"), "{err}");
+        assert_eq!(calls, 0, "nothing was written");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_tensor_too_large_to_render_in_memory_is_refused() {
+        const GIB: u64 = 1 << 30;
+        let err = check_memory("blk.0.ffn_up_exps.weight", 3 * GIB, Some(8 * GIB)).unwrap_err().to_string();
+        assert!(err.contains("blk.0.ffn_up_exps.weight") && err.contains("12.00 GiB"), "{err}");
+        assert!(err.contains("8.00 GiB is available"), "{err}");
+        check_memory("t", 2 * GIB, Some(8 * GIB)).unwrap();
+        // Memory that cannot be read does not stop a write.
+        check_memory("t", 3 * GIB, None).unwrap();
     }
 }
