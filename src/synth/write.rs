@@ -186,7 +186,7 @@ fn check_memory(name: &str, size: u64, available: Option<u64>) -> Result<()> {
     let need = size.saturating_mul(BUFFERS_IN_FLIGHT);
     match available {
         Some(free) if need > free => bail!(
-            "its largest tensor, {name}, is {}: writing holds up to {BUFFERS_IN_FLIGHT} of that size in memory \
+            "the model's largest tensor, {name}, is {}: writing holds up to {BUFFERS_IN_FLIGHT} of that size in memory \
              ({}), and {} is available; make the experts narrower (--expert-ff, --embd) or fewer (--experts)",
             indicatif::HumanBytes(size),
             indicatif::HumanBytes(need),
