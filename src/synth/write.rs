@@ -158,9 +158,8 @@ pub fn write_plan(
 /// cannot be read, the write goes ahead and a full disk is its error.
 fn check_room(dir: &Path, need: u64, out: &Path) -> Result<()> {
     // The folder may not exist yet: its nearest existing parent is on the
-    // same disk.
-    let Some(existing) = dir.ancestors().find(|d| d.as_os_str().is_empty() || d.is_dir()) else { return Ok(()) };
-    let existing = if existing.as_os_str().is_empty() { Path::new(".") } else { existing };
+    // same disk (a relative path's last ancestor is "", the current folder).
+    let existing = dir.ancestors().find(|d| d.is_dir()).unwrap_or(Path::new("."));
     let Ok(stat) = rustix::fs::statvfs(existing) else { return Ok(()) };
     let free = stat.f_bavail.saturating_mul(stat.f_frsize);
     if free < need {
