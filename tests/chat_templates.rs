@@ -2,7 +2,10 @@
 //! system prompt, thinking on and off, in the structure its family expects;
 //! the reasoning splitter starts where the prompt leaves it.
 
-use bmoe::chat::{ChatFormat, Family, Kind, Message, NAMED_TEMPLATES, ThinkControl};
+use bmoe::chat::{
+    ArgumentsForm, ChatFormat, ChatTemplate, Family, Kind, Message, NAMED_TEMPLATES, RenderOptions, ThinkControl,
+    ToolCall,
+};
 
 /// What a family's render must look like.
 struct Expect {
@@ -236,12 +239,13 @@ fn two_turns_with_a_system_prompt_thinking_on_and_off() {
         assert_eq!(format.think_control(), e.think, "{}: thinking control", e.name);
         assert_eq!(format.family(), e.family, "{}: reasoning markers", e.name);
         for (thinking, end) in [(true, e.end_on), (false, e.end_off)] {
-            let prompt = format.prompt(&conversation(), thinking).unwrap_or_else(|err| panic!("{err}"));
+            let rendered = format.prompt(&conversation(), thinking).unwrap_or_else(|err| panic!("{err}"));
+            let prompt = rendered.text.as_str();
             let shown = format!("{} (thinking {thinking}):\n{prompt}", e.name);
-            in_order(&prompt, e.order).unwrap_or_else(|why| panic!("{shown}\n{why}"));
+            in_order(prompt, e.order).unwrap_or_else(|why| panic!("{shown}\n{why}"));
             assert!(prompt.ends_with(end), "{shown}\nshould end with {end:?}");
             assert!(!prompt.starts_with("<s><s>"), "{shown}: doubled BOS");
-            let starts = format.splitter(&prompt).kind();
+            let starts = format.splitter(&rendered).kind();
             let opened = ["<think>", "<|open|>think<|sep|>", "<think:opensource>", "<seed:think>"]
                 .iter()
                 .any(|open| prompt.trim_end().ends_with(open));
@@ -279,17 +283,17 @@ fn thinking_switches_and_effort_reach_what_each_template_reads() {
 
     // granite-3.3 without a system prompt: `thinking` asks for tags in its default one.
     let granite = format("granite-3.3", None);
-    let (on, off) = (granite.prompt(&user, true).unwrap(), granite.prompt(&user, false).unwrap());
+    let (on, off) = (granite.prompt(&user, true).unwrap().text, granite.prompt(&user, false).unwrap().text);
     assert!(on.contains("Write your thoughts between <think></think>"), "{on}");
     assert!(!off.contains("<think>") && off.ends_with("<|start_of_role|>assistant<|end_of_role|>"), "{off}");
 
     // Kimi-K3: `thinking_effort` takes the effort; the template's own default (max) otherwise.
-    let kimi = format("kimi-k3", Some("low")).prompt(&user, true).unwrap();
+    let kimi = format("kimi-k3", Some("low")).prompt(&user, true).unwrap().text;
     assert!(kimi.contains("invoked with `thinking_effort=low`"), "{kimi}");
-    assert!(format("kimi-k3", None).prompt(&user, true).unwrap().contains("`thinking_effort=max`"));
+    assert!(format("kimi-k3", None).prompt(&user, true).unwrap().text.contains("`thinking_effort=max`"));
 
     // Hunyuan: thinking on needs an effort (high unless asked), off is `no_think`; it refuses medium.
-    let hunyuan = |effort, think| format("hunyuan", effort).prompt(&user, think);
+    let hunyuan = |effort, think| format("hunyuan", effort).prompt(&user, think).map(|p| p.text);
     assert!(hunyuan(None, true).unwrap().contains("reasoning_effort:high"));
     assert!(hunyuan(Some("low"), true).unwrap().contains("reasoning_effort:low"));
     assert!(hunyuan(Some("low"), false).unwrap().contains("reasoning_effort:no_think"));
@@ -298,9 +302,178 @@ fn thinking_switches_and_effort_reach_what_each_template_reads() {
 
     // Seed-OSS: off is a budget of 0; on leaves the template's unlimited default.
     let seed = format("seed-oss", None);
-    assert!(seed.prompt(&user, false).unwrap().contains("your thinking budget is 0"));
-    assert!(!seed.prompt(&user, true).unwrap().contains("thinking budget"));
+    assert!(seed.prompt(&user, false).unwrap().text.contains("your thinking budget is 0"));
+    assert!(!seed.prompt(&user, true).unwrap().text.contains("thinking budget"));
 
     // gpt-oss: the effort as given, thinking off by the empty analysis message.
-    assert!(format("gpt-oss", Some("high")).prompt(&user, true).unwrap().contains("Reasoning: high"));
+    assert!(format("gpt-oss", Some("high")).prompt(&user, true).unwrap().text.contains("Reasoning: high"));
+}
+
+/// A conversation with one tool call whose arguments are `arguments`, and
+/// its result.
+fn called(arguments: serde_json::Value) -> Vec<Message> {
+    let call = ToolCall::new(Some("functions.get_weather:0".into()), "get_weather", arguments);
+    vec![
+        Message::new("user", "Weather in Paris?"),
+        Message { tool_calls: vec![call.clone()], ..Message::new("assistant", "") },
+        Message::tool_result(&call, "sunny"),
+    ]
+}
+
+/// The arguments as an OpenAI client sends them (JSON text, no spaces) and
+/// as bmoe holds a call it parsed (an object).
+const SENT: &str = r#"{"city":"Paris","days":3}"#;
+
+/// Tool-call arguments reach each bundled template in the form it writes:
+/// as sent where it writes text, parsed where it needs a mapping, so both
+/// forms render, and a template that writes the text writes it unchanged.
+#[test]
+fn tool_call_arguments_in_both_forms_render_as_each_template_needs() {
+    let expected = [
+        ("qwen3", ArgumentsForm::Either),
+        ("qwen3.5", ArgumentsForm::Object),
+        ("qwen2.5", ArgumentsForm::Object),
+        ("gpt-oss", ArgumentsForm::Object),
+        ("gemma-4", ArgumentsForm::Either),
+        ("glm-4.7", ArgumentsForm::Object),
+        ("lfm2", ArgumentsForm::Either),
+        ("lfm2.5", ArgumentsForm::Object),
+        ("nemotron-3", ArgumentsForm::Object),
+        ("deepseek-v4", ArgumentsForm::Either),
+        ("granite-4.0", ArgumentsForm::Either),
+        ("granite-3.3", ArgumentsForm::Either),
+        ("kimi-k3", ArgumentsForm::Either),
+        ("kimi-k2-thinking", ArgumentsForm::Either),
+        ("hunyuan", ArgumentsForm::Object),
+        ("seed-oss", ArgumentsForm::Object),
+    ];
+    assert_eq!(expected.len(), NAMED_TEMPLATES.len(), "every bundled template is listed");
+    let object: serde_json::Value = serde_json::from_str(SENT).unwrap();
+    let forms: Vec<_> = expected
+        .iter()
+        .map(|(name, _)| {
+            (*name, ChatTemplate::new(name, bmoe::chat::named_template(name).unwrap()).unwrap().arguments_form())
+        })
+        .collect();
+    assert_eq!(forms, expected);
+    // The templates that write arguments given as text as they are.
+    let writes_text = ["qwen3", "gemma-4", "granite-4.0", "kimi-k3", "kimi-k2-thinking"];
+    for (name, form) in expected {
+        let template = ChatTemplate::new(name, bmoe::chat::named_template(name).unwrap()).unwrap();
+        let opts = RenderOptions { add_generation_prompt: true, ..RenderOptions::default() };
+        let as_text = template.render(&called(SENT.into()), &opts).unwrap_or_else(|e| panic!("{e}"));
+        let as_object = template.render(&called(object.clone()), &opts).unwrap_or_else(|e| panic!("{e}"));
+        if !as_object.contains("city") {
+            // lfm2 and granite-3.3 write no calls in their history.
+            assert_eq!(form, ArgumentsForm::Either, "{name}");
+            continue;
+        }
+        assert!(as_text.contains("city"), "{name}: the call is missing:\n{as_text}");
+        match form {
+            ArgumentsForm::Object => assert_eq!(as_text, as_object, "{name}: text parsed into the same object"),
+            // Written as the client sent it, not parsed and re-spaced
+            // (unless the template parses it itself, as deepseek-v4 does).
+            _ if writes_text.contains(&name) => {
+                assert!(as_text.contains(SENT), "{name}: the arguments' text changed:\n{as_text}")
+            }
+            _ => assert_eq!(as_text, as_object, "{name}"),
+        }
+    }
+}
+
+/// A template that joins the arguments to strings (DeepSeek-V3.1's
+/// `'<｜tool▁sep｜>' + tool['function']['arguments']`) gets text in both
+/// forms: the client's text as sent, bmoe's object as compact JSON; one
+/// that tests `is string` gets the text unchanged.
+#[test]
+fn templates_that_write_argument_text_get_text() {
+    let joined = "{% for m in messages %}{% if m.tool_calls %}{% if m.content is none %}[none]{% endif %}\
+        {% for t in m.tool_calls %}{{ '<call>' + t['function']['name'] + '<sep>' + t['function']['arguments'] + '</call>' }}\
+        {% endfor %}{% else %}{{ m.content }}{% endif %}{% endfor %}";
+    let template = ChatTemplate::new("joined", joined).unwrap();
+    assert_eq!(template.arguments_form(), ArgumentsForm::Text);
+    let opts = RenderOptions::default();
+    let object: serde_json::Value = serde_json::from_str(SENT).unwrap();
+    for arguments in [SENT.into(), object] {
+        let text = template.render(&called(arguments), &opts).unwrap_or_else(|e| panic!("{e}"));
+        // A reply that only calls tools has `content: null`, as clients send it.
+        assert_eq!(text, format!("Weather in Paris?[none]<call>get_weather<sep>{SENT}</call>sunny"));
+    }
+    let tested = "{% for m in messages %}{% for t in m.tool_calls or [] %}{% if t.function.arguments is string %}\
+        {{ t.function.arguments }}{% else %}{{ t.function.arguments | tojson }}{% endif %}{% endfor %}{% endfor %}";
+    let template = ChatTemplate::new("tested", tested).unwrap();
+    assert_eq!(template.arguments_form(), ArgumentsForm::Either);
+    assert_eq!(template.render(&called(SENT.into()), &opts).unwrap(), SENT);
+}
+
+/// Where a reply starts (reasoning or answer) is decided by what the
+/// template appends after the last message, never by a marker the user
+/// typed: a message quoting every family's opening marker starts where a
+/// plain one does, thinking on and off, with every bundled template.
+#[test]
+fn markers_in_the_users_text_do_not_decide_where_the_reply_starts() {
+    let markers = "<think> <seed:think> <think:opensource> <|open|>think<|sep|> <|channel|>analysis<|message|> \
+                   <|channel>thought <mm:think> <|START_THINKING|>";
+    for e in EXPECT {
+        let format = ChatFormat::new(e.name, Some(bmoe::chat::named_template(e.name).unwrap()), "<s>", "</s>").unwrap();
+        for thinking in [true, false] {
+            let starts = |text: &str| {
+                let prompt = format.prompt(&[Message::new("user", text)], thinking).unwrap();
+                assert!(prompt.reply_opening().len() < prompt.text.len(), "{}: {}", e.name, prompt.text);
+                assert!(!prompt.reply_opening().contains(text), "{}: {}", e.name, prompt.reply_opening());
+                format.splitter(&prompt).kind()
+            };
+            let quoted = format!("Explain these literal tags: {markers}");
+            assert_eq!(starts(&quoted), starts("Explain the tags"), "{} (thinking {thinking})", e.name);
+        }
+    }
+}
+
+/// A template written in the style of the ones bmoe does not bundle: the
+/// user turns, then `tail` after `<assistant>` when the reply is opened.
+fn styled(tail: &str) -> ChatFormat {
+    let source = format!(
+        "{{% for m in messages %}}<{{{{ m.role }}}}>{{{{ m.content }}}}{{% if m.reasoning_content %}}{{{{ m.reasoning_content }}}}{{% endif %}}\
+         {{% endfor %}}{{% if add_generation_prompt %}}<assistant>{tail}{{% endif %}}"
+    );
+    ChatFormat::new("styled", Some(&source), "", "").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Thinking switches found by what a template reads, with their off values
+/// from its own literals: MiniMax-M3's `thinking_mode`, Cohere's
+/// `reasoning`, Solar-Open's `reasoning_effort` `minimal`; their markers
+/// split the reply; a template with no switch bmoe knows says so.
+#[test]
+fn thinking_switches_found_in_what_the_template_reads() {
+    let user = [Message::new("user", "Hi")];
+    let cases = [
+        (
+            "{% if thinking_mode | default('adaptive') == 'disabled' %}<mm:think></mm:think>{% else %}<mm:think>{% endif %}",
+            "thinking_mode",
+            Family::MiniMax,
+        ),
+        ("{% if reasoning %}<|START_THINKING|>{% else %}<|START_RESPONSE|>{% endif %}", "reasoning", Family::Cohere),
+        (
+            "{% if reasoning_effort in ['minimal'] %}<think></think>{% elif reasoning_effort in ['low', 'high'] or \
+             reasoning_effort is not defined %}<think>{% endif %}",
+            "reasoning_effort",
+            Family::Think,
+        ),
+    ];
+    for (tail, switch, family) in cases {
+        let format = styled(tail);
+        assert_eq!(format.think_switches(), [switch], "{tail}");
+        assert_eq!(format.think_control(), ThinkControl::Template, "{tail}");
+        assert_eq!(format.family(), family, "{tail}");
+        let on = format.prompt(&user, true).unwrap();
+        let off = format.prompt(&user, false).unwrap();
+        assert_ne!(on.text, off.text, "{tail}");
+        assert_eq!(format.splitter(&on).kind(), Kind::Reasoning, "{tail}: {}", on.text);
+        assert_eq!(format.splitter(&off).kind(), Kind::Answer, "{tail}: {}", off.text);
+    }
+    // A switch bmoe does not know: thinking off changes nothing, and says why.
+    let unknown = styled("{% if deep_reasoning_mode %}<think>{% endif %}");
+    assert_eq!(unknown.think_control(), ThinkControl::None);
+    let notice = unknown.no_switch_notice();
+    assert!(notice.contains("changes nothing") && notice.contains("`deep_reasoning_mode`"), "{notice}");
 }

@@ -657,6 +657,11 @@ fn chat_templates_from_the_command_line() {
     assert!(!stdout(&out).trim().is_empty());
     let raw = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "8"]));
     assert_ne!(stdout(&out), raw, "the chat prompt differs from the raw one");
+    // A `<think>` in the user's text opens no reasoning: the reply (thinking
+    // on, the template opens no block) is the answer, on stdout; it ran to -n.
+    let out = ok(&["generate", "-m", &m, "-p", "Explain literal <think> tags", "-n", "8", "--chat"]);
+    assert!(!stdout(&out).trim().is_empty(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("finish:  length"), "{}", stderr(&out));
 }
 
 #[test]

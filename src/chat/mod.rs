@@ -11,7 +11,7 @@ mod tools;
 pub use conversation::Conversation;
 pub use json::python_json;
 pub use reasoning::{Family, Kind, Splitter, ThinkControl};
-pub use template::{ChatTemplate, Message, RenderOptions, TemplateError};
+pub use template::{ArgumentsForm, ChatTemplate, Message, RenderOptions, TemplateError};
 pub use tools::{FoundCall, FunctionCall, ToolCall, ToolFormat};
 
 /// The template used when a model carries none: plain `User:` /
@@ -151,17 +151,39 @@ impl ChatFormat {
     }
 
     /// The prompt for the next assistant turn after `messages`.
-    pub fn prompt(&self, messages: &[Message], thinking: bool) -> Result<String, TemplateError> {
+    pub fn prompt(&self, messages: &[Message], thinking: bool) -> Result<ChatPrompt, TemplateError> {
         let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..self.base.clone() };
         let mut text = self.template.render(messages, &opts)?;
+        let reply_at = self.reply_start(messages, &opts, &text);
         if !thinking && self.think == ThinkControl::Prefill {
-            let open = self.family.starts_in(&text) == Kind::Reasoning;
+            let opening = &text[reply_at..];
+            let open = self.family.starts_in(opening) == Kind::Reasoning;
             let own = self.empty_block.as_deref().filter(|_| !open);
-            if let Some(prefill) = own.or_else(|| self.family.no_think_prefill(&text)) {
+            if let Some(prefill) = own.or_else(|| self.family.no_think_prefill(opening)) {
                 text.push_str(prefill);
             }
         }
-        Ok(text)
+        Ok(ChatPrompt { text, reply_at })
+    }
+
+    /// Where the text the template appends after the last message begins
+    /// in `text` (rendered with the generation prompt): where the render
+    /// without it stops agreeing. A template that ignores
+    /// `add_generation_prompt` opens the reply after the last message's
+    /// text.
+    fn reply_start(&self, messages: &[Message], opts: &RenderOptions, text: &str) -> usize {
+        let without = RenderOptions { add_generation_prompt: false, ..opts.clone() };
+        let without = self.template.render(messages, &without).unwrap_or_default();
+        let common = text
+            .char_indices()
+            .zip(without.chars())
+            .find(|((_, a), b)| a != b)
+            .map_or(text.len().min(without.len()), |((at, _), _)| at);
+        if common < text.len() {
+            return common;
+        }
+        let last = messages.last().map_or("", |m| m.content.as_str());
+        text.rfind(last).filter(|_| !last.is_empty()).map_or(0, |at| at + last.len())
     }
 
     /// The thinking switches the template reads (`enable_thinking`,
@@ -170,9 +192,47 @@ impl ChatFormat {
         self.template.think_switches()
     }
 
-    /// A splitter for the text generated after `prompt`.
-    pub fn splitter(&self, prompt: &str) -> Splitter {
-        Splitter::new(self.family, prompt)
+    /// What to tell a user who turns thinking off on a template with no
+    /// switch bmoe knows ([`ThinkControl::None`]): that it changes nothing,
+    /// and which variables the template reads that may be its switch.
+    pub fn no_switch_notice(&self) -> String {
+        let unknown = self.template.unknown_switches();
+        let reads = match unknown {
+            [] => String::new(),
+            names => format!(
+                " (it reads {}, which bmoe does not know how to set)",
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        format!(
+            "thinking off changes nothing here: the chat template {} has no thinking switch bmoe knows{reads} and \
+             writes no reasoning markers",
+            self.template.name()
+        )
+    }
+
+    /// A splitter for the text generated after `prompt`, starting in the
+    /// kind of text the reply's opening leaves it in (never decided by a
+    /// marker in the conversation's own text).
+    pub fn splitter(&self, prompt: &ChatPrompt) -> Splitter {
+        Splitter::new(self.family, prompt.reply_opening())
+    }
+}
+
+/// A rendered prompt for the next assistant turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatPrompt {
+    /// The whole prompt.
+    pub text: String,
+    /// Where the text the template appends after the last message begins.
+    reply_at: usize,
+}
+
+impl ChatPrompt {
+    /// What the template appends after the last message to open the reply
+    /// (and any empty reasoning block bmoe appends to turn thinking off).
+    pub fn reply_opening(&self) -> &str {
+        &self.text[self.reply_at..]
     }
 }
 
@@ -213,7 +273,9 @@ mod tests {
     fn fallback_renders_plain_lines() {
         let f = ChatFormat::new("none", None, "<s>", "</s>").unwrap();
         let msgs = [Message::new("system", "Be brief."), Message::new("user", "Hi")];
-        assert_eq!(f.prompt(&msgs, true).unwrap(), "Be brief.\n\nUser: Hi\nAssistant:");
+        let prompt = f.prompt(&msgs, true).unwrap();
+        assert_eq!(prompt.text, "Be brief.\n\nUser: Hi\nAssistant:");
+        assert_eq!(prompt.reply_opening(), "Assistant:");
         assert_eq!(f.think_control(), ThinkControl::None);
         assert!(f.is_fallback());
     }

@@ -22,6 +22,11 @@ pub enum Family {
     Harmony,
     /// gemma-4: `<|channel>thought` ... `<channel|>`.
     Gemma,
+    /// MiniMax-M3: `<mm:think>` ... `</mm:think>`.
+    MiniMax,
+    /// Cohere Command (Cohere2 MoE): `<|START_THINKING|>` ...
+    /// `<|END_THINKING|>`, the answer in `<|START_RESPONSE|>` ... `<|END_RESPONSE|>`.
+    Cohere,
     /// No reasoning markers (Qwen2.5, LFM2, granite, a plain fallback).
     Plain,
 }
@@ -44,8 +49,16 @@ pub enum Kind {
 
 /// Every family with markers, most specific first (no earlier family's
 /// opening marker contains a later one's).
-const MARKED: [Family; 6] =
-    [Family::Harmony, Family::Gemma, Family::Kimi, Family::SeedThink, Family::HunyuanThink, Family::Think];
+const MARKED: [Family; 8] = [
+    Family::Harmony,
+    Family::Gemma,
+    Family::Kimi,
+    Family::Cohere,
+    Family::MiniMax,
+    Family::SeedThink,
+    Family::HunyuanThink,
+    Family::Think,
+];
 
 /// The user's message in the conversations [`Family::detect`] renders:
 /// markers count only after it.
@@ -78,7 +91,12 @@ impl Family {
     /// that write one as a pair of tags.
     pub fn block_markers(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Family::Think | Family::SeedThink | Family::HunyuanThink | Family::Kimi => {
+            Family::Think
+            | Family::SeedThink
+            | Family::HunyuanThink
+            | Family::Kimi
+            | Family::MiniMax
+            | Family::Cohere => {
                 let close = self.markers().iter().find(|(_, a)| *a == Action::Enter(Kind::Answer))?.0;
                 Some((self.opening(), close))
             }
@@ -100,6 +118,8 @@ impl Family {
             Family::Kimi => "Kimi think/response tags",
             Family::Harmony => "gpt-oss channels",
             Family::Gemma => "gemma thought channel",
+            Family::MiniMax => "<mm:think> tags",
+            Family::Cohere => "cohere THINKING/RESPONSE tags",
             Family::Plain => "no reasoning markers",
         }
     }
@@ -127,6 +147,13 @@ impl Family {
                 ("<|return|>", Hide),
             ],
             Family::Gemma => &[("<|channel>thought", Enter(Reasoning)), ("<channel|>", Enter(Answer))],
+            Family::MiniMax => &[("<mm:think>", Enter(Reasoning)), ("</mm:think>", Enter(Answer))],
+            Family::Cohere => &[
+                ("<|START_THINKING|>", Enter(Reasoning)),
+                ("<|END_THINKING|>", Enter(Answer)),
+                ("<|START_RESPONSE|>", Enter(Answer)),
+                ("<|END_RESPONSE|>", Hide),
+            ],
             Family::Plain => &[],
         }
     }
@@ -167,6 +194,10 @@ impl Family {
             }
             Family::Gemma if open => Some("\n<channel|>"),
             Family::Gemma => Some("<|channel>thought\n<channel|>"),
+            Family::MiniMax if open => Some("\n</mm:think>\n\n"),
+            Family::MiniMax => Some("<mm:think>\n</mm:think>\n\n"),
+            Family::Cohere if open => Some("<|END_THINKING|><|START_RESPONSE|>"),
+            Family::Cohere => Some("<|START_THINKING|><|END_THINKING|><|START_RESPONSE|>"),
             Family::Plain => None,
         }
     }
@@ -345,6 +376,15 @@ mod tests {
         same_at_every_cut(Family::SeedThink, "assistant\n", "<seed:think>sum</seed:think>\n4", ("sum", "\n4"));
         let hunyuan = "<｜hy_Assistant:opensource｜><think:opensource>";
         same_at_every_cut(Family::HunyuanThink, hunyuan, "sum</think:opensource>4", ("sum", "4"));
+    }
+
+    #[test]
+    fn minimax_and_cohere_tags() {
+        same_at_every_cut(Family::MiniMax, "<assistant>", "<mm:think>sum</mm:think>\n4", ("sum", "\n4"));
+        let out = "<|START_THINKING|>sum<|END_THINKING|><|START_RESPONSE|>4<|END_RESPONSE|>";
+        same_at_every_cut(Family::Cohere, "<|CHATBOT_TOKEN|>", out, ("sum", "4"));
+        let off = format!("<assistant>{}", Family::MiniMax.no_think_prefill("<assistant>").unwrap());
+        assert_eq!(Family::MiniMax.starts_in(&off), Kind::Answer);
     }
 
     #[test]

@@ -132,8 +132,26 @@ impl std::error::Error for TemplateError {}
 
 /// The variables templates read to switch thinking on and off, or to set
 /// how much to think, in the order bmoe names them.
-pub const THINK_SWITCHES: [&str; 5] =
-    ["enable_thinking", "thinking", "reasoning_effort", "thinking_budget", "thinking_effort"];
+pub const THINK_SWITCHES: [&str; 7] = [
+    "enable_thinking",
+    "thinking",
+    "reasoning",
+    "thinking_mode",
+    "reasoning_effort",
+    "thinking_budget",
+    "thinking_effort",
+];
+
+/// Words a string switch takes for "no thinking" (Hunyuan's
+/// `reasoning_effort = no_think`, MiniMax's `thinking_mode = disabled`,
+/// Solar-Open's `reasoning_effort = minimal`): the first one the template's
+/// source spells as a string literal is its off value.
+const OFF_WORDS: [&str; 5] = ["no_think", "disabled", "off", "none", "minimal"];
+
+/// The first of [`OFF_WORDS`] that `source` spells as a quoted literal.
+fn off_word(source: &str) -> Option<&'static str> {
+    OFF_WORDS.into_iter().find(|w| source.contains(&format!("'{w}'")) || source.contains(&format!("\"{w}\"")))
+}
 
 /// A compiled chat template.
 pub struct ChatTemplate {
@@ -142,9 +160,45 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     /// The thinking switches ([`THINK_SWITCHES`]) the template reads.
     switches: Vec<&'static str>,
-    /// Its `reasoning_effort` turns thinking off with `no_think` (Hunyuan),
-    /// rather than only saying how much to think (gpt-oss).
-    effort_is_switch: bool,
+    /// Variables it reads that sound like a thinking switch but are none
+    /// bmoe knows.
+    unknown_switches: Vec<String>,
+    /// The value that turns thinking off through its string switches
+    /// (`reasoning_effort`, `thinking_mode`), where it spells one; without
+    /// one, `reasoning_effort` only says how much to think (gpt-oss).
+    off_word: Option<&'static str>,
+    /// The effort given with thinking on when none is asked for, where the
+    /// off word is the template's default: `high`, if it spells that.
+    on_effort: Option<&'static str>,
+    /// How tool-call messages reach the template.
+    shape: CallShape,
+}
+
+/// How a template is given messages with tool calls, found by rendering
+/// one each way ([`ChatTemplate::new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CallShape {
+    /// The form of a call's `arguments`.
+    arguments: ArgumentsForm,
+    /// The content of a reply that only calls tools is `none` (as OpenAI
+    /// clients send it), unless the template fails on `none` and not on an
+    /// empty string (Qwen3 tests `'</think>' in content`).
+    null_content: bool,
+}
+
+/// The form of a tool call's `arguments` a template can write, found by
+/// rendering a call with each ([`ChatTemplate::new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgumentsForm {
+    /// Either: arguments reach it as the message holds them (what
+    /// transformers does with every template).
+    Either,
+    /// A mapping only (it iterates the arguments or writes them with
+    /// `tojson`): JSON text is parsed into an object first.
+    Object,
+    /// Text only (it joins the arguments to strings with `+`): an object is
+    /// written as compact JSON text first.
+    Text,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -175,13 +229,83 @@ impl ChatTemplate {
         env.add_template_owned(name.to_string(), source.clone()).map_err(|e| error(name, &e))?;
         let reads = env.get_template(name).map_err(|e| error(name, &e))?.undeclared_variables(false);
         let switches = THINK_SWITCHES.into_iter().filter(|v| reads.contains(*v)).collect();
-        let effort_is_switch = reads.contains("reasoning_effort") && source.contains("no_think");
-        Ok(ChatTemplate { name: name.to_string(), source, env, switches, effort_is_switch })
+        let mut unknown_switches: Vec<String> = reads
+            .iter()
+            .filter(|v| (v.contains("think") || v.contains("reason")) && !THINK_SWITCHES.contains(&v.as_str()))
+            .cloned()
+            .collect();
+        unknown_switches.sort();
+        let off_word = off_word(&source);
+        let on_effort = ["'high'", "\"high\""].iter().any(|w| source.contains(w)).then_some("high");
+        let mut template = ChatTemplate {
+            name: name.to_string(),
+            source,
+            env,
+            switches,
+            unknown_switches,
+            off_word,
+            on_effort,
+            shape: CallShape { arguments: ArgumentsForm::Either, null_content: true },
+        };
+        template.shape = template.probe_call_shape();
+        Ok(template)
+    }
+
+    /// How the template takes tool calls: a reply that only calls a tool
+    /// rendered with `none` and with empty content, then with its arguments
+    /// as JSON text and as an object, each checked for the argument's key
+    /// written unescaped (not inside a JSON string, as `tojson` of the text
+    /// writes it).
+    fn probe_call_shape(&self) -> CallShape {
+        const KEY: &str = "probe_key";
+        let render = |arguments: serde_json::Value, shape: CallShape| {
+            let call = ToolCall::new(Some("call_0".into()), "probe_fn", arguments);
+            let messages = [
+                Message::new("user", "Hello"),
+                Message { tool_calls: vec![call.clone()], ..Message::new("assistant", "") },
+                Message::tool_result(&call, "probe result"),
+            ];
+            let opts = RenderOptions { add_generation_prompt: false, ..RenderOptions::default() };
+            self.render_as(&messages, &opts, shape)
+        };
+        let object = serde_json::json!({ KEY: "probe value" });
+        let either = |null_content| CallShape { arguments: ArgumentsForm::Either, null_content };
+        let null_content =
+            render(object.clone(), either(true)).is_ok() || render(object.clone(), either(false)).is_err();
+        let shows_key = |arguments: serde_json::Value| {
+            render(arguments, either(null_content))
+                .is_ok_and(|text| text.match_indices(KEY).any(|(at, _)| !text[..at].ends_with("\\\"")))
+        };
+        let text = shows_key(serde_json::Value::String(format!("{{\"{KEY}\":\"probe value\"}}")));
+        let arguments = match (text, shows_key(object)) {
+            (false, true) => ArgumentsForm::Object,
+            (true, false) => ArgumentsForm::Text,
+            _ => ArgumentsForm::Either,
+        };
+        CallShape { arguments, null_content }
+    }
+
+    /// The form of tool-call arguments the template writes.
+    pub fn arguments_form(&self) -> ArgumentsForm {
+        self.shape.arguments
+    }
+
+    /// True when a reply that only calls tools reaches the template with
+    /// `content` none (as OpenAI clients send it), false when as an empty
+    /// string (the template fails on none).
+    pub fn takes_null_content(&self) -> bool {
+        self.shape.null_content
     }
 
     /// The thinking switches the template reads, of [`THINK_SWITCHES`].
     pub fn think_switches(&self) -> &[&'static str] {
         &self.switches
+    }
+
+    /// Variables the template reads whose names sound like a thinking
+    /// switch (`think`, `reason`) but that bmoe does not know how to set.
+    pub fn unknown_switches(&self) -> &[String] {
+        &self.unknown_switches
     }
 
     /// The template's name.
@@ -196,8 +320,13 @@ impl ChatTemplate {
 
     /// Renders `messages`.
     pub fn render(&self, messages: &[Message], opts: &RenderOptions) -> Result<String, TemplateError> {
+        self.render_as(messages, opts, self.shape)
+    }
+
+    /// Renders `messages` with tool calls given as `shape` says.
+    fn render_as(&self, messages: &[Message], opts: &RenderOptions, shape: CallShape) -> Result<String, TemplateError> {
         let template = self.env.get_template(&self.name).map_err(|e| error(&self.name, &e))?;
-        let messages: Vec<Value> = messages.iter().map(message_value).collect();
+        let messages: Vec<Value> = messages.iter().map(|m| message_value(m, shape)).collect();
         let mut ctx = vec![
             ("messages", Value::from(messages)),
             ("add_generation_prompt", Value::from(opts.add_generation_prompt)),
@@ -216,22 +345,23 @@ impl ChatTemplate {
 impl ChatTemplate {
     /// What each thinking switch the template reads gets for `opts`.
     /// `enable_thinking` is always passed (templates disagree on its
-    /// default); `thinking` follows it; `thinking_budget` is 0 with thinking
-    /// off and the template's own default with it on; `reasoning_effort` is
-    /// `no_think` with thinking off where that is its off value, else the
-    /// effort asked for (`high` when none is, where thinking needs one);
-    /// `thinking_effort` is the effort asked for, if any.
+    /// default); `thinking` and `reasoning` follow it; `thinking_budget` is
+    /// 0 with thinking off and `thinking_mode` the template's off word,
+    /// both the template's own default with it on; `reasoning_effort` is
+    /// the off word with thinking off where the template spells one (else
+    /// the effort asked for, or `high` when none is and the template spells
+    /// it); `thinking_effort` is the effort asked for, if any.
     fn switch_values(&self, opts: &RenderOptions) -> Vec<(&'static str, Value)> {
         let think = opts.enable_thinking;
         let effort = opts.reasoning_effort.as_deref();
         let mut values = vec![("enable_thinking", Value::from(think))];
         for &switch in &self.switches {
             let value = match switch {
-                "thinking" => Some(Value::from(think)),
+                "thinking" | "reasoning" => Some(Value::from(think)),
                 "thinking_budget" if !think => Some(Value::from(0)),
-                "reasoning_effort" if self.effort_is_switch => {
-                    Some(Value::from(if think { effort.unwrap_or("high") } else { "no_think" }))
-                }
+                "thinking_mode" if !think => self.off_word.map(Value::from),
+                "reasoning_effort" if !think && self.off_word.is_some() => self.off_word.map(Value::from),
+                "reasoning_effort" if self.off_word.is_some() => effort.or(self.on_effort).map(Value::from),
                 "reasoning_effort" | "thinking_effort" => effort.map(Value::from),
                 _ => None,
             };
@@ -242,16 +372,23 @@ impl ChatTemplate {
 }
 
 /// A message as a template sees it: reasoning under both names templates
-/// use (`reasoning_content`, and `thinking` for gpt-oss and LFM2.5); absent
-/// keys left out rather than null.
-fn message_value(m: &Message) -> Value {
-    let mut fields = vec![("role", Value::from(m.role.clone())), ("content", Value::from(m.content.clone()))];
+/// use (`reasoning_content`, and `thinking` for gpt-oss and LFM2.5); tool
+/// calls and the content of a reply that only calls tools as `shape`
+/// says; other absent keys left out rather than null.
+fn message_value(m: &Message, shape: CallShape) -> Value {
+    let content = if shape.null_content && m.content.is_empty() && !m.tool_calls.is_empty() {
+        Value::from(())
+    } else {
+        Value::from(m.content.clone())
+    };
+    let mut fields = vec![("role", Value::from(m.role.clone())), ("content", content)];
     if let Some(r) = &m.reasoning {
         fields.push(("reasoning_content", Value::from(r.clone())));
         fields.push(("thinking", Value::from(r.clone())));
     }
     if !m.tool_calls.is_empty() {
-        fields.push(("tool_calls", Value::from_serialize(&m.tool_calls)));
+        let calls: Vec<ToolCall> = m.tool_calls.iter().map(|c| arguments_in(c, shape.arguments)).collect();
+        fields.push(("tool_calls", Value::from_serialize(&calls)));
     }
     if let Some(id) = &m.tool_call_id {
         fields.push(("tool_call_id", Value::from(id.clone())));
@@ -260,6 +397,23 @@ fn message_value(m: &Message) -> Value {
         fields.push(("name", Value::from(name.clone())));
     }
     fields.into_iter().collect()
+}
+
+/// `call` with its arguments in `form`: text parsed for a template that
+/// needs a mapping, an object written as compact JSON text for one that
+/// needs text, otherwise as the message holds them.
+fn arguments_in(call: &ToolCall, form: ArgumentsForm) -> ToolCall {
+    let mut call = call.clone();
+    let arguments = &call.function.arguments;
+    let converted = match form {
+        ArgumentsForm::Object if arguments.is_string() => Some(call.function.arguments_object()),
+        ArgumentsForm::Text if arguments.is_object() => Some(arguments.to_string().into()),
+        _ => None,
+    };
+    if let Some(arguments) = converted {
+        call.function.arguments = arguments;
+    }
+    call
 }
 
 fn error(template: &str, e: &Error) -> TemplateError {

@@ -24,10 +24,22 @@ pub struct ToolCall {
 pub struct FunctionCall {
     /// The function's name.
     pub name: String,
-    /// The arguments: an object (JSON text holding one, as the OpenAI API
-    /// writes it, is read as that object).
-    #[serde(default = "empty_object", deserialize_with = "arguments_object")]
+    /// The arguments as the message holds them: an object, or JSON text
+    /// holding one (as the OpenAI API writes it), kept as text so a
+    /// template that writes the text gets it unchanged.
+    #[serde(default = "empty_object", deserialize_with = "arguments_as_sent")]
     pub arguments: serde_json::Value,
+}
+
+impl FunctionCall {
+    /// The arguments as an object, whichever form the message holds
+    /// (text that is not a JSON object reads as an empty one).
+    pub fn arguments_object(&self) -> serde_json::Value {
+        match &self.arguments {
+            serde_json::Value::String(text) => parse_object(text).unwrap_or_else(empty_object),
+            other => other.clone(),
+        }
+    }
 }
 
 fn function_kind() -> String {
@@ -38,14 +50,19 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
-fn arguments_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<serde_json::Value, D::Error> {
+/// `text` parsed as a JSON object.
+fn parse_object(text: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(text).ok().filter(serde_json::Value::is_object)
+}
+
+/// An object, or text that parses as one (kept as the text), or `null` (no
+/// arguments); anything else is an error.
+fn arguments_as_sent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<serde_json::Value, D::Error> {
     let value = serde_json::Value::deserialize(d)?;
     match value {
-        serde_json::Value::String(text) => match serde_json::from_str(&text) {
-            Ok(object @ serde_json::Value::Object(_)) => Ok(object),
-            _ => Err(serde::de::Error::custom("`arguments` text is not a JSON object")),
-        },
-        object @ serde_json::Value::Object(_) => Ok(object),
+        serde_json::Value::String(ref text) if parse_object(text).is_some() => Ok(value),
+        serde_json::Value::String(_) => Err(serde::de::Error::custom("`arguments` text is not a JSON object")),
+        serde_json::Value::Object(_) => Ok(value),
         serde_json::Value::Null => Ok(empty_object()),
         _ => Err(serde::de::Error::custom("`arguments` is an object")),
     }
@@ -61,7 +78,8 @@ impl ToolCall {
 impl std::fmt::Display for ToolCall {
     /// `name({"key": value})`, as a front end shows a call.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}({})", self.function.name, super::python_json(&self.function.arguments, None, false, false))
+        let arguments = self.function.arguments_object();
+        write!(f, "{}({})", self.function.name, super::python_json(&arguments, None, false, false))
     }
 }
 
@@ -156,6 +174,27 @@ impl ToolFormat {
             ToolFormat::KimiSections => "kimi-k2 tool call sections",
             ToolFormat::KimiK3 => "kimi-k3 call tags",
         }
+    }
+
+    /// The text that begins one call in this format.
+    fn call_opening(self) -> &'static str {
+        match self {
+            ToolFormat::HermesJson
+            | ToolFormat::XmlFunction { seed: false }
+            | ToolFormat::ArgKeys { hunyuan: false } => "<tool_call>",
+            ToolFormat::XmlFunction { seed: true } => "<seed:tool_call>",
+            ToolFormat::ArgKeys { hunyuan: true } => "<tool_call:opensource>",
+            ToolFormat::Harmony => "to=functions.",
+            ToolFormat::Dsml => "<｜DSML｜invoke name=",
+            ToolFormat::KimiSections => "<|tool_call_begin|>",
+            ToolFormat::KimiK3 => "<|open|>call tool=",
+        }
+    }
+
+    /// True when `text` begins more calls than the `complete` ones found in
+    /// it: a call was begun and not finished (cut off, or malformed).
+    pub fn has_unfinished_call(self, text: &str, complete: usize) -> bool {
+        text.matches(self.call_opening()).count() > complete
     }
 
     /// Markers around a reply's calls that belong to no single call.
@@ -648,6 +687,9 @@ mod tests {
             ToolFormat::HermesJson.parse(text, None).into_iter().map(|f| f.call.function.name).collect();
         assert_eq!(names, ["a", "b"]);
         assert!(ToolFormat::HermesJson.parse("<tool_call>\nnot json\n</tool_call>", None).is_empty());
+        // The third call was begun and cut off.
+        assert!(ToolFormat::HermesJson.has_unfinished_call(text, 2));
+        assert!(!ToolFormat::HermesJson.has_unfinished_call(text, 3));
     }
 
     #[test]
@@ -689,7 +731,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.content, "");
-        assert_eq!(m.tool_calls[0].function.arguments, serde_json::json!({"a": [1, 2]}));
+        // Kept as sent; read as an object where one is needed.
+        assert_eq!(m.tool_calls[0].function.arguments, serde_json::json!("{\"a\": [1, 2]}"));
+        assert_eq!(m.tool_calls[0].function.arguments_object(), serde_json::json!({"a": [1, 2]}));
         assert_eq!(m.tool_calls[0].to_string(), r#"f({"a": [1, 2]})"#);
         let e = serde_json::from_str::<Message>(
             r#"{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}"#,

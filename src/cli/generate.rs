@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::chat::Kind;
 use crate::config::{CacheMb, RunConfig};
-use crate::host::{Host, HostEvent};
+use crate::host::{Cut, Host, HostEvent};
 use crate::interrupt::{self, Forward};
 
 /// `bmoe generate`
@@ -392,8 +392,21 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         None => {}
     }
     println!();
+    let ending = host.last_ending();
+    if let Some(notice) = ending.and_then(|e| e.cut_notice()) {
+        eprintln!("bmoe: {notice}");
+    }
     host.finish()?;
     eprint!("{}", generation.summary);
+    if let Some(ending) = ending {
+        let cut = match ending.cut {
+            Some(Cut::Reasoning) => " (inside the reasoning)",
+            Some(Cut::ToolCall) => " (inside a tool call)",
+            Some(Cut::Constrained) => " (the constrained output incomplete)",
+            None => "",
+        };
+        eprintln!("finish:  {}{cut}", ending.reason.as_str());
+    }
     // Stopped by Ctrl-C: everything generated so far is printed and saved.
     interrupt::check()?;
     Ok(())

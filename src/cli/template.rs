@@ -74,7 +74,7 @@ pub fn template(args: TemplateArgs) -> Result<()> {
         Some(path) => Conversation::load(path).map_err(|e| anyhow!(e))?.rendered_messages(),
         None => sample(),
     };
-    let prompt = format.prompt(&messages, !args.no_think).map_err(|e| anyhow!(e))?;
+    let prompt = format.prompt(&messages, !args.no_think).map_err(|e| anyhow!(e))?.text;
     let switches = match format.think_switches() {
         [] => String::new(),
         names => format!(" ({})", names.join(", ")),

@@ -5,6 +5,7 @@
 //! [`HostEvent`]s; none reaches into the engine's internals.
 
 mod demo;
+mod ending;
 mod plugins;
 mod settings;
 mod sinks;
@@ -14,13 +15,14 @@ use std::path::{Path, PathBuf};
 pub use demo::resolve_model;
 pub use settings::{Apply, SETTINGS, apply_of, description};
 
-use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError, ToolCall};
+use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError, ThinkControl, ToolCall};
 use crate::config::RunConfig;
 use crate::engine::{
     AbortHandle, CacheBudget, EngineError, Event, GenerateRequest, Generation, OpenReport, Prompt, Session, StepReport,
 };
 use crate::gguf::ModelFiles;
 use crate::telemetry::summary::RunSummary;
+pub use ending::{Cut, Ending, FinishReason, Limit};
 use sinks::Sinks;
 
 /// What a host reports while a turn runs.
@@ -84,6 +86,8 @@ pub struct Turn {
     pub generation: Generation,
     /// Prompt tokens decoded for this turn (the rest were reused).
     pub prefilled: u64,
+    /// How the reply ended, and what it left open if it ran out of tokens.
+    pub ending: Ending,
 }
 
 /// What `set` did.
@@ -114,6 +118,11 @@ pub struct Host {
     held_text: Option<String>,
     /// Keep every generated token's logits in the generation (scripts).
     keep_logits: bool,
+    /// Thinking was asked off on a template with no switch bmoe knows, and
+    /// the user has been told.
+    told_no_switch: bool,
+    /// How the last generation ended.
+    last_ending: Option<Ending>,
 }
 
 /// Only a route trace file shows the applied routing weights.
@@ -153,6 +162,8 @@ impl Host {
             notices,
             held_text: None,
             keep_logits: false,
+            told_no_switch: false,
+            last_ending: None,
         }
     }
 
@@ -267,7 +278,16 @@ impl Host {
     /// the model go on once every call has its answer.
     pub fn answer_call(&mut self, result: &str) -> Result<ToolCall, HostError> {
         let call = self.pending_calls().into_iter().next();
-        let call = call.ok_or_else(|| HostError::Setting("the last reply has no call left to answer".into()))?;
+        let call = call.ok_or_else(|| {
+            HostError::Setting(match self.last_ending.filter(|e| e.cut == Some(Cut::ToolCall)) {
+                Some(e) => format!(
+                    "the last reply's tool call was cut off at {} tokens before it closed, so there is no call to \
+                     answer (raise -n / generate.n_predict and ask again)",
+                    e.tokens
+                ),
+                None => "the last reply has no call left to answer".into(),
+            })
+        })?;
         self.conversation.messages.push(Message::tool_result(&call, result));
         Ok(call)
     }
@@ -300,7 +320,11 @@ impl Host {
         let mut messages = self.conversation.rendered_messages();
         messages.extend(new.iter().cloned());
         let prompt = self.format.prompt(&messages, self.config.chat.think)?;
-        let tokens = self.prompt_tokens(&prompt);
+        if !self.config.chat.think && !self.told_no_switch && self.format.think_control() == ThinkControl::None {
+            self.told_no_switch = true;
+            on_event(HostEvent::Notice(&self.format.no_switch_notice()));
+        }
+        let tokens = self.prompt_tokens(&prompt.text);
         let n_ctx = self.session.n_ctx();
         let room = (n_ctx as usize).saturating_sub(tokens.len());
         if room < 2 {
@@ -327,7 +351,7 @@ impl Host {
                         .into(),
                 ));
             }
-            let grammar = self.format.call_grammar(&prompt);
+            let grammar = self.format.call_grammar(prompt.reply_opening());
             request.grammar =
                 Some(grammar.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?);
         }
@@ -345,13 +369,23 @@ impl Host {
         // The held tokens stand for this text only if the session holds all
         // of them: a turn stopped during its prompt keeps less.
         if self.session.context_len() == prompt_len + generation.tokens.len() {
-            self.held_text = Some(prompt + generation.text.as_str());
+            self.held_text = Some(prompt.text + generation.text.as_str());
         }
+        let reasoning_open = splitter.kind() == Kind::Reasoning;
         for (kind, piece) in splitter.finish() {
             route(kind, &piece, on_event);
         }
         let found = self.format.find_calls(&generation.text);
         let format = self.format.tool_format();
+        let call_open = format.is_some_and(|f| f.has_unfinished_call(&generation.text, found.len()));
+        let open = if reasoning_open {
+            Some(Cut::Reasoning)
+        } else if call_open {
+            Some(Cut::ToolCall)
+        } else {
+            request.grammar.as_ref().map(|_| Cut::Constrained)
+        };
+        let ending = self.ending(&generation, found.len(), n_predict, open);
         let strip = |text: &str| format.map_or_else(|| text.trim().to_string(), |f| f.strip_calls(text, &found));
         let (reasoning, answer) = (strip(&reasoning), strip(&answer));
         let called_before: usize = self.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
@@ -371,7 +405,21 @@ impl Host {
         };
         self.conversation.messages.push(reply);
         let prefilled = generation.summary.prompt_tokens;
-        Ok(Turn { reasoning, answer, tool_calls, generation, prefilled })
+        Ok(Turn { reasoning, answer, tool_calls, generation, prefilled, ending })
+    }
+
+    /// How `generation` ended (with `calls` complete tool calls, under
+    /// `n_predict`, `open` unfinished at its end), kept as the last ending.
+    fn ending(&mut self, generation: &Generation, calls: usize, n_predict: u32, open: Option<Cut>) -> Ending {
+        let tokens = generation.tokens.len();
+        let ending = Ending::new(tokens, generation.stopped_at_eog, generation.aborted, calls, n_predict, open);
+        self.last_ending = Some(ending);
+        ending
+    }
+
+    /// How the last generation (a chat turn or a completion) ended.
+    pub fn last_ending(&self) -> Option<Ending> {
+        self.last_ending
     }
 
     /// Plain completion of `prompt` (no template): a fresh context, or with
@@ -384,7 +432,7 @@ impl Host {
     ) -> Result<Generation, HostError> {
         let mut request = self.request(Prompt::Text(prompt.to_string()), self.config.generate.n_predict)?;
         request.continue_context = continue_context;
-        self.run(
+        let generation = self.run(
             &request,
             &mut |event, on_event| {
                 if let Event::Token { text, .. } = event
@@ -394,7 +442,10 @@ impl Host {
                 }
             },
             on_event,
-        )
+        )?;
+        let open = request.grammar.as_ref().map(|_| Cut::Constrained);
+        self.ending(&generation, 0, request.n_predict, open);
+        Ok(generation)
     }
 
     /// Decodes `prompt` for `n` tokens and forgets the text: it fills the
@@ -487,16 +538,26 @@ impl Host {
     /// its text form. Live settings apply from the next turn; others open
     /// the model again with the conversation kept. On an error nothing changes.
     pub fn set(&mut self, key: &str, value: &str) -> Result<SetOutcome, HostError> {
-        let new = self.config.with(key, value).map_err(HostError::Setting)?;
+        let mut new = self.config.with(key, value);
         let key = RunConfig::resolve_key(key).map_err(HostError::Setting)?;
+        // Counts per server of the old server list would refuse a new one.
+        let mut kept = (String::new(), None);
+        if key == "model.rpc" {
+            let servers =
+                self.config.with_all(&[(&key, value), ("model.rpc_layers", "")]).map_err(HostError::Setting)?;
+            kept = crate::engine::RpcOptions::layers_for(&servers.model.rpc, &self.config.model.rpc_layers);
+            new = self.config.with_all(&[(&key, value), ("model.rpc_layers", &kept.0)]);
+        }
+        let new = new.map_err(HostError::Setting)?;
         let mut applied = apply_of(&key);
         if key == "moe.cache_mb" && !budget_change_is_live(&self.config, &new) {
             applied = Apply::Reopen;
         }
-        let notices = match applied {
+        let mut notices = match applied {
             Apply::Reopen => self.reopen(new)?,
             Apply::Live => self.apply_live(&key, new)?,
         };
+        notices.extend(kept.1);
         Ok(SetOutcome { key, applied, notices })
     }
 

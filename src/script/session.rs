@@ -12,7 +12,7 @@ mod tool_loop;
 use super::sandbox::OutDir;
 use crate::config::RunConfig;
 use crate::engine::{Generation, StepReport};
-use crate::host::{Apply, Host, HostEvent, apply_of};
+use crate::host::{Apply, Cut, Host, HostEvent, apply_of};
 use crate::interrupt;
 use crate::telemetry::csv::{COLUMNS, row_fields};
 use crate::telemetry::summary::RunSummary;
@@ -224,6 +224,14 @@ impl Session {
         m.insert("avoided_mib".into(), Dynamic::from_float(s.avoided_bytes as f64 / 1048576.0));
         m.insert("dropped_weight_pct".into(), opt(dropped_weight_pct(steps)));
         m.insert("stopped".into(), g.aborted.into());
+        let ending = self.host.borrow().last_ending();
+        m.insert("finish_reason".into(), ending.map_or(Dynamic::UNIT, |e| e.reason.as_str().into()));
+        let cut = ending.and_then(|e| e.cut).map(|c| match c {
+            Cut::Reasoning => "reasoning",
+            Cut::ToolCall => "tool_call",
+            Cut::Constrained => "constrained",
+        });
+        m.insert("cut".into(), cut.map_or(Dynamic::UNIT, Dynamic::from));
         let per_token: Array = steps.iter().map(|r| Dynamic::from_map(csv_row(r))).collect();
         m.insert("per_token".into(), per_token.into());
         if logits {

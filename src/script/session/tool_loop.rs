@@ -127,7 +127,7 @@ impl Session {
                 return Ok(map);
             };
             for tool_call in &turn.tool_calls {
-                let args = json_to_dynamic(&tool_call.function.arguments);
+                let args = json_to_dynamic(&tool_call.function.arguments_object());
                 let name = tool_call.function.name.clone();
                 let value: Dynamic = call
                     .call_within_context(ctx, (name.clone(), args))
@@ -155,7 +155,7 @@ fn call_map(call: &ToolCall) -> Map {
     let mut m = Map::new();
     m.insert("id".into(), call.id.clone().map_or(Dynamic::UNIT, Dynamic::from));
     m.insert("name".into(), call.function.name.clone().into());
-    m.insert("arguments".into(), json_to_dynamic(&call.function.arguments));
+    m.insert("arguments".into(), json_to_dynamic(&call.function.arguments_object()));
     m
 }
 
