@@ -662,6 +662,10 @@ fn chat_templates_from_the_command_line() {
     let out = ok(&["generate", "-m", &m, "-p", "Explain literal <think> tags", "-n", "8", "--chat"]);
     assert!(!stdout(&out).trim().is_empty(), "{}", stderr(&out));
     assert!(stderr(&out).contains("finish:  length"), "{}", stderr(&out));
+    // qwen3.5 opens the reasoning block itself: -n ends the reply inside it, and says so.
+    let out = ok(&["generate", "-m", &m, "-p", "hello", "-n", "4", "--chat", "--chat-template", "qwen3.5"]);
+    assert!(stderr(&out).contains("cut off at 4 tokens inside its reasoning, before any answer"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("finish:  length (inside the reasoning)"), "{}", stderr(&out));
 }
 
 #[test]

@@ -212,3 +212,58 @@ fn the_documented_forced_call_runs() {
     assert!(err.contains("bmoe: tool call: get_weather({\"city\": \""), "{err}");
     assert!(err.contains("\"unit\": \"celsius\"})") || err.contains("\"unit\": \"fahrenheit\"})"), "{err}");
 }
+
+/// A forced call that `-n` cuts off is named as cut wherever it shows:
+/// `generate` says so and ends with `finish:  length`, the REPL's `:tool`
+/// says the call was cut (not that there is none), and a script's
+/// `s.chat` returns `finish_reason` `length` and `cut` `tool_call` (and
+/// `tool_calls` when the call is whole).
+#[test]
+fn a_call_cut_off_by_the_token_limit_is_said_to_be_cut() {
+    let dir = tempdir();
+    let model = model(dir.path());
+    let m = model.to_str().unwrap();
+    let tools = tools_file(dir.path());
+    let cut = ["--tools", &tools, "--tool-choice", "required", "--no-think", "-t", "1", "-n", "4"];
+    let out =
+        bmoe(&[&["generate", "-m", m, "--chat", "-p", "Weather?", "--chat-template", "qwen3"], &cut[..]].concat(), "");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("cut off at 4 tokens inside a tool call") && err.contains("raise -n"), "{err}");
+    assert!(err.contains("finish:  length (inside a tool call)"), "{err}");
+    let out =
+        bmoe(&[&["repl", "-m", m, "--chat-template", "qwen3"], &cut[..]].concat(), "Weather in Lima?\n:tool 18 C\n");
+    let err = text(&out.stderr);
+    assert!(err.contains("tool call was cut off at 4 tokens before it closed"), "{err}");
+
+    let script = format!(
+        r#"
+let tools = `{TOOLS}`;
+let s = open(ARGS[0], #{{ template: "qwen3", n_predict: 4, think: false }});
+let r = s.chat("Weather?", #{{ tools: tools, tool_choice: "required" }});
+let t = open(ARGS[0], #{{ template: "qwen3", n_predict: 400, think: false }});
+let w = t.chat("Weather?", #{{ tools: tools, tool_choice: "required" }});
+let g = t.generate("Say", 3);
+write_csv("ends.csv", [#{{ cut_reason: r.finish_reason, cut: r.cut, whole_reason: w.finish_reason,
+    whole_cut: w.cut ?? "none", plain: g.finish_reason }}]);
+"#
+    );
+    let mut base = RunConfig::default();
+    base.generate.threads = 1;
+    let out_dir = dir.path().join("out");
+    let options =
+        ScriptOptions { out_dir: out_dir.clone(), args: vec![m.to_string()], base, ..ScriptOptions::default() };
+    {
+        let _serial = llama_lock();
+        run_source("ends.rhai", &script, &options).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let csv = std::fs::read_to_string(out_dir.join("ends.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let row: std::collections::HashMap<&str, &str> = header.into_iter().zip(lines.next().unwrap().split(',')).collect();
+    assert_eq!(row["cut_reason"], "length", "{csv}");
+    assert_eq!(row["cut"], "tool_call", "{csv}");
+    assert_eq!(row["whole_reason"], "tool_calls", "{csv}");
+    assert_eq!(row["whole_cut"], "none", "{csv}");
+    assert_eq!(row["plain"], "length", "{csv}");
+}

@@ -343,7 +343,9 @@ impl Host {
         let prompt_len = tokens.len();
         let mut request = self.request(Prompt::Tokens(tokens), n_predict)?;
         // A reply to the user that must call a tool follows the call grammar.
-        if messages.last().is_some_and(|m| m.role == "user") && self.config.chat.tool_choice == "required" {
+        let forced_call =
+            messages.last().is_some_and(|m| m.role == "user") && self.config.chat.tool_choice == "required";
+        if forced_call {
             if request.grammar.is_some() {
                 return Err(HostError::Setting(
                     "chat.tool_choice = required and a grammar (generate.grammar or json_schema) both constrain the \
@@ -380,7 +382,7 @@ impl Host {
         let call_open = format.is_some_and(|f| f.has_unfinished_call(&generation.text, found.len()));
         let open = if reasoning_open {
             Some(Cut::Reasoning)
-        } else if call_open {
+        } else if call_open || forced_call {
             Some(Cut::ToolCall)
         } else {
             request.grammar.as_ref().map(|_| Cut::Constrained)
