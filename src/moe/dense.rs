@@ -44,8 +44,14 @@ impl DenseWeights {
     }
 }
 
-/// Applies `mode` to the dense weights the hook saw at capture (those that
-/// are in the model files). Returns (tensors, bytes) handled.
+/// Applies `mode` to the dense weights the hook saw at capture: every
+/// non-expert tensor the graph reads that is in the model files, whatever
+/// its name (`blk.N.ssm_a`, `blk.N.ssm_d`, gemma4's
+/// `blk.N.ffn_gate_inp.scale`: no `.weight` or `.bias`; one left in the
+/// mapping would fault with SIGBUS once the file is truncated). A graph
+/// tensor whose size differs from the file's tensor of that name is not that
+/// tensor (an input or a cache that a hostile file names). Returns (tensors,
+/// bytes) handled.
 pub fn apply(
     mode: DenseWeights,
     hook: &mut MoeHook,
@@ -56,6 +62,7 @@ pub fn apply(
         .dense()
         .iter()
         .filter_map(|(name, handle)| Some((*handle, files.locate(name)?)))
+        .filter(|(handle, loc)| handle.nbytes() as u64 == loc.info.size)
         .map(|(handle, loc)| (handle, loc.shard, loc.file_offset))
         .collect();
     let mut bytes = 0u64;

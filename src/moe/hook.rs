@@ -406,7 +406,7 @@ impl MoeHook {
         Ok(self.predictor.as_ref().map_or(0, RouterPredictor::bytes))
     }
 
-    /// Non-expert weight tensors the graph read during capture, by name.
+    /// Non-expert leaf tensors the graph read during capture, by name (inputs and caches too: in no model file).
     pub fn dense(&self) -> &BTreeMap<String, TensorHandle> {
         &self.dense
     }
@@ -556,7 +556,8 @@ impl MoeHook {
         for src in node.srcs().filter(|s| s.is_leaf() && s.is_host()) {
             let name = src.name();
             let expert = parse_expert_tensor(name).is_some();
-            if (name.ends_with(".weight") || name.ends_with(".bias")) && !expert && !self.dense.contains_key(name) {
+            // Any name (`ssm_a`, `ssm_d`): `dense::apply` keeps those in the files.
+            if !expert && !self.dense.contains_key(name) {
                 self.dense.insert(name.to_string(), src.handle());
             }
             if expert && !node.is_mul_mat_id() && !self.other_expert_uses.iter().any(|n| n == name) {

@@ -8,17 +8,24 @@
 //! kernel for it, as the file has it otherwise) and holes elsewhere, so
 //! the reads keep the model's offsets and page windows. It is written once
 //! into the cache directory, through a temporary name, and reused while the
-//! model, the CPU's features and bmoe stay the same; a sample of each
-//! distinct bank shape is checked against a fresh repack at every open.
+//! model, the CPU's features and bmoe stay the same. The model counts as
+//! the same while its path, inode, sizes, modification times and change
+//! times are: an edit in place that keeps the size and sets the
+//! modification time back still moves the change time (which no one sets
+//! back), so its copy is written again. At every open, the first and last
+//! expert of one bank of each distinct shape, and a few experts drawn at
+//! random from all the banks, are checked against a fresh repack.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::ops::ControlFlow;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use rand::Rng;
 
 use super::lean::{at, copy_home, key};
 use super::store::Projection;
@@ -77,7 +84,7 @@ pub fn prepare(
     dir: &Path,
 ) -> io::Result<RepackedCopy> {
     let banks: Vec<&Projection> = layers.iter().flatten().collect();
-    let home = copy_home(files, dir, &format!("{}-{:016x}", key(files)?, layout_key(&banks)))?;
+    let home = copy_home(files, dir, &format!("{}-{:016x}", key(files)?, layout_key(files, &banks)?))?;
     let bank_bytes = |p: &Projection| (p.slice_bytes * n_expert) as u64;
     let mut paths = Vec::with_capacity(files.paths().len());
     let mut todo = Vec::new();
@@ -127,17 +134,23 @@ pub fn prepare(
     Ok(RepackedCopy { paths, written: need, bytes: banks.iter().map(|p| bank_bytes(p)).sum() })
 }
 
-/// What the copy's bytes depend on besides the model: the CPU features
-/// the kernels were chosen for, bmoe's version, and which banks are
-/// repacked, at which offsets and shapes.
-fn layout_key(banks: &[&Projection]) -> u64 {
+/// What the copy's bytes depend on besides what [`key`] names of the
+/// model: its change times (an edit in place moves them even when it sets
+/// the modification time back), the CPU features the kernels were chosen
+/// for, bmoe's version, and which banks are repacked, at which offsets and
+/// shapes.
+fn layout_key(files: &ModelFiles, banks: &[&Projection]) -> io::Result<u64> {
     let mut h = DefaultHasher::new();
+    for p in files.paths() {
+        let meta = fs::metadata(p).map_err(|e| at(p, e))?;
+        (meta.ctime(), meta.ctime_nsec()).hash(&mut h);
+    }
     crate::llama::cpu_features().hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
     for p in banks {
         (p.shard, p.file_offset, p.slice_bytes, p.repacker.as_ref().map(|r| r.slice_bytes())).hash(&mut h);
     }
-    h.finish()
+    Ok(h.finish())
 }
 
 /// Writes one shard's copy through a temporary name: the file's size, each
@@ -193,36 +206,53 @@ fn write_copy(
     }
 }
 
-/// Repacks the first and last slices of one bank of each distinct shape
-/// afresh and compares them with the copy: a copy written by another build
-/// of the kernels, or damaged, is refused rather than computed with.
+/// Experts drawn at random from all the banks at each open, besides the
+/// first and last of one bank per shape: over many opens the check covers
+/// every slice, at the cost of a few slices' reads per open.
+const DRAWN: usize = 8;
+
+/// Repacks the first and last slices of one bank of each distinct shape,
+/// and [`DRAWN`] slices drawn at random from all the banks (a new draw at
+/// every open), afresh and compares them with the copy: a copy written by
+/// another build of the kernels, or damaged, or of a model since changed,
+/// is refused rather than computed with.
 fn check_sample(files: &ModelFiles, paths: &[PathBuf], banks: &[&Projection]) -> io::Result<()> {
+    let experts = |p: &Projection| p.tensor.ne()[2].max(1) as usize;
+    let mut picks = Vec::new();
     let mut seen = Vec::new();
-    for p in banks {
-        let Some(r) = &p.repacker else { continue };
-        if seen.contains(&(p.slice_bytes, p.tensor.ne())) {
-            continue;
+    for p in banks.iter().copied().filter(|p| p.repacker.is_some()) {
+        if !seen.contains(&(p.slice_bytes, p.tensor.ne())) {
+            seen.push((p.slice_bytes, p.tensor.ne()));
+            picks.extend([(p, 0), (p, experts(p) - 1)]);
         }
-        seen.push((p.slice_bytes, p.tensor.ne()));
-        let experts = p.tensor.ne()[2].max(1) as usize;
-        let model = File::open(&files.paths()[p.shard]).map_err(|e| at(&files.paths()[p.shard], e))?;
-        let copy = File::open(&paths[p.shard]).map_err(|e| at(&paths[p.shard], e))?;
+    }
+    let mut rng = rand::thread_rng();
+    for _ in 0..if banks.is_empty() { 0 } else { DRAWN } {
+        let p = banks[rng.gen_range(0..banks.len())];
+        picks.push((p, rng.gen_range(0..experts(p))));
+    }
+    for (p, e) in picks {
+        let (model_path, copy_path) = (&files.paths()[p.shard], &paths[p.shard]);
+        let model = File::open(model_path).map_err(|e| at(model_path, e))?;
+        let copy = File::open(copy_path).map_err(|e| at(copy_path, e))?;
         let (mut raw, mut fresh, mut stored) = (vec![0; p.slice_bytes], vec![0; p.slice_bytes], vec![0; p.slice_bytes]);
-        for e in [0, experts - 1] {
-            let offset = p.file_offset + (e * p.slice_bytes) as u64;
-            model.read_exact_at(&mut raw, offset).map_err(|e| at(&files.paths()[p.shard], e))?;
-            copy.read_exact_at(&mut stored, offset).map_err(|e| at(&paths[p.shard], e))?;
-            r.repack(&raw, &mut fresh).map_err(io::Error::other)?;
-            if fresh != stored {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{}: expert {e} of {} differs from a fresh repack (written by another build, or damaged)",
-                        paths[p.shard].display(),
-                        p.tensor.name()
-                    ),
-                ));
-            }
+        let offset = p.file_offset + (e * p.slice_bytes) as u64;
+        model.read_exact_at(&mut raw, offset).map_err(|e| at(model_path, e))?;
+        copy.read_exact_at(&mut stored, offset).map_err(|e| at(copy_path, e))?;
+        // A bank with no repacked kernel is stored as the file has it.
+        match &p.repacker {
+            Some(r) => r.repack(&raw, &mut fresh).map_err(io::Error::other)?,
+            None => fresh.copy_from_slice(&raw),
+        }
+        if fresh != stored {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: expert {e} of {} differs from a fresh repack (written by another build, or damaged)",
+                    copy_path.display(),
+                    p.tensor.name()
+                ),
+            ));
         }
     }
     Ok(())
