@@ -418,6 +418,12 @@ impl RunConfig {
         if !(16..=1 << 20).contains(&g.ctx_size) {
             return Err(bad("generate.ctx_size", format!("must be between 16 and 1048576 (got {})", g.ctx_size)));
         }
+        if g.n_predict > g.ctx_size {
+            return Err(bad(
+                "generate.n_predict",
+                format!("{} is more than the context holds (ctx_size {})", g.n_predict, g.ctx_size),
+            ));
+        }
         if g.batch == 0 || g.batch > g.ctx_size {
             return Err(bad(
                 "generate.batch",
@@ -766,6 +772,10 @@ mod tests {
         c = RunConfig::default();
         c.generate.n_predict = 0;
         assert_eq!(c.validate().unwrap_err().field, "generate.n_predict");
+        // More tokens than the context holds (a value typed after the old one: 128600).
+        c.generate.n_predict = 128_600;
+        let e = c.validate().unwrap_err();
+        assert!(e.field == "generate.n_predict" && e.to_string().contains("more than the context holds"), "{e}");
         c = RunConfig::default();
         c.plugins.drop_plugin = "drop-cold".into();
         assert_eq!(c.validate().unwrap_err().field, "plugins.drop_plugin");

@@ -162,7 +162,8 @@ fn missing_and_corrupt_models_fail_with_one_line() {
     let dir = tempdir();
     let missing = dir.path().join("missing.gguf").to_string_lossy().into_owned();
     let e = fails_with_one_line(&["generate", "-m", &missing, "-n", "4"], "missing.gguf");
-    assert_eq!(e.matches("No such file or directory").count(), 1, "the OS error said once: {e}");
+    assert_eq!(e.matches("no such file").count(), 1, "said once: {e}");
+    assert!(e.contains("pass -m a GGUF model file") && e.contains("built-in demo"), "what to pass: {e}");
 
     let m = make_tiny(dir.path(), "m.gguf", &[]);
     let bytes = std::fs::read(&m).unwrap();
@@ -175,7 +176,11 @@ fn missing_and_corrupt_models_fail_with_one_line() {
 
     let garbage = dir.path().join("garbage.gguf");
     std::fs::write(&garbage, b"this is not a model at all").unwrap();
-    fails_with_one_line(&["generate", "-m", garbage.to_str().unwrap(), "-n", "4"], "magic");
+    let e = fails_with_one_line(&["generate", "-m", garbage.to_str().unwrap(), "-n", "4"], "magic");
+    assert!(e.contains(r#"found "this" (74 68 69 73)"#), "the magic as text and hex: {e}");
+    // A script that is not there: its name, no made-up line and column.
+    let e = fails_with_one_line(&["run", "nosuch.rhai"], "nosuch.rhai: reading the script");
+    assert!(!e.contains(":0"), "{e}");
 }
 
 #[test]

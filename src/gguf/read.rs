@@ -223,7 +223,7 @@ impl<'a> Parser<'a> {
     fn file(mut self) -> Result<GgufFile> {
         let magic = self.array::<4>("magic")?;
         if magic != MAGIC {
-            return Err(GgufError::invalid(0, "magic", format!("expected \"GGUF\", found {magic:02x?}")));
+            return Err(GgufError::invalid(0, "magic", format!("expected \"GGUF\", found {}", shown_bytes(&magic))));
         }
         let version = self.u32("version")?;
         if !(2..=3).contains(&version) {
@@ -336,4 +336,24 @@ pub fn parse_split_path(path: &Path) -> Option<(PathBuf, u32, u32)> {
         return None;
     }
     Some((PathBuf::from(prefix), no.parse().ok()?, count.parse().ok()?))
+}
+
+/// Bytes as a person reads them: the text where every byte is printable
+/// ASCII, and the bytes in hex either way (`"{\"a\"" (7b 22 61 22)`).
+fn shown_bytes(bytes: &[u8]) -> String {
+    let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    if bytes.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        format!("{:?} ({})", String::from_utf8_lossy(bytes), hex.join(" "))
+    } else {
+        format!("bytes {}", hex.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod shown_bytes_tests {
+    #[test]
+    fn text_and_hex() {
+        assert_eq!(super::shown_bytes(b"{\"a\""), r#""{\"a\"" (7b 22 61 22)"#);
+        assert_eq!(super::shown_bytes(&[0, 1, 0x47, 0xff]), "bytes 00 01 47 ff");
+    }
 }

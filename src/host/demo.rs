@@ -12,8 +12,16 @@ use crate::synth::{self, Arch, ModelSpec, Preset};
 /// The model `config` names, or the demo model (generated on first use,
 /// with a progress bar; Ctrl-C stops it cleanly).
 pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
-    if !config.model.path.as_os_str().is_empty() {
-        return Ok(config.model.path.clone());
+    let given = &config.model.path;
+    if !given.as_os_str().is_empty() {
+        if !given.exists() {
+            anyhow::bail!(
+                "{}: no such file; pass -m a GGUF model file (for a split model, its -00001-of-0000N.gguf \
+                 shard), or leave -m out to run the built-in demo model",
+                given.display()
+            );
+        }
+        return Ok(given.clone());
     }
     let dir = dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe");
     let path = dir.join(format!("demo-qwen3moe-v{}.gguf", synth::GENERATOR_VERSION));

@@ -162,7 +162,9 @@ pub(super) fn key(files: &ModelFiles) -> io::Result<String> {
         let canonical = fs::canonicalize(p).map_err(|e| at(p, e))?;
         let meta = fs::metadata(p).map_err(|e| at(p, e))?;
         canonical.hash(&mut h);
-        (meta.len(), meta.mtime(), meta.mtime_nsec(), meta.ino()).hash(&mut h);
+        // The change time too: an in-place edit that sets the mtime back
+        // cannot set it back.
+        (meta.len(), meta.mtime(), meta.mtime_nsec(), meta.ino(), meta.ctime(), meta.ctime_nsec()).hash(&mut h);
     }
     let stem = files.paths()[0].file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let stem: String = stem.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(48).collect();

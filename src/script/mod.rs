@@ -47,9 +47,10 @@ impl Default for ScriptOptions {
     }
 }
 
-/// A script that failed: where, and why.
+/// A script that failed: where (`file:line:column`, as far as known), and
+/// why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {message}{context}")]
+#[error("{}: {message}{context}", self.place())]
 pub struct ScriptError {
     /// The script file.
     pub file: String,
@@ -64,6 +65,16 @@ pub struct ScriptError {
 }
 
 impl ScriptError {
+    /// `file:line:column`, without the parts that are not known (a script
+    /// that could not be read has neither line nor column).
+    fn place(&self) -> String {
+        match (self.line, self.column) {
+            (0, _) => self.file.clone(),
+            (line, 0) => format!("{}:{line}", self.file),
+            (line, column) => format!("{}:{line}:{column}", self.file),
+        }
+    }
+
     fn new(file: &str, source: &str, mut err: EvalAltResult) -> ScriptError {
         let pos = err.take_position();
         let (line, column) = (pos.line().unwrap_or(0), pos.position().unwrap_or(0));

@@ -451,7 +451,8 @@ impl App {
             (Action::Next, false) => *selected = (*selected + 1).min(SETTINGS.len() - 1),
             (Action::Enter, false) => {
                 let mut edit = InputBox::default();
-                edit.set(self.info.setting(SETTINGS[*selected].0));
+                // Selected, so typing replaces the value; a cursor key edits it.
+                edit.set_selected(self.info.setting(SETTINGS[*selected].0));
                 *editing = Some(edit);
                 self.settings_message = None;
             }

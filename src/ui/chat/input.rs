@@ -14,6 +14,9 @@ pub struct InputBox {
     browsing: Option<usize>,
     /// What was typed before browsing started.
     draft: String,
+    /// The whole text is selected: typing replaces it, Backspace or Delete
+    /// clears it, a move of the cursor keeps it.
+    selected: bool,
 }
 
 impl InputBox {
@@ -31,25 +34,56 @@ impl InputBox {
     pub fn set(&mut self, text: &str) {
         self.text = text.to_string();
         self.cursor = self.text.len();
+        self.selected = false;
     }
 
-    /// Inserts text at the cursor (typing or a paste; `\r` becomes `\n`).
+    /// Replaces the text and selects it all, so what is typed next
+    /// replaces it (a pre-filled value to edit).
+    pub fn set_selected(&mut self, text: &str) {
+        self.set(text);
+        self.selected = !self.text.is_empty();
+    }
+
+    /// Whether the whole text is selected.
+    pub fn is_selected(&self) -> bool {
+        self.selected
+    }
+
+    /// Drops the selected text, if it is selected; true if it was.
+    fn take_selection(&mut self) -> bool {
+        let was = std::mem::take(&mut self.selected);
+        if was {
+            self.text.clear();
+            self.cursor = 0;
+        }
+        was
+    }
+
+    /// Inserts text at the cursor (typing or a paste; `\r` becomes `\n`),
+    /// in place of the selected text.
     pub fn insert(&mut self, text: &str) {
+        self.take_selection();
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         self.text.insert_str(self.cursor, &text);
         self.cursor += text.len();
     }
 
-    /// Deletes the character before the cursor.
+    /// Deletes the character before the cursor (or the selected text).
     pub fn backspace(&mut self) {
+        if self.take_selection() {
+            return;
+        }
         if let Some(c) = self.text[..self.cursor].chars().next_back() {
             self.cursor -= c.len_utf8();
             self.text.remove(self.cursor);
         }
     }
 
-    /// Deletes the character under the cursor.
+    /// Deletes the character under the cursor (or the selected text).
     pub fn delete(&mut self) {
+        if self.take_selection() {
+            return;
+        }
         if self.cursor < self.text.len() {
             self.text.remove(self.cursor);
         }
@@ -57,6 +91,7 @@ impl InputBox {
 
     /// Moves the cursor one character left.
     pub fn left(&mut self) {
+        self.selected = false;
         if let Some(c) = self.text[..self.cursor].chars().next_back() {
             self.cursor -= c.len_utf8();
         }
@@ -64,6 +99,7 @@ impl InputBox {
 
     /// Moves the cursor one character right.
     pub fn right(&mut self) {
+        self.selected = false;
         if let Some(c) = self.text[self.cursor..].chars().next() {
             self.cursor += c.len_utf8();
         }
@@ -71,11 +107,13 @@ impl InputBox {
 
     /// Moves to the start of the line.
     pub fn home(&mut self) {
+        self.selected = false;
         self.cursor = self.text[..self.cursor].rfind('\n').map_or(0, |i| i + 1);
     }
 
     /// Moves to the end of the line.
     pub fn end(&mut self) {
+        self.selected = false;
         self.cursor += self.text[self.cursor..].find('\n').unwrap_or(self.text.len() - self.cursor);
     }
 
@@ -137,6 +175,7 @@ impl InputBox {
     pub fn take(&mut self) -> String {
         let text = std::mem::take(&mut self.text);
         self.cursor = 0;
+        self.selected = false;
         self.browsing = None;
         if !text.trim().is_empty() && self.history.last() != Some(&text) {
             self.history.push(text.clone());
@@ -188,6 +227,23 @@ fn advance(text: &str, start: usize, col: usize, limit: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_selected_value_is_replaced_by_typing() {
+        let mut b = InputBox::default();
+        b.set_selected("128");
+        assert!(b.is_selected());
+        b.insert("600");
+        assert_eq!(b.text(), "600");
+        b.set_selected("128");
+        b.backspace();
+        assert_eq!(b.text(), "");
+        // A cursor move keeps the value to edit it.
+        b.set_selected("128");
+        b.end();
+        b.insert("0");
+        assert_eq!(b.text(), "1280");
+    }
 
     #[test]
     fn edits_moves_and_browses_history() {

@@ -496,6 +496,11 @@ fn draw_settings(frame: &mut Frame, app: &App, selected: usize, editing: Option<
         crate::host::Apply::Reopen => "reopens the model (the conversation is kept)",
     };
     let mut footer = vec![match editing {
+        Some(edit) if edit.is_selected() => Line::from(vec![
+            Span::raw(" new value: "),
+            Span::styled(edit.text().to_string(), Style::default().add_modifier(Modifier::REVERSED)),
+            Span::raw("  (type to replace, ← → to edit)"),
+        ]),
         Some(edit) => Line::from(format!(" new value: {}", edit.text())),
         None => Line::default(),
     }];
