@@ -259,10 +259,16 @@ fn mtp_acceptance_shows_live() {
     let mut host = Host::open(config, &model).unwrap();
     let mut app = App::new(HostInfo::of(&host), false, true);
     turn(&mut host, &mut app, "Tell me a story");
+    // On a row of its own, whole at 120 columns too; the reply's summary line has it.
+    for width in [160, 120] {
+        let screen = text(&render_to_buffer(&app, width, 48));
+        assert!(screen.contains("draft mtp"), "{screen}");
+        let line = screen.lines().find(|l| l.contains("│draft mtp: ")).unwrap_or_else(|| panic!("{screen}"));
+        assert!(line.contains("drafted,") && line.contains("accepted (") && line.contains("%)"), "{line}");
+        assert!(!screen.lines().any(|l| l.contains("mem") && l.contains("drafted")), "{screen}");
+    }
     let screen = text(&render_to_buffer(&app, 160, 48));
-    assert!(screen.contains("draft mtp"), "{screen}");
-    let line = screen.lines().find(|l| l.contains("draft ") && l.contains('→')).unwrap_or_else(|| panic!("{screen}"));
-    assert!(line.contains('%'), "{line}");
+    assert!(screen.contains("% accepted ·"), "the reply's summary: {screen}");
 }
 
 #[test]

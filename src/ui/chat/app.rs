@@ -92,6 +92,10 @@ pub struct TurnStats {
     pub mib_per_token: Option<f64>,
     /// Stopped by the user.
     pub stopped: bool,
+    /// Draft tokens accepted, percent, when a draft policy ran.
+    pub acceptance_pct: Option<f64>,
+    /// What the token limit cut off, when it did.
+    pub cut: Option<crate::host::Cut>,
 }
 
 impl TurnStats {
@@ -105,6 +109,8 @@ impl TurnStats {
             hit_pct: s.hit_rate_pct(),
             mib_per_token: if s.streaming { s.mib_per_token() } else { None },
             stopped: turn.generation.aborted,
+            acceptance_pct: (s.drafted > 0).then(|| 100.0 * s.accepted as f64 / s.drafted as f64),
+            cut: turn.ending.cut,
         }
     }
 
@@ -120,9 +126,18 @@ impl TurnStats {
         if let Some(h) = self.hit_pct {
             parts.push(format!("hit {h:.0}%"));
         }
+        if let Some(p) = self.acceptance_pct {
+            parts.push(format!("draft {p:.0}% accepted"));
+        }
         parts.push(format!("{} prompt tokens decoded", self.prefilled));
         if self.stopped {
             parts.push("stopped (Esc)".into());
+        }
+        match self.cut {
+            Some(crate::host::Cut::Reasoning) => parts.push("cut off inside the reasoning (raise n_predict)".into()),
+            Some(crate::host::Cut::ToolCall) => parts.push("cut off inside a tool call (raise n_predict)".into()),
+            Some(crate::host::Cut::Constrained) => parts.push("cut off before the output was complete".into()),
+            None => {}
         }
         parts.join(" · ")
     }

@@ -40,9 +40,12 @@ pub fn draw(frame: &mut Frame, app: &App) {
         // The panel takes the rows its layers need (borders and legend
         // included); telemetry sits right under it.
         let panel_rows = app.routing.rows().max(1) as u16 + 4;
-        let [panel, tele, _] =
-            Layout::vertical([Constraint::Max(panel_rows), Constraint::Length(TELEMETRY_ROWS), Constraint::Fill(1)])
-                .areas(right);
+        let [panel, tele, _] = Layout::vertical([
+            Constraint::Max(panel_rows),
+            Constraint::Length(telemetry_rows(app)),
+            Constraint::Fill(1),
+        ])
+        .areas(right);
         draw_routing(frame, app, panel);
         draw_telemetry(frame, app, tele);
     } else {
@@ -339,12 +342,26 @@ fn draw_telemetry(frame: &mut Frame, app: &App, area: Rect) {
         ]
     };
     lines.push(Line::from(cache));
-    let draft = match t.acceptance_pct() {
-        Some(p) => format!("draft {} → {} ({p:.0}%)   ", t.drafted, t.accepted),
-        None => String::new(),
-    };
-    lines.push(Line::from(vec![label("mem"), Span::raw(format!("{draft}{}", memory(t)))]));
+    lines.push(Line::from(vec![label("mem"), Span::raw(memory(t))]));
+    if drafting(app) {
+        let draft = match t.acceptance_pct() {
+            Some(p) => format!("{}: {} drafted, {} accepted ({p:.0}%)", app.info.draft, t.drafted, t.accepted),
+            None => format!("{}: nothing drafted yet this turn", app.info.draft),
+        };
+        lines.push(Line::from(vec![label("draft"), Span::raw(draft)]));
+    }
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Whether a draft policy (MTP or a plugin) runs, so the panel shows its
+/// acceptance on a row of its own.
+fn drafting(app: &App) -> bool {
+    !app.info.draft.is_empty() || app.telemetry.drafted > 0
+}
+
+/// The telemetry panel's height: one row more with a draft policy.
+fn telemetry_rows(app: &App) -> u16 {
+    TELEMETRY_ROWS + u16::from(drafting(app))
 }
 
 fn memory(t: &Telemetry) -> String {
