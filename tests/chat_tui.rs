@@ -263,6 +263,8 @@ fn mtp_acceptance_shows_live() {
     for width in [160, 120] {
         let screen = text(&render_to_buffer(&app, width, 48));
         assert!(screen.contains("draft mtp"), "{screen}");
+        // The draft layer after the model's four is labelled as such.
+        assert!(screen.contains("│MTP ") && !screen.contains("│L04 "), "{screen}");
         let line = screen.lines().find(|l| l.contains("│draft mtp: ")).unwrap_or_else(|| panic!("{screen}"));
         assert!(line.contains("drafted,") && line.contains("accepted (") && line.contains("%)"), "{line}");
         assert!(!screen.lines().any(|l| l.contains("mem") && l.contains("drafted")), "{screen}");

@@ -303,12 +303,22 @@ pub fn density(n_expert: usize, width: u16) -> Density {
     }
 }
 
-/// Draws the matrix rows into `area` from panel row `first`.
-pub fn render_rows(routing: &Routing, view: View, first: usize, colour: bool, area: Rect, buf: &mut Buffer) {
+/// Draws the matrix rows into `area` from panel row `first`; layers from
+/// `trunk` on (the MTP draft layers after the model's own) are labelled `MTP`.
+pub fn render_rows(
+    routing: &Routing,
+    view: View,
+    first: usize,
+    colour: bool,
+    trunk: u32,
+    area: Rect,
+    buf: &mut Buffer,
+) {
     let density = density(routing.n_expert, area.width);
     for (y, row) in (first..routing.rows()).take(area.height as usize).enumerate() {
         let y = area.y + y as u16;
-        let label = format!("L{:02}", routing.layer(row));
+        let layer = routing.layer(row);
+        let label = if trunk > 0 && layer >= trunk { "MTP".to_string() } else { format!("L{layer:02}") };
         buf.set_stringn(area.x, y, &label, LABEL as usize, Style::default().add_modifier(Modifier::DIM));
         let x0 = area.x + LABEL;
         let width = match density {

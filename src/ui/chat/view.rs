@@ -8,6 +8,7 @@ use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use super::app::{App, Overlay};
 use super::keymap::{self, Context, KEYMAP};
@@ -99,14 +100,13 @@ fn colour(app: &App, c: Color) -> Style {
     if app.colour { Style::default().fg(c) } else { Style::default() }
 }
 
+/// The status line: the model, then what is set, as much as fits in
+/// `width` (a long model name is shortened, then the least telling parts
+/// give way), never cut mid-word at the edge.
 fn status_line(app: &App, width: u16) -> Line<'static> {
     let i = &app.info;
     let bold = Style::default().add_modifier(Modifier::BOLD);
-    let sep = Span::styled(" │ ", Style::default().add_modifier(Modifier::DIM));
-    let mut spans = vec![Span::styled(" bmoe ", bold.patch(colour(app, Color::LightCyan))), Span::raw(i.model.clone())];
-    if app.demo {
-        spans.push(Span::styled(" (RANDOM weights)", bold.patch(colour(app, Color::LightYellow))));
-    }
+    let dim = Style::default().add_modifier(Modifier::DIM);
     let cache = if !i.streaming {
         "cache -".to_string()
     } else if i.cache_mib > 0.0 {
@@ -114,25 +114,45 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
     } else {
         "cache off".to_string()
     };
+    // (how long it stays as the width shrinks: lower stays longer, text)
     let mut parts = vec![
-        format!("{} {}L {}E top-{}", i.arch, i.n_layer, i.n_expert, i.k),
-        format!("stream {}", if i.streaming { "on" } else { "off" }),
-        cache,
+        (4, format!("{} {}L {}E top-{}", i.arch, i.n_layer, i.n_expert, i.k)),
+        (1, format!("stream {}", if i.streaming { "on" } else { "off" })),
+        (2, cache),
     ];
     // Layers on RPC servers route there: the panel shows none for them.
     if i.remote_layers > 0 {
-        parts.push(format!("rpc {} of {}L", i.remote_layers, i.n_layer));
+        parts.push((3, format!("rpc {} of {}L", i.remote_layers, i.n_layer)));
     }
-    // A narrow screen names only the plugins in use.
-    if width >= WIDE {
-        parts.push(format!("lanes {}", i.lanes));
-    }
+    parts.push((7, format!("lanes {}", i.lanes)));
+    // Plugins in use stay longer than the names of those not in use.
     for (what, name) in [("draft", &i.draft), ("drop", &i.drop)] {
-        if !name.is_empty() || width >= WIDE {
-            parts.push(format!("{what} {}", if name.is_empty() { "-" } else { name }));
-        }
+        let rank = if name.is_empty() { 6 } else { 3 };
+        parts.push((rank, format!("{what} {}", if name.is_empty() { "-" } else { name })));
     }
-    for part in parts {
+    let demo = if app.demo { " (RANDOM weights)" } else { "" };
+    let generating = if app.generating { " │ generating" } else { "" };
+    let used = |parts: &[(u8, String)], model: &str| {
+        " bmoe ".len()
+            + model.width()
+            + demo.width()
+            + generating.width()
+            + parts.iter().map(|(_, p)| 3 + p.width()).sum::<usize>()
+    };
+    // The model's name may be shortened to this many columns before a part gives way.
+    let short_model = shortened(&i.model, 24);
+    while used(&parts, &short_model) > width as usize {
+        let Some(at) = parts.iter().enumerate().max_by_key(|(_, (rank, _))| *rank).map(|(at, _)| at) else { break };
+        parts.remove(at);
+    }
+    let room = (width as usize).saturating_sub(used(&parts, ""));
+    let model = shortened(&i.model, room);
+    let sep = Span::styled(" │ ", dim);
+    let mut spans = vec![Span::styled(" bmoe ", bold.patch(colour(app, Color::LightCyan))), Span::raw(model)];
+    if app.demo {
+        spans.push(Span::styled(demo, bold.patch(colour(app, Color::LightYellow))));
+    }
+    for (_, part) in parts {
         spans.push(sep.clone());
         spans.push(Span::raw(part));
     }
@@ -141,6 +161,21 @@ fn status_line(app: &App, width: u16) -> Line<'static> {
         spans.push(Span::styled("generating", colour(app, Color::LightGreen)));
     }
     Line::from(spans)
+}
+
+/// `text` in at most `room` columns: whole, or its start and an ellipsis.
+fn shortened(text: &str, room: usize) -> String {
+    if text.width() <= room {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    for c in text.chars() {
+        if out.width() + c.width().unwrap_or(0) + 1 > room {
+            break;
+        }
+        out.push(c);
+    }
+    out + "…"
 }
 
 /// A MiB figure with sensible precision.
@@ -232,7 +267,7 @@ fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
     let legend_rows = legend.len() as u16;
     let rows_area = Rect { height: inner.height.saturating_sub(legend_rows), ..inner };
     let first = app.routing_scroll.min(r.rows().saturating_sub(rows_area.height as usize));
-    routing::render_rows(r, app.routing_view, first, app.colour, rows_area, frame.buffer_mut());
+    routing::render_rows(r, app.routing_view, first, app.colour, app.info.n_layer, rows_area, frame.buffer_mut());
     if first + (rows_area.height as usize) < r.rows() || first > 0 {
         let more = format!(
             "L{:02}-L{:02} of {} (Shift-↑↓)",
@@ -471,9 +506,16 @@ fn draw_help(frame: &mut Frame, app: &App, scroll: u16) {
         }
     }
     lines.push(Line::default());
-    lines.push(Line::from("Routing panel: one row per expert layer, one cell per expert (two per cell when narrow)."));
-    lines.push(Line::from("■ routed now, cache hit · □ routed now, read from disk · × dropped · · in cache"));
-    lines.push(Line::from("░▒▓█ routed often lately · % = the layer's hit rate this chat"));
+    // The legend in lines that fit an 80-column screen.
+    for line in [
+        "Routing panel: one row per expert layer (MTP: the draft layer),",
+        "one cell per expert (two per cell when narrow).",
+        "■ routed now, cache hit · □ routed now, read from disk",
+        "× dropped · · in cache · ░▒▓█ routed often lately",
+        "% = the layer's hit rate this chat",
+    ] {
+        lines.push(Line::from(line));
+    }
     let area = centred(frame.area(), 96, lines.len() as u16 + 2);
     frame.render_widget(Clear, area);
     let total = lines.len() as u16;
@@ -550,6 +592,60 @@ pub fn render_to_buffer(app: &App, width: u16, height: u16) -> Buffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first row of a rendered screen, as text.
+    fn first_row(buf: &Buffer) -> String {
+        (0..buf.area.width).map(|x| buf[(x, 0)].symbol().to_string()).collect::<String>().trim_end().to_string()
+    }
+
+    #[test]
+    fn the_help_legend_is_whole_at_80_columns() {
+        let mut app = App::new(super::super::app::HostInfo::default(), false, false);
+        app.overlay = Overlay::Help(u16::MAX);
+        let buf = render_to_buffer(&app, 80, 24);
+        let screen: String = (0..buf.area.height)
+            .map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>() + "\n")
+            .collect();
+        for line in ["■ routed now, cache hit · □ routed now, read from disk", "% = the layer's hit rate this chat"]
+        {
+            assert!(screen.contains(line), "{screen}");
+        }
+    }
+
+    #[test]
+    fn the_status_line_fits_by_dropping_whole_parts() {
+        use super::super::app::HostInfo;
+        let info = HostInfo {
+            model: "Qwen3-30B-A3B-Instruct-2507-UD-Q4_K_XL.gguf".into(),
+            arch: "qwen3moe".into(),
+            n_layer: 48,
+            n_expert: 128,
+            k: 8,
+            streaming: true,
+            cache_mib: 1200.0,
+            bank_mib: 16000.0,
+            draft: "mtp".into(),
+            lanes: 4,
+            ..HostInfo::default()
+        };
+        let mut app = App::new(info, true, false);
+        app.generating = true;
+        let wide = first_row(&render_to_buffer(&app, 200, 30));
+        assert!(
+            wide.contains("lanes 4") && wide.contains("drop -") && wide.contains("Qwen3-30B-A3B-Instruct"),
+            "{wide}"
+        );
+        for width in [80u16, 60] {
+            let row = first_row(&render_to_buffer(&app, width, 30));
+            // What matters most is whole: the run's state and the plugin in use.
+            assert!(row.ends_with("generating") && row.contains("(RANDOM weights)"), "{width}: {row}");
+            assert!(row.width() <= width as usize, "{width}: {row}");
+        }
+        // At 80 columns the name is shortened and the least telling parts give way.
+        let row = first_row(&render_to_buffer(&app, 80, 30));
+        assert!(row.contains("Qwen3-30B-A3B-Instruct-") && row.contains('…'), "{row}");
+        assert!(row.contains("stream on") && !row.contains("lanes"), "{row}");
+    }
 
     #[test]
     fn lines_and_titles_fit_in_whole_parts() {
