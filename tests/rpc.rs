@@ -249,3 +249,264 @@ fn a_server_busy_with_another_client_is_named_not_waited_on_forever() {
     assert!(e.to_string().contains("another client is probably using it"), "{e}");
     drop(other);
 }
+
+/// How many layers a placement note (`rpc: layers 2-3 on ...`) gives its server.
+fn placed_layers(note: &str) -> u32 {
+    let what = note.trim_start_matches("rpc: ");
+    if what.starts_with("no layers") {
+        return 0;
+    }
+    if let Some(range) = what.strip_prefix("layers ") {
+        let range = range.split_whitespace().next().unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        return b.parse::<u32>().unwrap() - a.parse::<u32>().unwrap() + 1;
+    }
+    assert!(what.starts_with("layer "), "{note}");
+    1
+}
+
+/// The free memory a placement note reports for its server, MiB.
+fn placed_free_mib(note: &str) -> f64 {
+    let (_, tail) = note.rsplit_once(", ").unwrap();
+    tail.trim_end_matches(" MiB free)").parse().unwrap()
+}
+
+#[test]
+fn without_counts_two_servers_share_the_layers_by_their_free_memory() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (a, b) = (Server::start(dir.path()), Server::start(dir.path()));
+    let n_layer = layers(&m);
+    let _serial = llama_lock();
+    // Streamed: every layer but the first fits on either server many times over.
+    let s = bmoe::engine::Session::open(with_rpc(options(&m, stream0(1, true)), &[&a, &b], &[])).unwrap();
+    let placed: Vec<&String> = s.info().notices.iter().filter(|n| n.starts_with("rpc:")).collect();
+    assert_eq!(placed.len(), 2, "{:?}", s.info().notices);
+    assert!(placed[0].contains(&a.endpoint) && placed[1].contains(&b.endpoint), "{placed:?}");
+    let counts: Vec<u32> = placed.iter().map(|n| placed_layers(n)).collect();
+    let free: Vec<f64> = placed.iter().map(|n| placed_free_mib(n)).collect();
+    assert_eq!(counts.iter().sum::<u32>(), n_layer - 1, "{placed:?}");
+    // Both report this machine's free memory: the layers split evenly (the
+    // odd one to either), none left without.
+    assert!((free[0] - free[1]).abs() < 0.1 * free[0].max(free[1]), "{placed:?}");
+    assert!(counts.iter().all(|&c| c >= (n_layer - 1) / 2), "split by free memory, not all on the first: {placed:?}");
+}
+
+#[test]
+fn setting_fewer_servers_after_one_died_re_splits_the_counts_and_runs_on() {
+    use bmoe::config::RunConfig;
+    use bmoe::host::{Host, HostEvent};
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (a, mut b) = (Server::start(dir.path()), Server::start(dir.path()));
+    let mut config = RunConfig::default();
+    config.generate.threads = 1;
+    config.generate.n_predict = 6;
+    config.moe.stream = true;
+    config.model.rpc = format!("{},{}", a.endpoint, b.endpoint);
+    config.model.rpc_layers = "1,1".into();
+    let _serial = llama_lock();
+    let mut host = Host::open(config, &m).unwrap();
+    let first = host.complete(PROMPT, false, &mut |_: HostEvent<'_>| {}).unwrap();
+    // B ends; the kernel shows its close here asynchronously.
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let gone = b.endpoint.parse().unwrap();
+    let t0 = Instant::now();
+    while !bmoe::llama::rpc::connection_lost(gone) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the server's close never arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(host.complete(PROMPT, false, &mut |_: HostEvent<'_>| {}).is_err(), "a turn with a server gone");
+    // `:set rpc A`: the two counts of the old list become their total on A.
+    let outcome = host.set("rpc", &a.endpoint).unwrap_or_else(|e| panic!("{e}"));
+    assert!(outcome.notices.iter().any(|n| n.contains("2 layers in all")), "{:?}", outcome.notices);
+    assert!(
+        outcome
+            .notices
+            .iter()
+            .any(|n| n.contains(&format!("layers {}-{}", layers(&m) - 2, layers(&m) - 1)) && n.contains(&a.endpoint)),
+        "{:?}",
+        outcome.notices
+    );
+    assert_eq!(host.config().model.rpc_layers, "2");
+    let again = host.complete(PROMPT, false, &mut |_: HostEvent<'_>| {}).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again.tokens, first.tokens, "the same greedy text on the server left");
+    // No server at all: the counts go too, and the model runs here alone.
+    let outcome = host.set("rpc", "").unwrap_or_else(|e| panic!("{e}"));
+    assert!(outcome.notices.iter().any(|n| n.contains("cleared")), "{:?}", outcome.notices);
+    let alone = host.complete(PROMPT, false, &mut |_: HostEvent<'_>| {}).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(alone.tokens, first.tokens);
+}
+
+/// A web server on a free loopback port that, like most, answers once a
+/// request's header lines end (within 60 s, then it hangs up).
+fn web_server() -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let thread = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 256];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    });
+    (endpoint, thread)
+}
+
+#[test]
+fn a_web_server_on_the_port_did_not_answer_the_greeting() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let (web, thread) = web_server();
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["generate", "-m", m.to_str().unwrap(), "-n", "4", "-t", "1", "--rpc", &web])
+        .output()
+        .unwrap();
+    thread.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("another client"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{web} did not answer the RPC greeting (it sent `HTTP/1.1 400 Bad Request`)")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_server_on_every_address_tells_clients_this_machines_addresses() {
+    // Hold the port on loopback so the server, having printed where clients
+    // connect, cannot listen on every address (nothing leaves loopback).
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["rpc-server", "--host", "0.0.0.0", "--port", &port.to_string(), "--threads", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("rpc-server listened on 0.0.0.0:{port} beside a loopback listener");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot listen on 0.0.0.0:{port}")), "{stderr}");
+    assert!(!stderr.contains("--rpc 0.0.0.0"), "the wildcard is no address to connect to: {stderr}");
+    let mine: Vec<String> = bmoe::llama::rpc::local_addresses()
+        .into_iter()
+        .filter(|ip| ip.is_ipv4())
+        .map(|ip| format!("{ip}:{port}"))
+        .collect();
+    if mine.is_empty() {
+        assert!(stderr.contains(&format!("`--rpc ADDRESS:{port}`")), "{stderr}");
+    } else {
+        assert!(stderr.contains(&format!("clients connect with `--rpc {}`", mine[0])), "{stderr}");
+        assert!(mine.iter().all(|e| stderr.contains(e)), "{mine:?}: {stderr}");
+    }
+    drop(held);
+}
+
+/// A relay on a free loopback port to the server at `server`: it passes the
+/// RPC protocol's client messages one by one and, at the `kill_at`-th graph
+/// computation, hangs up on both sides instead, as a server that dies in
+/// the middle of a step does. Stops taking connections once `stop` is set.
+fn dying_relay(server: &str, kill_at: usize) -> (String, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const GRAPH_COMPUTE: u8 = 10;
+    const GRAPH_RECOMPUTE: u8 = 16;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let (server, stop) = (server.to_string(), Arc::new(AtomicBool::new(false)));
+    let stopped = stop.clone();
+    std::thread::spawn(move || {
+        let computes = Arc::new(AtomicUsize::new(0));
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !stopped.load(Ordering::Relaxed) && Instant::now() < deadline {
+            let client = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+            };
+            client.set_nonblocking(false).unwrap();
+            let upstream = std::net::TcpStream::connect(&server).unwrap();
+            let (mut from_server, mut to_client) = (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from_server, &mut to_client);
+                let _ = to_client.shutdown(std::net::Shutdown::Both);
+            });
+            let computes = computes.clone();
+            std::thread::spawn(move || {
+                let (mut from_client, mut to_server) = (client, upstream);
+                let mut head = [0u8; 9];
+                while from_client.read_exact(&mut head).is_ok() {
+                    let size = u64::from_le_bytes(head[1..].try_into().unwrap());
+                    if matches!(head[0], GRAPH_COMPUTE | GRAPH_RECOMPUTE)
+                        && computes.fetch_add(1, Ordering::Relaxed) + 1 == kill_at
+                    {
+                        break;
+                    }
+                    let sent = to_server
+                        .write_all(&head)
+                        .and_then(|()| std::io::copy(&mut (&mut from_client).take(size), &mut to_server).map(|_| ()));
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+                let _ = from_client.shutdown(std::net::Shutdown::Both);
+                let _ = to_server.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (endpoint, stop)
+}
+
+#[test]
+fn a_server_that_dies_in_the_middle_of_a_step_is_named_before_the_process_ends() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let a = Server::start(dir.path());
+    // The relay drops the connection on the third graph the client sends:
+    // the step is under way, past the check before it.
+    let (relay, stop) = dying_relay(&a.endpoint, 3);
+    let _serial = llama_lock();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["generate", "-m", m.to_str().unwrap(), "-n", "12", "-t", "1", "-p", PROMPT])
+        .args(["--rpc", &relay, "--rpc-layers", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            panic!("the client never ended after its server went mid-step");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("bmoe: the RPC server at {relay} stopped answering (its connection")),
+        "the server is named: {stderr}"
+    );
+}

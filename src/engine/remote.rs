@@ -48,6 +48,35 @@ impl RpcOptions {
         }
         Ok(Some(RpcOptions { servers, layers }))
     }
+
+    /// The `rpc_layers` text to keep when the server list becomes
+    /// `servers`, and a note when it changes: counts given per server
+    /// belong to the old list, so for a list of another length they become
+    /// their total, split by the new servers' free memory; with no server
+    /// left, they go. A total, or counts that still match, stay as they are
+    /// (as does text that does not parse, for the check to refuse).
+    pub fn layers_for(servers: &str, layers: &str) -> (String, Option<String>) {
+        let n_servers = servers.split(',').filter(|s| !s.trim().is_empty()).count();
+        let counts: Result<Vec<u32>, _> =
+            layers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::parse::<u32>).collect();
+        let Ok(counts) = counts else { return (layers.to_string(), None) };
+        if counts.is_empty() {
+            return (layers.to_string(), None);
+        }
+        if n_servers == 0 {
+            return (String::new(), Some(format!("rpc_layers `{layers}` cleared: no RPC servers are left")));
+        }
+        if counts.len() == 1 || counts.len() == n_servers {
+            return (layers.to_string(), None);
+        }
+        let total: u32 = counts.iter().sum();
+        let note = format!(
+            "rpc_layers `{layers}` gave one count per server of {} servers; {n_servers} now take {total} layers in \
+             all, split by their free memory (rpc_layers = {total})",
+            counts.len()
+        );
+        (total.to_string(), Some(note))
+    }
 }
 
 /// Bytes of each layer's tensors (`blk.N.*`), by layer.
@@ -75,6 +104,34 @@ fn split_by(total: u32, weights: &[u64]) -> Vec<u32> {
     out
 }
 
+/// The layers each server takes when no counts are given: each holds at
+/// most what [`MEMORY_SHARE`] of its `free` bytes holds of layers of
+/// `largest` bytes, all together at most `max_remote`, and the total is
+/// split in proportion to the free memory (a server that is full passes
+/// its share to the others).
+fn default_split(free: &[u64], largest: u64, max_remote: u32) -> Vec<u32> {
+    let fits: Vec<u32> = free.iter().map(|&f| (f as f64 * MEMORY_SHARE / largest.max(1) as f64) as u32).collect();
+    let mut out = vec![0u32; free.len()];
+    let mut left = fits.iter().sum::<u32>().min(max_remote);
+    while left > 0 {
+        let room: Vec<u64> = (0..free.len()).map(|i| if out[i] < fits[i] { free[i] } else { 0 }).collect();
+        if room.iter().all(|&w| w == 0) {
+            break;
+        }
+        let mut placed = 0;
+        for (i, n) in split_by(left, &room).into_iter().enumerate() {
+            let n = n.min(fits[i] - out[i]);
+            out[i] += n;
+            placed += n;
+        }
+        if placed == 0 {
+            break;
+        }
+        left -= placed;
+    }
+    out
+}
+
 /// Connects to the servers and decides which layers each holds. At most
 /// `max_remote` of the `n_layer` layers go remote (the first ones stay:
 /// a streamed session needs a layer of its own to stream).
@@ -95,19 +152,12 @@ pub fn place(
     let sizes = layer_sizes(files, n_layer);
     let layers = match options.layers.as_slice() {
         [] => {
-            // From the far end: as many layers as each server's memory holds.
+            // As many layers as the servers' memory holds (85% of each
+            // one's free memory, counting the largest layer), split between
+            // them by their free memory.
             let largest = sizes.iter().copied().max().unwrap_or(0).max(1);
-            let fits: Vec<u32> =
-                devices.iter().map(|d| (d.free_bytes as f64 * MEMORY_SHARE / largest as f64) as u32).collect();
-            let total = fits.iter().sum::<u32>().min(max_remote as u32);
-            let mut left = total;
-            fits.iter()
-                .map(|&f| {
-                    let n = f.min(left);
-                    left -= n;
-                    n
-                })
-                .collect()
+            let free: Vec<u64> = devices.iter().map(|d| d.free_bytes).collect();
+            default_split(&free, largest, max_remote as u32)
         }
         [total] if devices.len() > 1 => split_by(*total, &devices.iter().map(|d| d.free_bytes).collect::<Vec<_>>()),
         counts => counts.to_vec(),
@@ -156,6 +206,42 @@ mod tests {
         assert!(RpcOptions::parse("a:1,b:2", "1,2,3").unwrap_err().contains("one count per server"));
         assert!(RpcOptions::parse("a", "").unwrap_err().contains("HOST:PORT"));
         assert!(RpcOptions::parse("a:1", "x").unwrap_err().contains("`x`"));
+    }
+
+    #[test]
+    fn counts_of_another_server_list_become_their_total() {
+        // A server gone: `:set rpc A` after `--rpc A,B --rpc-layers 1,1`.
+        let (layers, note) = RpcOptions::layers_for("a:1", "1,1");
+        assert_eq!(layers, "2");
+        assert!(note.unwrap().contains("2 layers in all"));
+        assert!(RpcOptions::parse("a:1", &layers).unwrap().is_some());
+        assert_eq!(RpcOptions::layers_for("a:1,b:2,c:3", "4,4").0, "8");
+        // Still matching, a total, nothing, or text the check refuses: kept.
+        for (servers, layers) in [("a:1,c:3", "1,2"), ("a:1", "6"), ("a:1,b:2,c:3", "6"), ("a:1", ""), ("a:1", "x,1")] {
+            assert_eq!(RpcOptions::layers_for(servers, layers), (layers.to_string(), None), "{servers} {layers}");
+        }
+        // No server left: the counts go with them.
+        let (layers, note) = RpcOptions::layers_for("", "1,1");
+        assert_eq!(layers, "");
+        assert!(note.is_some());
+        assert_eq!(RpcOptions::layers_for(" ", "3"), (String::new(), RpcOptions::layers_for("", "3").1));
+    }
+
+    #[test]
+    fn without_counts_the_servers_share_the_layers_by_free_memory() {
+        const GIB: u64 = 1 << 30;
+        // Two servers with room for everything: split by their free memory,
+        // not all on the first.
+        assert_eq!(default_split(&[10 * GIB, 10 * GIB], GIB, 15), [8, 7]);
+        assert_eq!(default_split(&[16 * GIB, 8 * GIB], GIB, 3), [2, 1]);
+        assert_eq!(default_split(&[8 * GIB, 24 * GIB], GIB, 8), [2, 6]);
+        // A full server passes its share on: 2 GiB holds one layer at 85%.
+        assert_eq!(default_split(&[2 * GIB, 100 * GIB], GIB, 40), [1, 39]);
+        // Memory, not the cap, bounds the total.
+        assert_eq!(default_split(&[2 * GIB, 3 * GIB], GIB, 40), [1, 2]);
+        assert_eq!(default_split(&[GIB / 2, 100 * GIB], GIB, 3), [0, 3]);
+        assert_eq!(default_split(&[0, 0], GIB, 3), [0, 0]);
+        assert_eq!(default_split(&[5 * GIB], GIB, 3), [3]);
     }
 
     #[test]

@@ -54,10 +54,7 @@ unsafe extern "C" fn on_ggml_abort(message: *const std::ffi::c_char) {
     let _ = std::panic::catch_unwind(|| {
         eprintln!("bmoe: llama.cpp stopped the process: {text}");
         if rpc {
-            eprintln!(
-                "bmoe: an RPC server stopped answering (it holds some of the model's layers, so the model cannot \
-                 go on without it); restart `bmoe rpc-server` there and open the model again"
-            );
+            eprintln!("bmoe: {}", rpc::abort_note());
         }
     });
 }

@@ -5,8 +5,9 @@
 //! the layers it holds with the same ggml kernels as a local run.
 
 use std::ffi::{CStr, CString, c_char};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use llama_cpp_sys_2 as sys;
@@ -29,6 +30,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client waits for a server's answer to its greeting: a server
 /// busy with another client leaves a new connection unanswered.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client waits for any answer to a line end it sends after an
+/// unanswered greeting (what makes a web server answer).
+const NUDGE_TIMEOUT: Duration = Duration::from_secs(1);
 /// ggml-rpc's protocol version (`RPC_PROTO_*_VERSION` in `ggml-rpc.h`).
 const PROTOCOL: (u8, u8, u8) = (7, 0, 0);
 /// The greeting's command number, fixed across protocol versions.
@@ -141,6 +145,22 @@ pub fn connect(endpoint: &str) -> Result<Vec<RemoteDevice>, String> {
         .to_socket_addrs()
         .map_err(|e| format!("RPC server {endpoint}: cannot resolve {host}: {e}"))?
         .collect();
+    // A server this process still talks to (a session open on it, or one
+    // left in memory after another of its servers went) serves this
+    // process and leaves a new connection waiting, so it cannot be greeted:
+    // ggml reuses its connection by the endpoint's name.
+    if let Some(&addr) = addrs.iter().find(|&&a| ggml_connected(a)) {
+        let names = NAMES.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match names.iter().find(|(a, _)| *a == addr) {
+            Some((_, name)) if name != endpoint => {
+                return Err(format!(
+                    "this process is connected to the RPC server at {addr} as {name}, and a server serves one \
+                     client at a time: name it {name} here too"
+                ));
+            }
+            _ => return offered(endpoint, addr),
+        }
+    }
     let mut last = None;
     let reached = addrs.iter().find_map(|a| match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
         Ok(stream) => Some((*a, stream)),
@@ -156,7 +176,14 @@ pub fn connect(endpoint: &str) -> Result<Vec<RemoteDevice>, String> {
              there?)"
         ));
     };
-    greet(stream, endpoint)?;
+    greet(stream, endpoint, HELLO_TIMEOUT)?;
+    remember_name(addr, endpoint);
+    offered(endpoint, addr)
+}
+
+/// The devices the server at `endpoint` (reached at `addr`) offers, through
+/// ggml, once it has answered a greeting or this process is connected to it.
+fn offered(endpoint: &str, addr: SocketAddr) -> Result<Vec<RemoteDevice>, String> {
     let c = CString::new(endpoint).map_err(|_| format!("RPC endpoint {endpoint:?} contains a NUL byte"))?;
     // SAFETY: c is a valid NUL-terminated string; ggml copies it. The server
     // answered a greeting just now; one that stops answering after that
@@ -215,37 +242,45 @@ pub fn connection_lost(addr: SocketAddr) -> bool {
 /// Greets the server on `stream` as ggml-rpc does and checks its answer,
 /// then hangs up (the server takes it as a client that left). ggml would
 /// end the process on a server of another protocol version, and wait
-/// forever on one busy with another client; here both are errors.
-fn greet(mut stream: TcpStream, endpoint: &str) -> Result<(), String> {
+/// forever on one busy with another client; here both are errors, as is
+/// something else on the port (a web server, say), told apart from a busy
+/// server by what it does with a line end sent after `timeout` of silence.
+fn greet(mut stream: TcpStream, endpoint: &str, timeout: Duration) -> Result<(), String> {
     use std::io::{Read, Write};
     let mut hello = vec![CMD_HELLO];
     hello.extend_from_slice(&(CONN_CAPS as u64).to_le_bytes());
     hello.extend_from_slice(&[0u8; CONN_CAPS]);
+    let closed =
+        || format!("{endpoint} closed the connection without answering the RPC greeting: is it a `bmoe rpc-server`?");
     let io = |e: std::io::Error| {
-        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
-            format!(
-                "the RPC server at {endpoint} accepted a connection but did not answer in {} s: a server serves one \
-                 client at a time, so another client is probably using it",
-                HELLO_TIMEOUT.as_secs()
-            )
-        } else if matches!(
+        if matches!(
             e.kind(),
             std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
         ) {
-            format!("{endpoint} closed the connection without answering: is it a `bmoe rpc-server`?")
+            closed()
         } else {
             format!("the RPC server at {endpoint}: {e}")
         }
     };
-    stream.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(io)?;
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.write_all(&hello).map_err(io)?;
     let mut size = [0u8; 8];
-    stream.read_exact(&mut size).map_err(io)?;
-    let size = u64::from_le_bytes(size);
-    if size != 4 + CONN_CAPS as u64 {
-        return Err(format!(
-            "{endpoint} answered with something other than an RPC greeting: is it a `bmoe rpc-server`?"
-        ));
+    match stream.read_exact(&mut size) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            return Err(after_silence(stream, endpoint, timeout));
+        }
+        other => other.map_err(io)?,
+    }
+    if u64::from_le_bytes(size) != 4 + CONN_CAPS as u64 {
+        // Show the first line of what it sent: what came with it, briefly.
+        let mut sent = size.to_vec();
+        let mut more = [0u8; 56];
+        if stream.set_read_timeout(Some(Duration::from_millis(200))).is_ok()
+            && let Ok(n) = stream.read(&mut more)
+        {
+            sent.extend_from_slice(&more[..n]);
+        }
+        return Err(not_rpc(endpoint, &sent));
     }
     let mut answer = [0u8; 4 + CONN_CAPS];
     stream.read_exact(&mut answer).map_err(io)?;
@@ -260,41 +295,158 @@ fn greet(mut stream: TcpStream, endpoint: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Why a server that accepted a connection left the greeting unanswered
+/// for `waited`. A `bmoe rpc-server` busy with another client has not even
+/// taken the connection (it serves one at a time), so a line end sent now
+/// waits unread as well; a web server, or another line-based service,
+/// answers it (an error page) or hangs up.
+fn after_silence(mut stream: TcpStream, endpoint: &str, waited: Duration) -> String {
+    use std::io::{Read, Write};
+    let mut reply = [0u8; 64];
+    let nudged = stream
+        .set_read_timeout(Some(NUDGE_TIMEOUT))
+        .and_then(|()| stream.write_all(b"\r\n\r\n"))
+        .and_then(|()| stream.read(&mut reply));
+    match nudged {
+        Ok(n) if n > 0 => not_rpc(endpoint, &reply[..n]),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => format!(
+            "{endpoint} accepted a connection but did not answer the RPC greeting in {} s: a `bmoe rpc-server` serves \
+             one client at a time, so another client is probably using it (or something that is not an RPC server \
+             holds the port)",
+            waited.as_secs_f64().round()
+        ),
+        _ => format!(
+            "{endpoint} did not answer the RPC greeting in {} s and then closed the connection: is it a `bmoe \
+             rpc-server`?",
+            waited.as_secs_f64().round()
+        ),
+    }
+}
+
+/// The error for something on the port that answered `bytes` where the
+/// RPC greeting's answer belongs.
+fn not_rpc(endpoint: &str, bytes: &[u8]) -> String {
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let shown: String =
+        String::from_utf8_lossy(line).chars().take(40).map(|c| if c.is_control() { '.' } else { c }).collect();
+    format!(
+        "{endpoint} did not answer the RPC greeting (it sent `{}`): it is not a `bmoe rpc-server`; is the port right?",
+        shown.trim_end_matches('.')
+    )
+}
+
 /// This process's connections to one RPC server, found once, then checked
 /// between steps with a non-blocking peek (a syscall per connection;
 /// reading the kernel's socket table costs about a millisecond a time).
+/// While it lives, the server is listed as in use for [`abort_note`].
 #[derive(Debug, Clone)]
 pub struct ConnectionWatch {
     addr: SocketAddr,
-    fds: Vec<i32>,
+    /// The connections.
+    fds: Vec<Socket>,
+    _in_use: Arc<InUse>,
+}
+
+/// A socket of this process: its descriptor and inode number.
+type Socket = (i32, String);
+
+/// Servers holding layers of a live session: (registration, address, the
+/// connections found at open), for [`abort_note`].
+static IN_USE: Mutex<Vec<(u64, SocketAddr, Vec<Socket>)>> = Mutex::new(Vec::new());
+/// ggml's connections to servers, (address, socket inode), as found once
+/// a model loaded; one still open is a server this process talks to.
+static GGML_SOCKETS: Mutex<Vec<(SocketAddr, String)>> = Mutex::new(Vec::new());
+/// The endpoint each server address was named by, as the user wrote it.
+static NAMES: Mutex<Vec<(SocketAddr, String)>> = Mutex::new(Vec::new());
+
+/// One entry of [`IN_USE`], removed when the last watch holding it goes.
+#[derive(Debug)]
+struct InUse(u64);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut list = IN_USE.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain(|(id, _, _)| *id != self.0);
+    }
+}
+
+fn remember_name(addr: SocketAddr, endpoint: &str) {
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    names.retain(|(a, _)| *a != addr);
+    names.push((addr, endpoint.to_string()));
+}
+
+/// True when a non-blocking peek at `fd` reads the end of the stream or a
+/// broken connection (false for a descriptor that is not a socket).
+fn peek_ended(fd: i32) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: a non-blocking peek of at most one byte into a local; it
+    // consumes nothing, and a descriptor that is no longer a socket (or is
+    // closed) makes it fail with an error that reads as alive.
+    let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    n == 0
+        || (n < 0
+            && matches!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::ECONNRESET | libc::EPIPE | libc::ETIMEDOUT | libc::EHOSTUNREACH)
+            ))
+}
+
+/// What to tell the user when ggml-rpc is about to end the process because
+/// a message to a server failed (ggml's own message names no server): the
+/// server whose connection from this process has ended, seen with the same
+/// peek as between steps (a server of a live session first, then any this
+/// process has reached); when none can be told apart, the servers of live
+/// sessions. Called from ggml's abort hook, on the thread that was talking
+/// to the server; it takes no lock another thread could hold for long.
+pub fn abort_note() -> String {
+    const AFTER: &str = "it holds some of the model's layers, so the model cannot go on without it; restart `bmoe \
+                         rpc-server` there and open the model again";
+    let watched: Vec<(SocketAddr, Vec<Socket>)> =
+        IN_USE.try_lock().map(|list| list.iter().map(|(_, a, f)| (*a, f.clone())).collect()).unwrap_or_default();
+    let in_use: Vec<SocketAddr> = watched.iter().map(|(a, _)| *a).collect();
+    let names: Vec<(SocketAddr, String)> = NAMES.try_lock().map(|n| n.clone()).unwrap_or_default();
+    let name =
+        |addr: &SocketAddr| names.iter().find(|(a, _)| a == addr).map_or_else(|| addr.to_string(), |(_, e)| e.clone());
+    let mut known: Vec<SocketAddr> = in_use.clone();
+    known.extend(names.iter().map(|(a, _)| *a).filter(|a| !in_use.contains(a)));
+    known.dedup();
+    // A connection the server reset has left the socket table, so the
+    // ones found at open are peeked first.
+    let ended = |addr: &SocketAddr| {
+        watched.iter().filter(|(a, _)| a == addr).flat_map(|(_, f)| f).any(|(fd, inode)| socket_ended(*fd, inode))
+            || own_sockets(*addr).into_iter().any(|(fd, _)| peek_ended(fd))
+            || connection_lost(*addr)
+    };
+    let gone: Vec<&SocketAddr> = known.iter().filter(|a| ended(a)).collect();
+    let gone_in_use: Vec<String> = gone.iter().filter(|a| in_use.contains(a)).map(|a| name(a)).collect();
+    let gone: Vec<String> = if gone_in_use.is_empty() { gone.iter().map(|a| name(a)).collect() } else { gone_in_use };
+    let mut servers: Vec<String> = in_use.iter().map(name).collect();
+    servers.dedup();
+    let why = "its connection from this process ended while llama.cpp was waiting on it";
+    match (gone.as_slice(), servers.as_slice()) {
+        ([one], _) => format!("the RPC server at {one} stopped answering ({why}): {AFTER}"),
+        ([_, ..], _) => format!("the RPC servers at {} stopped answering ({why}): {AFTER}", gone.join(", ")),
+        ([], []) => format!("an RPC server stopped answering: {AFTER}"),
+        ([], [one]) => format!("the RPC server at {one} stopped answering: {AFTER}"),
+        ([], all) => format!(
+            "an RPC server stopped answering, one of those holding this model's layers ({}): {AFTER}",
+            all.join(", ")
+        ),
+    }
 }
 
 impl ConnectionWatch {
     /// Finds this process's sockets connected to `addr` (Linux: by their
     /// inodes in `/proc/self/fd` and the kernel's socket table).
     pub fn new(addr: SocketAddr) -> ConnectionWatch {
-        let table = if addr.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
-        let inodes: Vec<String> = std::fs::read_to_string(table)
-            .unwrap_or_default()
-            .lines()
-            .skip(1)
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                (fields.len() > 9 && parse_proc_addr(fields[2]) == Some(addr)).then(|| fields[9].to_string())
-            })
-            .collect();
-        let fds = std::fs::read_dir("/proc/self/fd")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| {
-                let fd = entry.file_name().to_str()?.parse::<i32>().ok()?;
-                let target = std::fs::read_link(entry.path()).ok()?;
-                let inode = target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
-                inodes.contains(&inode).then_some(fd)
-            })
-            .collect();
-        ConnectionWatch { addr, fds }
+        let found = own_sockets(addr);
+        GGML_SOCKETS.lock().unwrap_or_else(|p| p.into_inner()).extend(found.iter().map(|(_, i)| (addr, i.clone())));
+        let fds = found;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        IN_USE.lock().unwrap_or_else(|p| p.into_inner()).push((id, addr, fds.clone()));
+        ConnectionWatch { addr, fds, _in_use: Arc::new(InUse(id)) }
     }
 
     /// How many connections were found.
@@ -302,25 +454,60 @@ impl ConnectionWatch {
         self.fds.len()
     }
 
-    /// True when the server has closed this process's connection to it
-    /// (its process ended). A peek that reads the end of the stream is
-    /// confirmed in the socket table, in case ggml closed the descriptor
-    /// and the number now names another socket. Without a connection
-    /// found at [`Self::new`], the socket table is read every time.
+    /// True when the server has closed or reset this process's connection
+    /// to it (its process ended). A peek that reads the end of the stream
+    /// (or a reset) is confirmed by the descriptor still naming the same
+    /// socket, in case ggml closed it and the number now names another.
+    /// Without a connection found at [`Self::new`], the socket table is
+    /// read every time.
     pub fn closed(&self) -> bool {
         if self.fds.is_empty() {
             return connection_lost(self.addr);
         }
-        let ended = self.fds.iter().any(|&fd| {
-            let mut byte = 0u8;
-            // SAFETY: a non-blocking peek of at most one byte into a local;
-            // it consumes nothing, and a descriptor that is no longer a
-            // socket (or is closed) makes it fail, which reads as alive.
-            let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-            n == 0
-        });
-        ended && connection_lost(self.addr)
+        self.fds.iter().any(|(fd, inode)| socket_ended(*fd, inode))
     }
+}
+
+/// True when descriptor `fd` still names socket `inode` and a peek at it
+/// reads the end of the stream or a broken connection.
+fn socket_ended(fd: i32, inode: &str) -> bool {
+    peek_ended(fd)
+        && std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .is_ok_and(|t| t.to_str().and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')) == Some(inode))
+}
+
+/// This process's sockets connected to `addr`, by descriptor (Linux: by
+/// their inodes in `/proc/self/fd` and the kernel's socket table).
+fn own_sockets(addr: SocketAddr) -> Vec<Socket> {
+    let table = if addr.is_ipv4() { "/proc/net/tcp" } else { "/proc/net/tcp6" };
+    let inodes: Vec<String> = std::fs::read_to_string(table)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() > 9 && parse_proc_addr(fields[2]) == Some(addr)).then(|| fields[9].to_string())
+        })
+        .collect();
+    std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let fd = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            let inode = target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
+            inodes.contains(&inode).then_some((fd, inode))
+        })
+        .collect()
+}
+
+/// True when ggml still holds a connection to `addr` that the server has
+/// not closed: one found by a [`ConnectionWatch`] (after a model loaded)
+/// and still open in this process.
+fn ggml_connected(addr: SocketAddr) -> bool {
+    let known = GGML_SOCKETS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    own_sockets(addr).into_iter().any(|(fd, inode)| known.contains(&(addr, inode)) && !peek_ended(fd))
 }
 
 /// Reads an address of the kernel's socket table: the IP as 32-bit words
@@ -365,6 +552,51 @@ pub fn close_sockets_on_exec() {
             }
         }
     }
+}
+
+/// This machine's addresses other machines can reach it at: every address
+/// of an interface that is up, except loopback and IPv6 link-local ones
+/// (which need an interface name to be used), without repeats, in the
+/// system's order. Empty where none is configured or the list cannot be read.
+pub fn local_addresses() -> Vec<IpAddr> {
+    let mut found: Vec<IpAddr> = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list it allocates, freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return found;
+    }
+    let mut entry = head;
+    while !entry.is_null() {
+        // SAFETY: entry is a node of the list getifaddrs returned, alive
+        // until freeifaddrs.
+        let ifa = unsafe { &*entry };
+        entry = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as u32 == 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr points to a sockaddr whose family says which
+        // sockaddr_* it is; each is read as the type its family names.
+        let ip = unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => continue,
+            }
+        };
+        let link_local = matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+        if !ip.is_loopback() && !ip.is_unspecified() && !link_local && !found.contains(&ip) {
+            found.push(ip);
+        }
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    found
 }
 
 /// What `bmoe rpc-server` serves: this machine's CPU backend.
@@ -459,6 +691,7 @@ mod tests {
 
     #[test]
     fn a_server_that_ends_is_seen_by_the_watch_and_in_the_socket_table() {
+        let _one = WATCHING.lock().unwrap_or_else(|p| p.into_inner());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let client = TcpStream::connect(addr).unwrap();
@@ -510,10 +743,94 @@ mod tests {
             s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
         });
         let e = connect(&web).unwrap_err();
-        assert!(e.contains("is it a `bmoe rpc-server`"), "{e}");
+        assert!(e.contains("did not answer the RPC greeting (it sent `HTTP/1.1 400 Bad Request`)"), "{e}");
+        assert!(e.contains("not a `bmoe rpc-server`"), "{e}");
         let hangs_up = fake_server(drop);
         let e = connect(&hangs_up).unwrap_err();
         assert!(e.contains("closed the connection without answering"), "{e}");
+    }
+
+    /// A web server that, like most, answers only once a request's header
+    /// lines have ended (here at most 30 s, then it hangs up).
+    fn web_server() -> (String, std::thread::JoinHandle<()>) {
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = listener.local_addr().unwrap().to_string();
+        let thread = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 256];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        });
+        (endpoint, thread)
+    }
+
+    #[test]
+    fn a_web_server_on_the_port_is_not_blamed_on_another_client() {
+        let (web, thread) = web_server();
+        let stream = TcpStream::connect(&web).unwrap();
+        let e = greet(stream, &web, Duration::from_millis(300)).unwrap_err();
+        assert!(!e.contains("another client"), "{e}");
+        assert!(
+            e.contains(&format!("{web} did not answer the RPC greeting (it sent `HTTP/1.1 400 Bad Request`)")),
+            "{e}"
+        );
+        thread.join().unwrap();
+        // A listener that never takes the connection (a server busy with
+        // another client) is the busy case.
+        let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = busy.local_addr().unwrap().to_string();
+        let e = greet(TcpStream::connect(&endpoint).unwrap(), &endpoint, Duration::from_millis(300)).unwrap_err();
+        assert!(
+            e.contains("did not answer the RPC greeting") && e.contains("another client is probably using it"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn this_machines_addresses_leave_out_loopback_and_can_be_bound() {
+        let found = local_addresses();
+        for ip in &found {
+            assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+            // Each is this machine's own: binding it (port 0, no traffic) works.
+            TcpListener::bind((*ip, 0)).unwrap_or_else(|e| panic!("{ip} is not this machine's: {e}"));
+        }
+        let mut unique = found.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), found.len());
+    }
+
+    /// The tests that watch connections, one at a time: the abort note
+    /// reads every server of the process.
+    static WATCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn the_abort_note_names_the_server_whose_connection_ended() {
+        let _one = WATCHING.lock().unwrap_or_else(|p| p.into_inner());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        remember_name(addr, "gpu-box:50052");
+        let client = TcpStream::connect(addr).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let watch = ConnectionWatch::new(addr);
+        let note = abort_note();
+        assert!(note.contains("the RPC server at gpu-box:50052 stopped answering: "), "the one server in use: {note}");
+        drop(server_side);
+        drop(listener);
+        let t0 = std::time::Instant::now();
+        while !abort_note().contains("the RPC server at gpu-box:50052 stopped answering (its connection") {
+            assert!(t0.elapsed() < Duration::from_secs(60), "never named: {}", abort_note());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(watch);
+        drop(client);
     }
 
     #[test]
