@@ -40,6 +40,9 @@ seed() {
       cat "$work/$arch-00003-of-00003.gguf"
     } > "$corpus/gguf_split/$arch-3-shards"
   done
+  # The header fields bmoe's load check guards: a hybrid's interval and SSM heads, MTP layers, gating.
+  "$bmoe" make-model --layers 4 "${micro[@]:2}" --arch qwen3next -o "$corpus/gguf_file/qwen3next" 2> /dev/null
+  "$bmoe" make-model "${micro[@]}" --arch glm4moe -o "$corpus/gguf_file/glm4moe" 2> /dev/null
   # Route traces: the head of each real trace and one of bmoe's own.
   for t in ../shared/data/route-traces/*.route.csv; do
     [ -f "$t" ] && head -c 16384 "$t" | sed '$d' > "$corpus/route_trace/$(basename "$t" .route.csv)"
@@ -59,7 +62,9 @@ run() {
   mkdir -p "$corpus/$target" "fuzz/artifacts/$target" "fuzz/logs"
   local log="fuzz/logs/$target.log"
   echo "fuzz: $target for $runs runs or $seconds s (log: $log)" >&2
-  (cd fuzz && cargo +nightly fuzz run "$target" "corpus/$target" -- \
+  local dict=()
+  [[ $target == gguf_* ]] && dict=(-dict=gguf.dict) # the header fields (fuzz/gguf.dict)
+  (cd fuzz && cargo +nightly fuzz run "$target" "corpus/$target" -- "${dict[@]}" \
     -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -max_len=262144 -print_final_stats=1) > "$log" 2>&1 || {
     echo "fuzz: $target stopped on a finding; see $log and fuzz/artifacts/$target/" >&2

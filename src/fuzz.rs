@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::{RunConfig, parse_params};
-use crate::gguf::{GgufFile, ModelFiles, split_path};
+use crate::gguf::{GgufFile, ModelFiles, RunShape, split_path};
 use crate::telemetry::trace;
 
 /// Separates the shards of a split set inside one [`gguf_split`] input.
@@ -86,9 +86,41 @@ fn check_model(files: &ModelFiles, first: &Path) {
         let found = files.locate(&t.info.name).expect("every listed tensor can be located");
         assert_eq!(found.file_offset, t.file_offset);
     }
+    check_load_rules(files);
     let _ = crate::moe::inspect::inspect_report(files, first);
     let n_expert = files.meta().arch_u64("expert_count").unwrap_or(0);
     let _ = trace::layer_bytes(files, n_expert);
+}
+
+/// The load check ([`crate::gguf::check_model`]) on the header fields
+/// llama.cpp trusts: under any run it answers with one line or passes, and
+/// what it passes holds the counts llama.cpp divides by and asserts on.
+fn check_load_rules(files: &ModelFiles) {
+    let runs = [RunShape::default(), RunShape { expert_used_count: Some(1), mtp: true }];
+    for run in &runs {
+        match crate::gguf::check_model(files, run) {
+            Err(e) => assert!(!e.is_empty() && !e.contains('\n'), "a load-check error is one line: {e:?}"),
+            Ok(()) => {
+                let meta = files.meta();
+                // A missing block_count is llama.cpp's to name; any other passes in range.
+                if let Some(n_layer) = meta.arch_u64("block_count") {
+                    assert!((1..=crate::gguf::MAX_LAYERS).contains(&n_layer), "passed with block_count {n_layer}");
+                    let mtp = meta.arch_u64("nextn_predict_layers").unwrap_or(0);
+                    assert!(mtp < n_layer, "passed with every layer MTP");
+                }
+                assert!(files.shards().iter().all(|s| s.alignment >= 32), "passed with alignment below 32");
+                let n_expert = meta.arch_u64("expert_count").unwrap_or(0);
+                if n_expert > 0 {
+                    let groups = meta.arch_u64("expert_group_count").unwrap_or(0);
+                    assert!(groups < n_expert, "passed with {groups} expert groups for {n_expert} experts");
+                    assert!(groups <= 1 || n_expert.is_multiple_of(groups), "passed with groups that do not divide");
+                }
+                for t in files.tensors() {
+                    assert!(crate::gguf::has_cpu_kernel(t.info.ty), "passed {} of type {}", t.info.name, t.info.ty);
+                }
+            }
+        }
+    }
 }
 
 /// Writes `images` as a split set (or one file) in a fresh directory, runs

@@ -322,6 +322,12 @@ impl Session {
                 options.model.display()
             )));
         }
+        let run = crate::gguf::RunShape {
+            expert_used_count: options.n_expert_used.map(u64::from),
+            mtp: options.mtp.is_some(),
+        };
+        crate::gguf::check_model(&files, &run)
+            .map_err(|e| EngineError::Unsupported(format!("{}: {e}", options.model.display())))?;
         let mut notices = Vec::new();
         if options.stream.is_some() {
             if n_expert == 0 {

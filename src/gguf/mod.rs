@@ -1,6 +1,7 @@
 //! GGUF files: a strict reader for untrusted files, split sets, and a
 //! streaming writer used to make synthetic models.
 
+mod check;
 mod model;
 mod read;
 mod types;
@@ -11,6 +12,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub use check::{MAX_EXPERTS, MAX_LAYERS, MIN_ALIGNMENT, RunShape, check_model, has_cpu_kernel, is_elementwise};
 pub use model::{ModelFiles, TensorLocation};
 pub use read::{DEFAULT_ALIGNMENT, GgufFile, TensorInfo, parse_split_path, split_path};
 pub use types::GgmlType;

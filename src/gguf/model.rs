@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::GgufError;
 use super::read::{GgufFile, TensorInfo, parse_split_path, split_path};
+use super::{GgufError, Value};
 
 /// Where one tensor's bytes live.
 #[derive(Debug, Clone, Copy)]
@@ -58,9 +58,17 @@ impl ModelFiles {
                 return Err(split_error(p, format!("shard {} of {} is missing", i + 1, paths.len())));
             }
             let shard = GgufFile::open(p)?;
-            let no = shard.get_u64("split.no");
-            if no != Some(i as u64) {
-                return Err(split_error(p, format!("split.no is {no:?}, expected {i}")));
+            let found = shard.get("split.no");
+            if found.and_then(Value::as_u64) != Some(i as u64) {
+                let found = found.map_or_else(|| "missing".to_string(), Value::to_string);
+                return Err(split_error(
+                    p,
+                    format!(
+                        "split.no is {found}; expected {i} (this is shard {} of {}, and split.no counts from 0)",
+                        i + 1,
+                        paths.len()
+                    ),
+                ));
             }
             shards.push(shard);
         }

@@ -110,10 +110,21 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
     if let Ok(features) = &checked {
         let _ = writeln!(out, "moe features:  {}", features.describe().join(", "));
     }
-    let verdict = match (recipe::refusal(arch), checked) {
-        (Some(why), _) => format!("no: {why}"),
-        (None, Err(e)) => format!("no: {e}"),
-        (None, Ok(_)) => match recipe::recipe_for(arch) {
+    // The header and tensor types as llama.cpp needs them to load the file.
+    let loadable = crate::gguf::check_model(files, &crate::gguf::RunShape::default());
+    let _ = writeln!(
+        out,
+        "load check:    {}",
+        match &loadable {
+            Ok(()) => "ok (header and tensor types as llama.cpp needs them)".to_string(),
+            Err(e) => format!("FAILED: {e}"),
+        }
+    );
+    let verdict = match (recipe::refusal(arch), loadable, checked) {
+        (Some(why), _, _) => format!("no: {why}"),
+        (None, Err(e), _) => format!("no: llama.cpp cannot load this file: {e}"),
+        (None, Ok(()), Err(e)) => format!("no: {e}"),
+        (None, Ok(()), Ok(_)) => match recipe::recipe_for(arch) {
             Some(r) if r.gated() => "yes (covered by byte-identity gates)".to_string(),
             Some(_) => "yes (by capability; no byte-identity gate covers this architecture yet)".to_string(),
             None => "yes (by capability; an architecture bmoe's registry does not list)".to_string(),

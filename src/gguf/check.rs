@@ -1,0 +1,460 @@
+//! The load check: a model's header and tensor types as llama.cpp needs
+//! them, checked before llama.cpp sees the file.
+//!
+//! llama.cpp trusts much of what a GGUF header says. Some damage it reports
+//! itself (a missing key, a tensor of the wrong shape), but some kills the
+//! process without a word (a modulo by a zero `full_attention_interval`, a
+//! matrix multiplication by a type with no CPU kernel) or ends in an
+//! assertion (expert counts, norm epsilons, duplicate vocabulary strings).
+//! [`check_model`] refuses each of these with one line that names the key or
+//! tensor, what it holds and what is expected. Every open runs it (resident
+//! and streamed alike), and so does `bmoe inspect`. The rules follow the
+//! vendored llama.cpp: `llama_model_base::load_hparams` and the
+//! architectures' `load_arch_hparams` (`src/llama-model.cpp`,
+//! `src/models/`), the CPU backend's `type_traits_cpu` (`vec_dot`) and
+//! `get_rows`, its binary operators (f32 activations combine only with f32
+//! norms and biases), and `llama_vocab::load` (`src/llama-vocab.cpp`).
+
+use std::collections::HashMap;
+
+use super::{GgmlType, GgufFile, ModelFiles, Value};
+
+/// llama.cpp's `LLAMA_MAX_LAYERS`.
+pub const MAX_LAYERS: u64 = 512;
+/// llama.cpp's `LLAMA_MAX_EXPERTS`.
+pub const MAX_EXPERTS: u64 = 1024;
+/// The smallest `general.alignment` accepted (ggml's tensor data alignment).
+pub const MIN_ALIGNMENT: u64 = 32;
+
+/// What a run changes about the file before llama.cpp reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunShape {
+    /// `--n-expert-used`: replaces `<arch>.expert_used_count`.
+    pub expert_used_count: Option<u64>,
+    /// `--mtp`: the model's MTP layer is loaded and drafted with.
+    pub mtp: bool,
+}
+
+/// Checks `files` as the run `run` would hand it to llama.cpp. The error is
+/// one line naming the key or tensor, what is wrong and what is expected.
+/// The metadata is untrusted: any values give `Ok` or an error, never a panic.
+pub fn check_model(files: &ModelFiles, run: &RunShape) -> Result<(), String> {
+    let split = files.paths().len() > 1;
+    for (shard, path) in files.shards().iter().zip(files.paths()) {
+        check_alignment(shard).map_err(|e| if split { format!("{}: {e}", path.display()) } else { e })?;
+    }
+    let meta = files.meta();
+    let arch = match meta.get("general.architecture") {
+        None => return Err("general.architecture is missing; expected the model's architecture name".into()),
+        Some(Value::String(a)) => a.as_str(),
+        Some(v) => return Err(format!("general.architecture is {v}; expected a string such as \"qwen3moe\"")),
+    };
+    let keys = Keys { meta, arch };
+    check_layers(&keys, run)?;
+    check_experts(&keys, run)?;
+    check_hybrid(&keys)?;
+    check_widths(&keys)?;
+    check_norm_eps(&keys)?;
+    check_vocabulary(meta)?;
+    check_tensor_types(files)
+}
+
+/// The `<arch>.` keys of one header.
+struct Keys<'a> {
+    meta: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl Keys<'_> {
+    fn name(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.arch)
+    }
+
+    /// `<arch>.<suffix>` as a non-negative integer; an error when it is
+    /// there but is not one.
+    fn uint(&self, suffix: &str) -> Result<Option<u64>, String> {
+        let key = self.name(suffix);
+        match self.meta.get(&key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| format!("{key} is {v}; expected a non-negative integer")),
+        }
+    }
+
+    /// Like [`Keys::uint`], for a key that may also hold one value per layer
+    /// (llama.cpp's `get_key_or_arr`): the largest, or the first with `first`.
+    fn uint_per_layer(&self, suffix: &str, first: bool) -> Result<Option<u64>, String> {
+        let key = self.name(suffix);
+        let Some(Value::Array(_, items)) = self.meta.get(&key) else { return self.uint(suffix) };
+        let mut out = None;
+        for item in items {
+            let v = item
+                .as_u64()
+                .ok_or_else(|| format!("{key} holds {item}; expected one non-negative integer per layer"))?;
+            if first {
+                return Ok(Some(v));
+            }
+            out = Some(out.map_or(v, |o: u64| o.max(v)));
+        }
+        Ok(out)
+    }
+}
+
+/// `general.alignment`: the reader already refuses one that is not a power
+/// of two; ggml needs tensor data aligned to at least 32 bytes.
+fn check_alignment(file: &GgufFile) -> Result<(), String> {
+    if file.alignment < MIN_ALIGNMENT || !file.alignment.is_power_of_two() {
+        return Err(format!(
+            "general.alignment is {}; expected a power of two that is a multiple of {MIN_ALIGNMENT} (32, 64, ...)",
+            file.alignment
+        ));
+    }
+    Ok(())
+}
+
+/// `block_count` and the MTP layers counted in it.
+fn check_layers(k: &Keys, run: &RunShape) -> Result<(), String> {
+    let key = k.name("block_count");
+    let n_layer = match k.uint("block_count")? {
+        // llama.cpp names a missing key itself (and an architecture it does not know, first).
+        None => return Ok(()),
+        Some(n) if n == 0 || n > MAX_LAYERS => {
+            return Err(format!("{key} is {n}; expected the number of layers (1 to {MAX_LAYERS})"));
+        }
+        Some(n) => n,
+    };
+    let nextn = k.uint("nextn_predict_layers")?.unwrap_or(0);
+    if nextn > 0 && nextn >= n_layer {
+        return Err(format!(
+            "{} is {nextn} but {key} is {n_layer}; expected fewer MTP layers than layers (they are counted in \
+             {key})",
+            k.name("nextn_predict_layers")
+        ));
+    }
+    if run.mtp && nextn > 1 {
+        return Err(format!(
+            "{} is {nextn}; --mtp drafts with llama.cpp's MTP graph, which takes exactly 1 MTP layer",
+            k.name("nextn_predict_layers")
+        ));
+    }
+    Ok(())
+}
+
+/// The expert counts `load_hparams` asserts on, and the gating function.
+fn check_experts(k: &Keys, run: &RunShape) -> Result<(), String> {
+    let (count_key, used_key) = (k.name("expert_count"), k.name("expert_used_count"));
+    let n_expert = k.uint("expert_count")?.unwrap_or(0);
+    if n_expert > MAX_EXPERTS {
+        return Err(format!("{count_key} is {n_expert}; expected at most {MAX_EXPERTS} experts per layer"));
+    }
+    let used = match run.expert_used_count {
+        Some(u) => Some(u),
+        None => k.uint_per_layer("expert_used_count", false)?,
+    };
+    let groups = k.uint("expert_group_count")?.unwrap_or(0);
+    let group_key = k.name("expert_group_count");
+    if n_expert == 0 {
+        if let Some(u) = used.filter(|&u| u > 0) {
+            return Err(format!("{used_key} is {u} but {count_key} is 0 or missing; expected no routed experts"));
+        }
+        if groups > 0 {
+            return Err(format!("{group_key} is {groups} but {count_key} is 0 or missing; expected no expert groups"));
+        }
+        return Ok(());
+    }
+    match used {
+        None => {
+            return Err(format!("{used_key} is missing; expected the experts routed per token (1 to {n_expert})"));
+        }
+        Some(0) => return Err(format!("{used_key} is 0; expected the experts routed per token (1 to {n_expert})")),
+        Some(u) if u > n_expert => {
+            return Err(format!("{used_key} is {u}, above {count_key} ({n_expert}); expected 1 to {n_expert}"));
+        }
+        Some(_) => {}
+    }
+    if groups >= n_expert {
+        return Err(format!("{group_key} is {groups}; expected fewer groups than {count_key} ({n_expert})"));
+    }
+    if groups > 1 {
+        if !n_expert.is_multiple_of(groups) {
+            return Err(format!(
+                "{group_key} is {groups}, which does not divide {count_key} ({n_expert}); expected a divisor of \
+                 {n_expert}"
+            ));
+        }
+        let group_used_key = k.name("expert_group_used_count");
+        let group_used = k.uint("expert_group_used_count")?.unwrap_or(0);
+        if group_used == 0 || group_used >= groups {
+            return Err(format!(
+                "{group_used_key} is {group_used}; expected 1 to {} (fewer than {group_key}, {groups})",
+                groups - 1
+            ));
+        }
+    }
+    let gating_key = k.name("expert_gating_func");
+    if let Some(v) = k.meta.get(&gating_key)
+        && !v.as_u64().is_some_and(|g| (1..=4).contains(&g))
+    {
+        return Err(format!(
+            "{gating_key} is {v}; expected 1 (softmax), 2 (sigmoid), 3 (softmax of the weights) or 4 \
+             (sqrt-softplus)"
+        ));
+    }
+    Ok(())
+}
+
+/// Hybrids that place their attention layers by `full_attention_interval`
+/// (a modulo by it, unless `attention.recurrent_layers` lists them).
+const INTERVAL_ARCHS: &[&str] = &["qwen3next", "qwen35moe", "qwen35", "minimax-01"];
+
+/// Recurrent and convolutional blocks' counts that llama.cpp divides by or
+/// asserts on.
+fn check_hybrid(k: &Keys) -> Result<(), String> {
+    if INTERVAL_ARCHS.contains(&k.arch)
+        && k.meta.get(&k.name("attention.recurrent_layers")).is_none()
+        && k.uint("full_attention_interval")? == Some(0)
+    {
+        return Err(format!(
+            "{} is 0; expected every how many layers one is a full-attention layer (at least 1)",
+            k.name("full_attention_interval")
+        ));
+    }
+    if k.arch.starts_with("lfm2")
+        && let Some(l) = k.uint("shortconv.l_cache")?
+        && l < 2
+    {
+        return Err(format!("{} is {l}; expected a convolution length of at least 2", k.name("shortconv.l_cache")));
+    }
+    Ok(())
+}
+
+/// Architectures whose graph asserts that key and value heads are equally
+/// wide (`n_embd_head_v == n_embd_head_k`): the MoE ones bmoe runs and the
+/// dense ones they share their graph with.
+const EQUAL_HEAD_ARCHS: &[&str] = &[
+    "llama",
+    "llama4",
+    "qwen2",
+    "qwen2moe",
+    "qwen3",
+    "qwen3moe",
+    "qwen3vlmoe",
+    "qwen3next",
+    "qwen35",
+    "qwen35moe",
+    "olmoe",
+    "ernie4_5-moe",
+    "hunyuan-moe",
+    "glm4moe",
+    "dots1",
+    "minimax-m2",
+    "granitehybrid",
+    "nemotron_h",
+    "nemotron_h_moe",
+    "smallthinker",
+    "bailingmoe2",
+    "afmoe",
+    "arctic",
+    "dbrx",
+    "grok",
+    "cohere2moe",
+    "phimoe",
+];
+
+/// Gated delta-net hybrids: `ssm.time_step_rank` value heads share
+/// `ssm.group_count` key heads.
+const DELTA_NET_ARCHS: &[&str] = &["qwen3next", "qwen35moe", "qwen35"];
+
+/// Mamba-2 hybrids: `ssm.inner_size` splits into `ssm.time_step_rank` heads
+/// and `ssm.group_count` groups.
+const MAMBA2_ARCHS: &[&str] = &["mamba2", "granitehybrid", "nemotron_h", "nemotron_h_moe", "falcon-h1"];
+
+/// Attention and SSM widths the graph builders assert on.
+fn check_widths(k: &Keys) -> Result<(), String> {
+    let n_embd = k.uint("embedding_length")?;
+    if EQUAL_HEAD_ARCHS.contains(&k.arch)
+        && let Some(n_head) = k.uint_per_layer("attention.head_count", true)?.filter(|&h| h > 0)
+    {
+        let derived = n_embd.map(|d| d / n_head);
+        let key_len = k.uint("attention.key_length")?.or(derived);
+        let value_len = k.uint("attention.value_length")?.or(derived);
+        if let (Some(kl), Some(vl)) = (key_len, value_len)
+            && kl != vl
+        {
+            return Err(format!(
+                "{} is {kl} but {} is {vl}; {}'s graph needs key and value heads of one width",
+                k.name("attention.key_length"),
+                k.name("attention.value_length"),
+                k.arch
+            ));
+        }
+    }
+    let (heads_key, groups_key, inner_key) =
+        (k.name("ssm.time_step_rank"), k.name("ssm.group_count"), k.name("ssm.inner_size"));
+    if DELTA_NET_ARCHS.contains(&k.arch) || MAMBA2_ARCHS.contains(&k.arch) {
+        let heads = k.uint("ssm.time_step_rank")?;
+        let groups = k.uint("ssm.group_count")?;
+        if groups == Some(0) {
+            return Err(format!("{groups_key} is 0; expected at least 1 group of SSM heads"));
+        }
+        if heads == Some(0) {
+            return Err(format!("{heads_key} is 0; expected at least 1 SSM head"));
+        }
+        if DELTA_NET_ARCHS.contains(&k.arch)
+            && let (Some(h), Some(g)) = (heads, groups)
+            && !h.is_multiple_of(g)
+        {
+            return Err(format!(
+                "{heads_key} is {h}, not a multiple of {groups_key} ({g}); expected value heads that share the key \
+                 heads evenly"
+            ));
+        }
+        if MAMBA2_ARCHS.contains(&k.arch)
+            && let Some(inner) = k.uint("ssm.inner_size")?
+        {
+            for (key, n) in [(&heads_key, heads), (&groups_key, groups)] {
+                if let Some(n) = n
+                    && !inner.is_multiple_of(n)
+                {
+                    return Err(format!(
+                        "{key} is {n}, which does not divide {inner_key} ({inner}); expected a divisor"
+                    ));
+                }
+            }
+            if k.arch == "granitehybrid"
+                && let Some(d) = n_embd
+                && Some(inner) != d.checked_mul(2)
+            {
+                return Err(format!(
+                    "{inner_key} is {inner}; granitehybrid expects twice {} ({d})",
+                    k.name("embedding_length")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Norm epsilons: the CPU norms assert `eps >= 0`.
+fn check_norm_eps(k: &Keys) -> Result<(), String> {
+    for suffix in ["attention.layer_norm_epsilon", "attention.layer_norm_rms_epsilon", "attention.group_norm_epsilon"] {
+        let key = k.name(suffix);
+        if let Some(v) = k.meta.get(&key)
+            && let Some(eps) = v.as_f64()
+            && (eps.is_nan() || eps < 0.0)
+        {
+            return Err(format!("{key} is {v}; expected a small non-negative number such as 1e-6"));
+        }
+    }
+    Ok(())
+}
+
+/// Vocabulary strings: llama.cpp maps each text to one id and asserts that
+/// no two tokens share one.
+fn check_vocabulary(meta: &GgufFile) -> Result<(), String> {
+    let Some(Value::Array(_, tokens)) = meta.get("tokenizer.ggml.tokens") else { return Ok(()) };
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(tokens.len());
+    for (id, token) in tokens.iter().enumerate() {
+        let Some(text) = token.as_str() else {
+            return Err(format!("tokenizer.ggml.tokens holds {token} at token {id}; expected strings"));
+        };
+        if let Some(first) = seen.insert(text, id) {
+            return Err(format!(
+                "tokenizer.ggml.tokens holds {} twice (tokens {first} and {id}); expected each token text once",
+                Value::String(text.to_string())
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the CPU backend has a dot-product kernel (`vec_dot`) for `ty`:
+/// every type but q8_1 and q8_K (the activations' own formats), the
+/// integers and f64. The same types have a row lookup (`get_rows`).
+pub fn has_cpu_kernel(ty: GgmlType) -> bool {
+    !matches!(ty.name(), "q8_1" | "q8_K" | "i8" | "i16" | "i32" | "i64" | "f64")
+}
+
+/// Whether llama.cpp combines the tensor element by element with f32
+/// activations (norms, biases, scales, state-space and convolution
+/// parameters), which the CPU backend does only in f32.
+pub fn is_elementwise(name: &str, dims: &[u64]) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    let stem = match parts.last() {
+        Some(&"weight") | Some(&"bias") => &parts[..parts.len() - 1],
+        _ => &parts[..],
+    };
+    dims.len() == 1
+        || name.ends_with(".bias")
+        || stem.iter().any(|p| p.contains("norm"))
+        || stem.last().is_some_and(|p| {
+            matches!(*p, "ssm_a" | "ssm_d" | "ssm_conv1d" | "attn_sinks" | "rope_freqs" | "exp_probs_b" | "scale")
+        })
+        || name.contains(".shortconv.conv.")
+}
+
+/// Each tensor's type by its role: norms and biases f32, everything else
+/// (matrix weights, embeddings) a type the CPU can multiply by and look rows up in.
+fn check_tensor_types(files: &ModelFiles) -> Result<(), String> {
+    for t in files.tensors() {
+        let (name, ty) = (t.info.name.as_str(), t.info.ty);
+        if is_elementwise(name, &t.info.dims) {
+            if ty != GgmlType::F32 {
+                return Err(format!(
+                    "tensor {name} has type {ty}; expected f32 (norms, biases and other element-wise weights \
+                     combine with f32 activations)"
+                ));
+            }
+        } else if !has_cpu_kernel(ty) {
+            let role = if name == "token_embd.weight" || name.ends_with("embed_tokens.weight") {
+                "llama.cpp's CPU backend has no row lookup (or dot product) for it"
+            } else {
+                "llama.cpp's CPU backend has no dot-product kernel to multiply by it"
+            };
+            return Err(format!(
+                "tensor {name} has type {ty}: {role}; expected f32, f16, bf16 or a quantized weight type (q4_0, \
+                 q8_0, q4_K, iq4_xs, mxfp4, ...)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_kernels_by_type() {
+        for name in ["f32", "f16", "bf16", "q4_0", "q8_0", "q4_K", "q6_K", "iq2_xxs", "iq4_xs", "mxfp4", "tq2_0"] {
+            assert!(has_cpu_kernel(GgmlType::from_name(name).unwrap()), "{name}");
+        }
+        for name in ["q8_1", "q8_K", "i8", "i16", "i32", "i64", "f64"] {
+            assert!(!has_cpu_kernel(GgmlType::from_name(name).unwrap()), "{name}");
+        }
+    }
+
+    #[test]
+    fn element_wise_roles_by_name() {
+        for (name, dims) in [
+            ("blk.0.attn_norm.weight", &[64][..]),
+            ("blk.3.ssm_norm.weight", &[16, 4][..]),
+            ("blk.1.attn_q.bias", &[64][..]),
+            ("blk.1.ffn_gate_up_exps.bias", &[128, 8][..]),
+            ("blk.2.ssm_a", &[1, 8][..]),
+            ("blk.2.ssm_conv1d.weight", &[4, 96][..]),
+            ("blk.2.shortconv.conv.weight", &[3, 64][..]),
+            ("blk.4.nextn.enorm.weight", &[64][..]),
+            ("blk.0.ffn_gate_inp_shexp.weight", &[64][..]),
+        ] {
+            assert!(is_elementwise(name, dims), "{name}");
+        }
+        for (name, dims) in [
+            ("blk.0.attn_q.weight", &[64, 64][..]),
+            ("blk.0.ffn_up_exps.weight", &[64, 32, 8][..]),
+            ("token_embd.weight", &[64, 1000][..]),
+            ("blk.4.nextn.eh_proj.weight", &[128, 64][..]),
+        ] {
+            assert!(!is_elementwise(name, dims), "{name}");
+        }
+    }
+}
