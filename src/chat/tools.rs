@@ -456,7 +456,8 @@ impl ToolFormat {
                 let (open, close) = self.text_call(shape.name, prompt);
                 let mut parts = vec![lit(&open)];
                 for (j, (key, schema)) in shape.required.iter().enumerate() {
-                    let value = value_as_text(schema, &format!("{rule}-p{j}"), &mut rules).map_err(|e| at(&e))?;
+                    let root = shape.parameters.unwrap_or(schema);
+                    let value = value_as_text(schema, root, &format!("{rule}-p{j}"), &mut rules).map_err(|e| at(&e))?;
                     text_rule |= value.expr == "raw-text";
                     let (before, after) = self.text_parameter(key, &value);
                     parts.extend([lit(&before), value.expr, lit(&after)]);
@@ -550,9 +551,11 @@ impl ToolFormat {
 }
 
 /// How `schema`'s values are written as text: strings (an enum or const of
-/// strings, or any text without `<`) as they are, anything else as JSON.
+/// strings, or any text without `<`) as they are, anything else as JSON
+/// (`$ref`s resolved in `root`, the tool's parameters schema).
 fn value_as_text(
     schema: &serde_json::Value,
+    root: &serde_json::Value,
     rule: &str,
     rules: &mut crate::schema::GrammarRules,
 ) -> Result<TextValue, String> {
@@ -569,6 +572,11 @@ fn value_as_text(
     }
     let declared = schema.get("type").and_then(Value::as_str);
     if declared == Some("string") && choices.is_none() {
+        if let Some(key) = ["pattern", "format"].into_iter().find(|k| schema.get(*k).is_some()) {
+            return Err(format!(
+                "{rule}: `{key}` on a string this template writes as text (not JSON) is not supported"
+            ));
+        }
         let bounds = match schema.as_object() {
             Some(object) => crate::schema::length_bounds(object, rule)?,
             None => None,
@@ -583,7 +591,7 @@ fn value_as_text(
         Some("null") => "null",
         _ => "object",
     };
-    Ok(TextValue { expr: rules.schema(rule, schema)?, is_text: false, kind })
+    Ok(TextValue { expr: rules.schema_within(rule, schema, root)?, is_text: false, kind })
 }
 
 /// The JSON Schema type name of `value`.
@@ -717,10 +725,23 @@ mod tests {
         assert!(g.contains(r#"tool0 ::= "<|close|>response<|sep|><|open|>tools<|sep|>"#), "{g}");
         // What a schema cannot say is an error naming the tool.
         let bad = serde_json::json!([{"function": {"name": "f", "parameters": {"type": "object",
-            "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}}}]);
+            "properties": {"n": {"type": "integer", "not": {}}}, "required": ["n"]}}}]);
         let e = ToolFormat::HermesJson.call_grammar(&bad, "").unwrap_err();
-        assert!(e.contains("tool \"f\"") && e.contains("`minimum` is not supported"), "{e}");
+        assert!(e.contains("tool \"f\"") && e.contains("`not` is not supported"), "{e}");
         assert!(ToolFormat::HermesJson.call_grammar(&serde_json::json!([]), "").is_err());
+        // A value written as text may point into the tool's own `$defs`; a
+        // pattern on text it cannot keep is an error, not ignored.
+        let refs = serde_json::json!([{"function": {"name": "f", "parameters": {"type": "object",
+            "$defs": {"n": {"type": "integer", "minimum": 1, "maximum": 3}},
+            "properties": {"n": {"$ref": "#/$defs/n"}, "s": {"type": "string", "pattern": "^a+$"}},
+            "required": ["n"]}}}]);
+        let g = ToolFormat::ArgKeys { hunyuan: false }.call_grammar(&refs, "").unwrap();
+        assert!(g.contains("<arg_key>n</arg_key>"), "{g}");
+        let mut pattern = refs.clone();
+        pattern[0]["function"]["parameters"]["required"] = serde_json::json!(["n", "s"]);
+        let e = ToolFormat::ArgKeys { hunyuan: false }.call_grammar(&pattern, "").unwrap_err();
+        assert!(e.contains("`pattern`"), "{e}");
+        assert!(ToolFormat::HermesJson.call_grammar(&pattern, "").is_ok(), "JSON formats keep the pattern");
     }
 
     #[test]
