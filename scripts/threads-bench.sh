@@ -10,6 +10,7 @@
 #
 # usage: scripts/threads-bench.sh [WORKDIR] [TOKENS] [REPS] [PRESETS]
 #   PRESETS: space-separated, default "tiny demo bench" (bench is a 6 GB file)
+#   BMOE=path/to/bmoe measures that binary instead of building this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-bench-work}
@@ -18,8 +19,11 @@ reps=${3:-3}
 presets=${4:-tiny demo bench}
 cores=$(nproc)
 mkdir -p "$work"
-cargo build --release --quiet
-bmoe=target/release/bmoe
+bmoe=${BMOE:-}
+if [ -z "$bmoe" ]; then
+  cargo build --release --quiet
+  bmoe=target/release/bmoe
+fi
 
 hogs=()
 stop_hogs() {

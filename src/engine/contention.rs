@@ -12,6 +12,10 @@
 
 use crate::moe::LANE_THREAD_PREFIX;
 
+/// Clock ticks per CPU (10 ms each at the usual 100 Hz) a figure of
+/// [`OtherLoad`] spans at least: one tick's rounding is a fifth of a core.
+pub const MIN_TICKS_PER_CPU: u64 = 5;
+
 /// Reads the summed run-queue delay between calls.
 #[derive(Debug)]
 pub struct RunQueueDelay {
@@ -66,12 +70,22 @@ impl OtherLoad {
         OtherLoad { last: cpu_times() }
     }
 
-    /// Cores other processes used since the last call (0 up to the CPU
-    /// count); `None` where the kernel does not report it or no tick passed.
+    /// Cores other processes used since the last figure (0 up to the CPU
+    /// count); `None` where the kernel does not report it, or where fewer
+    /// than [`MIN_TICKS_PER_CPU`] clock ticks per CPU passed since the last
+    /// figure: it then goes on counting from there, so steps shorter than
+    /// a tick still add up to a figure instead of rounding to nothing.
     pub fn since_last(&mut self) -> Option<f64> {
         let now = cpu_times()?;
-        let before = self.last.replace(now)?;
-        let total = now.total.checked_sub(before.total).filter(|&t| t > 0)?;
+        let Some(before) = self.last else {
+            self.last = Some(now);
+            return None;
+        };
+        let total = now.total.checked_sub(before.total)?;
+        if total < MIN_TICKS_PER_CPU * u64::from(now.cpus) {
+            return None;
+        }
+        self.last = Some(now);
         let busy = now.busy.saturating_sub(before.busy);
         let others = busy.saturating_sub(now.own.saturating_sub(before.own));
         Some((others as f64 / total as f64 * f64::from(now.cpus)).min(f64::from(now.cpus)))
@@ -82,6 +96,37 @@ impl Default for OtherLoad {
     fn default() -> Self {
         OtherLoad::new()
     }
+}
+
+/// Threads of other processes runnable at this moment: the kernel's
+/// `procs_running` (`/proc/stat`) less this process's own runnable threads,
+/// averaged over a few samples a fifth of a millisecond apart (one sample
+/// is 0, 1 or 2 on two cores; `None` where the kernel does not report it).
+/// Unlike [`OtherLoad`] it needs no clock tick to pass: it tells a decode
+/// about to start whether another process holds a core.
+pub fn others_running_now() -> Option<f64> {
+    const SAMPLES: u32 = 5;
+    let mut sum = 0.0;
+    for i in 0..SAMPLES {
+        if i > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let running: u64 = stat.lines().find_map(|l| l.strip_prefix("procs_running "))?.trim().parse().ok()?;
+        sum += running.saturating_sub(own_running_threads()?) as f64;
+    }
+    Some(sum / f64::from(SAMPLES))
+}
+
+/// This process's threads in state R (running or runnable).
+fn own_running_threads() -> Option<u64> {
+    let mut running = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let state = stat.rfind(')').and_then(|at| stat[at + 1..].split_whitespace().next());
+        running += u64::from(state == Some("R"));
+    }
+    Some(running)
 }
 
 fn cpu_times() -> Option<CpuTimes> {

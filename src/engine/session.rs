@@ -261,6 +261,10 @@ impl AbortHandle {
     }
 }
 
+/// Wall time between the tuner's reads of the run queue and the other
+/// processes' load (several `/proc` files each).
+const TUNER_READ_NS: u64 = 1_000_000;
+
 /// A loaded model ready to generate.
 pub struct Session {
     ctx: Context<MoeHook>,
@@ -281,6 +285,11 @@ pub struct Session {
     run_queue: Option<RunQueueDelay>,
     /// Cores other processes keep busy, read after each step for the tuner.
     other_load: OtherLoad,
+    /// Wall time since the tuner's figures (run queue, other load) were
+    /// last read: they are read once at least [`TUNER_READ_NS`] passed.
+    unread_ns: u64,
+    /// The run-queue delay's share of the steps when last read.
+    queued_share: Option<f64>,
     /// The thread count the context runs with now.
     ctx_threads: u32,
     /// Polling set by a test instead of by the tuner.
@@ -457,6 +466,8 @@ impl Session {
             tuner,
             run_queue: Some(RunQueueDelay::new()),
             other_load: OtherLoad::new(),
+            unread_ns: 0,
+            queued_share: None,
             ctx_threads,
             force_polling: None,
             remote: remote.holding().map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr))).collect(),
@@ -469,6 +480,7 @@ impl Session {
     #[doc(hidden)]
     pub fn tune_as_if_contended(&mut self) {
         self.run_queue = None;
+        self.queued_share = None;
     }
 
     /// Makes the compute threads poll between graph splits (or not) on
@@ -861,6 +873,11 @@ impl Session {
         if let Some(tuner) = self.tuner.as_mut() {
             tuner.set_can_read_ahead(can_read_ahead);
         }
+        // Before the first step: start with a thread for each core other
+        // processes leave free.
+        if let Some(tuner) = self.tuner.as_mut().filter(|t| t.wants_start_load()) {
+            tuner.start_with_load(super::contention::others_running_now());
+        }
         let setting = self.tuner.as_ref().map(StepTuner::setting);
         let threads = setting.map_or(self.options.threads, |s| s.threads);
         if threads != self.ctx_threads {
@@ -919,8 +936,17 @@ impl Session {
         self.history.extend_from_slice(tokens);
         // Single-token decode steps are alike enough to compare settings by.
         // The run queue is read only for a tuner (a few /proc reads a step).
-        let queued_ns = self.run_queue.as_mut().filter(|_| self.tuner.is_some()).and_then(RunQueueDelay::since_last);
-        let others = self.tuner.as_ref().and_then(|_| self.other_load.since_last());
+        // Steps shorter than a millisecond share one read (a tiny model's
+        // steps take a quarter of one, and the reads about a tenth).
+        self.unread_ns += wall_ns;
+        let mut others = None;
+        if self.tuner.is_some() && self.unread_ns >= TUNER_READ_NS {
+            let span = std::mem::take(&mut self.unread_ns);
+            let queued = self.run_queue.as_mut().and_then(RunQueueDelay::since_last);
+            self.queued_share = queued.map(|q| q as f64 / span.max(1) as f64);
+            others = self.other_load.since_last();
+        }
+        let queued_ns = self.queued_share.map(|share| (share * wall_ns as f64) as u64);
         if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
             tuner.note_other_load(others);
             tuner.record(wall_ns, trace.read_ns, queued_ns);

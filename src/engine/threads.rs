@@ -9,6 +9,9 @@
 //! it (`docs/benchmarks.md`): with read-ahead and recycled pages two threads
 //! give 12.79 tok/s against 11.32 for one; before recycling, when each miss
 //! cost the lanes ~0.4 ms of page faults, one thread won (8.04 against 7.28).
+//! It starts with a thread for each core other processes leave free as the
+//! first step begins ([`StepTuner::start_with_load`]): a short reply ends
+//! before probes could find a busy core.
 //! The tuner measures the wall time of single-token decode steps with the
 //! current setting and, now and then, with a neighbouring one (one thread
 //! fewer or more, read-ahead toggled), and keeps whichever is faster. It
@@ -51,6 +54,9 @@ const CONTENDED_SHARE: f64 = 0.25;
 /// A thread count is tried only while others leave at least that many
 /// cores minus this free (a hog on one of two cores leaves ~1.0).
 const FREE_CORE_SLACK: f64 = 0.5;
+/// A step shorter than this (ns) is tried with a thread fewer on quiet cores
+/// too: on a tiny model one thread decoded 4,586 tok/s and two 784.
+const SHORT_STEP_NS: u64 = 2_000_000;
 /// Steps in a row that must read nothing before the compute threads poll.
 const POLL_AFTER: u32 = 4;
 /// A step reads nothing when it waited for reads less than this fraction
@@ -94,6 +100,8 @@ pub struct StepTuner {
     read_free: u32,
     /// Recent steps' cores kept busy by other processes.
     others: VecDeque<f64>,
+    /// The starting thread count was set from the load ([`Self::start_with_load`]).
+    started: bool,
 }
 
 impl StepTuner {
@@ -120,6 +128,7 @@ impl StepTuner {
             switches: 0,
             read_free: 0,
             others: VecDeque::new(),
+            started: false,
         }
     }
 
@@ -128,12 +137,16 @@ impl StepTuner {
     /// that case's starting setting.
     pub fn set_can_read_ahead(&mut self, can: bool) {
         if can != self.can_read_ahead {
+            let threads = self.current.threads;
             *self = StepTuner {
                 switches: self.switches,
                 read_free: self.read_free,
                 others: std::mem::take(&mut self.others),
+                started: self.started,
                 ..StepTuner::new(self.min, self.max, can)
             };
+            // The thread count chosen for the load carries over.
+            self.current.threads = threads;
         }
     }
 
@@ -218,11 +231,33 @@ impl StepTuner {
         }
     }
 
+    /// Whether the tuner still wants [`Self::start_with_load`] before its
+    /// first step.
+    pub fn wants_start_load(&self) -> bool {
+        !self.started
+    }
+
+    /// Sets the starting thread count from the cores other processes keep
+    /// busy as the first step begins (`None`: unknown, start with every
+    /// core): a thread for each core they leave free. Two threads spinning
+    /// at every barrier beside a busy loop on one of two cores run a tiny
+    /// model's steps 25 times slower than one thread (`docs/benchmarks.md`),
+    /// far more than probes could win back in a short reply.
+    pub fn start_with_load(&mut self, cores: Option<f64>) {
+        self.started = true;
+        if let Some(cores) = cores.filter(|_| self.recent.iter().all(VecDeque::is_empty)) {
+            let free = (f64::from(self.max) - cores + FREE_CORE_SLACK).floor().max(0.0) as u32;
+            self.current.threads = free.clamp(self.min, self.max);
+            self.note_other_load(Some(cores));
+        }
+    }
+
     /// Records the cores other processes kept busy during the last step
     /// (`OtherLoad` in `contention.rs`; `None`: unknown, which allows every
     /// thread count).
+    /// `None` (no new figure yet) keeps the last ones.
     pub fn note_other_load(&mut self, cores: Option<f64>) {
-        let Some(cores) = cores else { return self.others.clear() };
+        let Some(cores) = cores else { return };
         if self.others.len() == WINDOW {
             self.others.pop_front();
         }
@@ -272,12 +307,15 @@ impl StepTuner {
     }
 
     /// One thread fewer, one more, read-ahead toggled: those that exist;
-    /// the two that give cores up only while cores are contended.
+    /// the two that give cores up only while cores are contended, and a
+    /// thread fewer also while steps are short (a tiny model's step is
+    /// mostly the threads meeting at barriers).
     fn neighbours(&self) -> Vec<Setting> {
         let c = self.current;
         let contended = self.contended();
+        let short = median(self.recent[Self::slot(c)].iter()) < SHORT_STEP_NS as f64;
         let mut out = Vec::with_capacity(3);
-        if c.threads > self.min && contended {
+        if c.threads > self.min && (contended || short) {
             out.push(Setting { threads: c.threads - 1, ..c });
         }
         if self.can_read_ahead && (contended || !c.read_ahead) {
@@ -326,18 +364,19 @@ mod tests {
     #[test]
     fn polls_only_after_read_free_steps_on_quiet_cores() {
         let mut t = StepTuner::new(1, 2, false);
-        let quiet = Some(1_000);
+        // Steps of 10 ms (shorter ones would try a thread fewer).
+        let quiet = Some(100_000);
         for _ in 0..POLL_AFTER - 1 {
-            t.record(100_000, 0, quiet);
+            t.record(10_000_000, 0, quiet);
             assert!(!t.polls(), "too few steps yet");
         }
-        t.record(100_000, 0, quiet);
+        t.record(10_000_000, 0, quiet);
         assert!(t.polls());
         // A step that waited for a read stops it until enough steps read nothing again.
-        t.record(100_000, 2_000, quiet);
+        t.record(10_000_000, 200_000, quiet);
         assert!(!t.polls());
         for _ in 0..POLL_AFTER {
-            t.record(100_000, 0, quiet);
+            t.record(10_000_000, 0, quiet);
         }
         assert!(t.polls());
         // Contended cores (threads queued for half of each step) stop it...
@@ -387,6 +426,54 @@ mod tests {
         run(&mut t, 300, threads(|n| if n == 2 { 50 } else { 80 }));
         assert_eq!(t.settled().threads, 2);
         assert_eq!(t.switches(), 2);
+    }
+
+    #[test]
+    fn starts_with_the_cores_others_leave_free() {
+        // One of two cores busy as the first step begins.
+        let mut t = StepTuner::new(1, 2, true);
+        assert!(t.wants_start_load());
+        t.start_with_load(Some(0.8));
+        assert!(!t.wants_start_load());
+        assert_eq!(t.setting().threads, 1);
+        // It does not probe two threads while the core stays taken.
+        let steps = run(&mut t, 60, threads(|n| if n == 2 { 150 } else { 85 }));
+        assert!(steps.iter().all(|s| s.threads == 1), "{steps:?}");
+        // Quiet, or a little busy, or unknown: every core.
+        for load in [Some(0.0), Some(0.3), None] {
+            let mut t = StepTuner::new(1, 2, true);
+            t.start_with_load(load);
+            assert_eq!(t.setting().threads, 2, "{load:?}");
+        }
+        // Both cores busy: still one thread.
+        let mut t = StepTuner::new(1, 2, true);
+        t.start_with_load(Some(2.0));
+        assert_eq!(t.setting().threads, 1);
+        // A change of read-ahead keeps the count chosen for the load.
+        t.set_can_read_ahead(false);
+        assert_eq!(t.setting().threads, 1);
+    }
+
+    #[test]
+    fn short_steps_try_a_thread_fewer_on_quiet_cores() {
+        // Quiet cores (no run-queue delay), steps of a quarter millisecond
+        // where one thread beats two.
+        let mut t = StepTuner::new(1, 2, false);
+        for _ in 0..60 {
+            let s = t.setting();
+            t.record(if s.threads == 2 { 1_000_000 } else { 250_000 }, 0, Some(0));
+        }
+        assert_eq!(t.settled().threads, 1);
+        // Long steps on quiet cores never try it.
+        let mut t = StepTuner::new(1, 2, false);
+        let steps: Vec<Setting> = (0..60)
+            .map(|_| {
+                let s = t.setting();
+                t.record(if s.threads == 2 { 50_000_000 } else { 20_000_000 }, 0, Some(0));
+                s
+            })
+            .collect();
+        assert!(steps.iter().all(|s| s.threads == 2));
     }
 
     #[test]
@@ -497,13 +584,15 @@ mod tests {
 
     #[test]
     fn a_quiet_machine_pays_no_probes_and_a_busy_one_gets_them() {
+        // Steps in milliseconds: long enough that quiet cores try no thread fewer.
+        const MS: u64 = 1_000_000;
         let mut t = StepTuner::new(1, 2, true);
         let best = Setting { threads: 2, read_ahead: true };
         // Quiet: the threads queue for 5% of each step; nothing is tried.
         let used: Vec<Setting> = (0..200)
             .map(|_| {
                 let s = t.setting();
-                t.record(80, 20, Some(4));
+                t.record(80 * MS, 20 * MS, Some(4 * MS));
                 s
             })
             .collect();
@@ -513,7 +602,7 @@ mod tests {
         for _ in 0..100 {
             let s = t.setting();
             let (cost, queued) = if s.threads == 2 { (200, 100) } else { (90, 5) };
-            t.record(cost, 20, Some(queued));
+            t.record(cost * MS, 20 * MS, Some(queued * MS));
         }
         assert_eq!(t.settled().threads, 1);
         // At one thread the threads no longer queue, but one more is always
@@ -521,7 +610,7 @@ mod tests {
         for _ in 0..300 {
             let s = t.setting();
             let cost = if s.threads == 2 { 70 } else { 90 };
-            t.record(cost, 20, Some(3));
+            t.record(cost * MS, 20 * MS, Some(3 * MS));
         }
         assert_eq!(t.settled(), best);
     }

@@ -67,8 +67,16 @@ pub struct Context<H: EvalHook> {
     threadpool: *mut sys::ggml_threadpool,
     /// The one whose idle threads poll briefly first, made on first use.
     polling_pool: *mut sys::ggml_threadpool,
-    /// Whether the polling pool is attached.
+    /// Whether the polling pool is wanted (see [`Context::set_polling`]).
     polling: bool,
+    /// A pool of one thread, made on first use: attached while decodes run
+    /// one thread, since a larger pool wakes every idle thread of it at
+    /// every graph (ggml's kickoff broadcasts to all).
+    single_pool: *mut sys::ggml_threadpool,
+    /// The compute threads of the next decodes.
+    threads: u32,
+    /// The pool attached now.
+    attached: *mut sys::ggml_threadpool,
     max_threads: u32,
     hook: Option<NonNull<H>>,
     abort: Arc<AtomicBool>,
@@ -162,6 +170,9 @@ impl<H: EvalHook> Context<H> {
             threadpool,
             polling_pool: std::ptr::null_mut(),
             polling: false,
+            single_pool: std::ptr::null_mut(),
+            threads: params.n_threads,
+            attached: threadpool,
             max_threads: params.n_threads,
             hook,
             abort,
@@ -195,27 +206,51 @@ impl<H: EvalHook> Context<H> {
     /// cores are quiet. Takes effect from the next decode; without a pool
     /// to switch to it stays as it is.
     pub fn set_polling(&mut self, on: bool) {
-        if on == self.polling || self.threadpool.is_null() {
+        self.polling = on;
+        self.attach_wanted();
+    }
+
+    /// Attaches the pool the next decodes want: the one-thread pool for one
+    /// thread, else the polling pool while polling, else the sleeping one
+    /// (each made on first use; where ggml cannot make one, the sleeping
+    /// pool serves). The others are paused: their threads wait on a
+    /// condition variable, and ggml resumes a pool when it next computes
+    /// with it.
+    fn attach_wanted(&mut self) {
+        if self.threadpool.is_null() {
             return;
         }
-        if on && self.polling_pool.is_null() {
-            // The least polling ggml offers (128Ki rounds) bridges the splits;
-            // llama.cpp's default of 50 spins for a few hundred milliseconds.
-            self.polling_pool = new_threadpool(self.ptr, self.max_threads, 1);
-            if self.polling_pool.is_null() {
-                return;
+        let want = if self.threads == 1 && self.max_threads > 1 {
+            if self.single_pool.is_null() {
+                self.single_pool = new_threadpool(self.ptr, 1, 0);
             }
+            self.single_pool
+        } else if self.polling {
+            if self.polling_pool.is_null() {
+                // The least polling ggml offers (128Ki rounds) bridges the
+                // splits; llama.cpp's default of 50 spins for a few hundred
+                // milliseconds.
+                self.polling_pool = new_threadpool(self.ptr, self.max_threads, 1);
+            }
+            self.polling_pool
+        } else {
+            self.threadpool
+        };
+        let want = if want.is_null() { self.threadpool } else { want };
+        if want == self.attached {
+            return;
         }
-        let (attach, rest) =
-            if on { (self.polling_pool, self.threadpool) } else { (self.threadpool, self.polling_pool) };
-        // SAFETY: both pools are alive until Drop; &mut self means no decode
-        // runs. A paused pool's threads wait on a condition variable, and
-        // ggml resumes a pool when it next computes with it.
+        // SAFETY: every pool is alive until Drop; &mut self means no decode
+        // runs. (A pool just made attached itself; attaching again is harmless.)
         unsafe {
-            sys::ggml_threadpool_pause(rest);
-            sys::llama_attach_threadpool(self.ptr.as_ptr(), attach, attach);
+            for pool in [self.threadpool, self.polling_pool, self.single_pool] {
+                if !pool.is_null() && pool != want && pool == self.attached {
+                    sys::ggml_threadpool_pause(pool);
+                }
+            }
+            sys::llama_attach_threadpool(self.ptr.as_ptr(), want, want);
         }
-        self.polling = on;
+        self.attached = want;
     }
 
     /// Attaches drafting with the model's MTP layers (loaded with
@@ -284,6 +319,8 @@ impl<H: EvalHook> Context<H> {
     pub fn set_threads(&mut self, n: u32) {
         // SAFETY: live context; &mut self means no decode is running.
         unsafe { sys::llama_set_n_threads(self.ptr.as_ptr(), n as i32, n as i32) };
+        self.threads = n;
+        self.attach_wanted();
         if let Some(m) = self.mtp.as_mut() {
             m.set_threads(n);
         }
@@ -397,7 +434,7 @@ impl<H: EvalHook> Drop for Context<H> {
             if !leave {
                 sys::llama_free(self.ptr.as_ptr());
             }
-            for pool in [self.threadpool, self.polling_pool] {
+            for pool in [self.threadpool, self.polling_pool, self.single_pool] {
                 if !pool.is_null() {
                     sys::ggml_threadpool_free(pool);
                 }
