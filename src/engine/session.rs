@@ -481,6 +481,10 @@ impl Session {
     pub fn tune_as_if_contended(&mut self) {
         self.run_queue = None;
         self.queued_share = None;
+        // And start with every thread, whatever else the machine runs.
+        if let Some(tuner) = self.tuner.as_mut() {
+            tuner.start_with_load(None);
+        }
     }
 
     /// Makes the compute threads poll between graph splits (or not) on
