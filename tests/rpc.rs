@@ -392,15 +392,7 @@ fn a_server_on_every_address_tells_clients_this_machines_addresses() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("rpc-server listened on 0.0.0.0:{port} beside a loopback listener");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = exited_within(child, 120, &format!("rpc-server listened on 0.0.0.0:{port} beside a loopback listener"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("cannot listen on 0.0.0.0:{port}")), "{stderr}");
     assert!(!stderr.contains("--rpc 0.0.0.0"), "the wildcard is no address to connect to: {stderr}");
@@ -493,15 +485,7 @@ fn a_server_that_dies_in_the_middle_of_a_step_is_named_before_the_process_ends()
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(300) {
-            let _ = child.kill();
-            panic!("the client never ended after its server went mid-step");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = exited_within(child, 300, "the client never ended after its server went mid-step");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
@@ -509,4 +493,19 @@ fn a_server_that_dies_in_the_middle_of_a_step_is_named_before_the_process_ends()
         stderr.contains(&format!("bmoe: the RPC server at {relay} stopped answering (its connection")),
         "the server is named: {stderr}"
     );
+}
+
+/// The output of `child` once it exits; killed, and the test failed with
+/// `why`, if it still runs after `limit_s` seconds (a bound, not a timing:
+/// the child is expected to end long before).
+fn exited_within(mut child: std::process::Child, limit_s: u64, why: &str) -> std::process::Output {
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(limit_s) {
+            let _ = child.kill();
+            panic!("{why}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
