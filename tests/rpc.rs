@@ -386,7 +386,7 @@ fn a_server_on_every_address_tells_clients_this_machines_addresses() {
     // connect, cannot listen on every address (nothing leaves loopback).
     let held = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = held.local_addr().unwrap().port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+    let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
         .args(["rpc-server", "--host", "0.0.0.0", "--port", &port.to_string(), "--threads", "1"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -478,7 +478,7 @@ fn a_server_that_dies_in_the_middle_of_a_step_is_named_before_the_process_ends()
     // the step is under way, past the check before it.
     let (relay, stop) = dying_relay(&a.endpoint, 3);
     let _serial = llama_lock();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+    let child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
         .args(["generate", "-m", m.to_str().unwrap(), "-n", "12", "-t", "1", "-p", PROMPT])
         .args(["--rpc", &relay, "--rpc-layers", "1"])
         .stdout(std::process::Stdio::null())
