@@ -29,6 +29,32 @@ pub struct RunConfig {
     pub chat: ChatConfig,
     /// Telemetry outputs.
     pub telemetry: TelemetryConfig,
+    /// The HTTP server (`bmoe serve`).
+    pub serve: ServeConfig,
+}
+
+/// `[serve]`: read by `bmoe serve` when it starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// Address to listen on; anything but loopback without an API key is
+    /// open to whoever can reach the port.
+    pub host: String,
+    /// Port to listen on.
+    pub port: u16,
+    /// Key a client must send (`Authorization: Bearer KEY`); empty = none.
+    /// `BMOE_API_KEY` in the environment is read when this is empty.
+    pub api_key: String,
+    /// Requests that may wait for the model; more are refused (429).
+    pub queue: u32,
+    /// Largest request body, in MiB.
+    pub body_mb: u32,
+}
+
+impl Default for ServeConfig {
+    fn default() -> ServeConfig {
+        ServeConfig { host: "127.0.0.1".into(), port: 8080, api_key: String::new(), queue: 16, body_mb: 8 }
+    }
 }
 
 /// `[plugins]`
@@ -408,6 +434,12 @@ impl RunConfig {
 
     /// Checks every field and combination.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.serve.queue == 0 {
+            return Err(bad("serve.queue", "must be at least 1"));
+        }
+        if self.serve.body_mb == 0 {
+            return Err(bad("serve.body_mb", "must be at least 1"));
+        }
         let g = &self.generate;
         if g.n_predict == 0 {
             return Err(bad("generate.n_predict", "must be at least 1"));
@@ -837,6 +869,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 4 + 11 + 16 + 10 + 4 + 5);
+        assert_eq!(pairs.len(), 4 + 11 + 16 + 10 + 4 + 5 + 5);
     }
 }

@@ -24,6 +24,7 @@ pub mod progress;
 pub mod replay;
 pub mod schema;
 pub mod script;
+pub mod serve;
 pub mod synth;
 pub mod telemetry;
 pub mod ui;

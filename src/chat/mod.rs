@@ -85,8 +85,13 @@ impl ChatFormat {
     /// that take one (gpt-oss and Hunyuan `reasoning_effort`, Kimi-K3
     /// `thinking_effort`).
     pub fn with_reasoning_effort(mut self, effort: Option<String>) -> ChatFormat {
-        self.base.reasoning_effort = effort;
+        self.set_reasoning_effort(effort);
         self
+    }
+
+    /// Renders with `effort` from now on (`None`: the template's default).
+    pub fn set_reasoning_effort(&mut self, effort: Option<String>) {
+        self.base.reasoning_effort = effort;
     }
 
     /// The same format rendering `tools` (an OpenAI-style function list)

@@ -191,6 +191,15 @@ impl ToolFormat {
         }
     }
 
+    /// The texts a reply's calls can begin with (a call's opening, and the
+    /// marker opening a section of calls where the format has one): a
+    /// front end streaming the answer holds its text back from there.
+    pub fn openings(self) -> Vec<&'static str> {
+        let mut openings = vec![self.call_opening()];
+        openings.extend(self.section_markers().first());
+        openings
+    }
+
     /// True when `text` begins more calls than the `complete` ones found in
     /// it: a call was begun and not finished (cut off, or malformed).
     pub fn has_unfinished_call(self, text: &str, complete: usize) -> bool {

@@ -8,6 +8,7 @@ mod plugin;
 mod replay;
 mod rpc_server;
 mod run;
+mod serve;
 mod template;
 
 use std::path::PathBuf;
@@ -77,6 +78,9 @@ pub enum Command {
         #[arg(long, default_value_t = 128)]
         tokens: usize,
     },
+    /// Answer the OpenAI HTTP API (chat and text completions, models, health, metrics) and serve a
+    /// chat page, for any client, editor or agent; without a model, the demo model.
+    Serve(serve::ServeArgs),
     /// Run a Rhai experiment script: sweeps, A/B runs, trace replays, CSV and charts.
     Run(run::RunArgs),
     /// Replay route traces through the expert cache under several policies and budgets (what-if).
@@ -109,6 +113,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::bench(args),
         Command::Replay(args) => replay::replay_traces(args),
         Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve::serve(args),
         Command::RpcServer(args) => rpc_server::rpc_server(args),
     }
 }

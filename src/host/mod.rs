@@ -9,6 +9,7 @@ mod ending;
 mod plugins;
 mod settings;
 mod sinks;
+mod turn;
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,7 @@ use crate::gguf::ModelFiles;
 use crate::telemetry::summary::RunSummary;
 pub use ending::{Cut, Ending, FinishReason, Limit};
 use sinks::Sinks;
+pub use turn::{StopScan, TurnSettings};
 
 /// What a host reports while a turn runs.
 #[derive(Debug)]
@@ -261,7 +263,26 @@ impl Host {
     /// through `on_event`. On an error the conversation is unchanged; a
     /// stopped turn keeps what was generated.
     pub fn chat(&mut self, message: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
-        self.reply(vec![Message::new("user", message)], on_event)
+        let settings = self.turn_settings()?;
+        self.reply(vec![Message::new("user", message)], &settings, on_event)
+    }
+
+    /// The settings a turn runs with by the configuration.
+    pub fn turn_settings(&self) -> Result<TurnSettings, HostError> {
+        TurnSettings::from_config(&self.config).map_err(HostError::Setting)
+    }
+
+    /// The model's reply to `conversation` (which replaces the host's) with
+    /// `settings` instead of the configuration's: a server's request. The
+    /// session keeps whatever prefix of the prompt it already holds.
+    pub fn reply_to(
+        &mut self,
+        conversation: Conversation,
+        settings: &TurnSettings,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Turn, HostError> {
+        self.conversation = conversation;
+        self.reply(Vec::new(), settings, on_event)
     }
 
     /// The calls of the last reply that no `tool` message answers yet
@@ -300,7 +321,8 @@ impl Host {
                 "nothing to reply to: the conversation does not end in a tool result".into(),
             ));
         }
-        self.reply(Vec::new(), on_event)
+        let settings = self.turn_settings()?;
+        self.reply(Vec::new(), &settings, on_event)
     }
 
     /// Sets the tools shown to the model from the next turn, over
@@ -314,13 +336,26 @@ impl Host {
         Ok(())
     }
 
+    /// Shows `tools` (and only them) to the model from the next turn, and
+    /// renders with `effort` (`None`: the template's default): what one
+    /// server request asks for, whatever the configuration says.
+    pub fn show_for_request(&mut self, tools: Option<serde_json::Value>, effort: Option<String>) {
+        self.format.set_tools(tools);
+        self.format.set_reasoning_effort(effort);
+    }
+
     /// The model's reply to the conversation with `new` messages appended;
     /// on success both join the conversation.
-    fn reply(&mut self, new: Vec<Message>, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
+    fn reply(
+        &mut self,
+        new: Vec<Message>,
+        settings: &TurnSettings,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Turn, HostError> {
         let mut messages = self.conversation.rendered_messages();
         messages.extend(new.iter().cloned());
-        let prompt = self.format.prompt(&messages, self.config.chat.think)?;
-        if !self.config.chat.think && !self.told_no_switch && self.format.think_control() == ThinkControl::None {
+        let prompt = self.format.prompt(&messages, settings.think)?;
+        if !settings.think && !self.told_no_switch && self.format.think_control() == ThinkControl::None {
             self.told_no_switch = true;
             on_event(HostEvent::Notice(&self.format.no_switch_notice()));
         }
@@ -330,7 +365,7 @@ impl Host {
         if room < 2 {
             return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
         }
-        let n_predict = self.config.generate.n_predict.min(room as u32);
+        let n_predict = settings.n_predict.min(room as u32);
         let mut splitter = self.format.splitter(&prompt);
         let (mut reasoning, mut answer) = (String::new(), String::new());
         let mut route = |kind: Kind, text: &str, on_event: &mut dyn FnMut(HostEvent<'_>)| {
@@ -341,10 +376,9 @@ impl Host {
             on_event(HostEvent::Text { kind, text });
         };
         let prompt_len = tokens.len();
-        let mut request = self.request(Prompt::Tokens(tokens), n_predict)?;
+        let mut request = self.request(Prompt::Tokens(tokens), settings, n_predict);
         // A reply to the user that must call a tool follows the call grammar.
-        let forced_call =
-            messages.last().is_some_and(|m| m.role == "user") && self.config.chat.tool_choice == "required";
+        let forced_call = messages.last().is_some_and(|m| m.role == "user") && settings.require_call;
         if forced_call {
             if request.grammar.is_some() {
                 return Err(HostError::Setting(
@@ -357,12 +391,17 @@ impl Host {
             request.grammar =
                 Some(grammar.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?);
         }
-        let generation = self.run(
+        let mut stop = StopScan::new(&settings.stop);
+        let abort = self.session.abort_handle();
+        let mut generation = self.run(
             &request,
             &mut |event, on_event| {
                 if let Event::Token { text, .. } = event {
-                    for (kind, piece) in splitter.push(text) {
+                    for (kind, piece) in splitter.push(&stop.push(text)) {
                         route(kind, &piece, on_event);
+                    }
+                    if stop.hit() {
+                        abort.abort();
                     }
                 }
             },
@@ -373,6 +412,10 @@ impl Host {
         if self.session.context_len() == prompt_len + generation.tokens.len() {
             self.held_text = Some(prompt.text + generation.text.as_str());
         }
+        for (kind, piece) in splitter.push(&stop.finish()) {
+            route(kind, &piece, on_event);
+        }
+        cut_at_stop(&mut generation, &stop);
         let reasoning_open = splitter.kind() == Kind::Reasoning;
         for (kind, piece) in splitter.finish() {
             route(kind, &piece, on_event);
@@ -432,19 +475,61 @@ impl Host {
         continue_context: bool,
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Generation, HostError> {
-        let mut request = self.request(Prompt::Text(prompt.to_string()), self.config.generate.n_predict)?;
+        let settings = self.turn_settings()?;
+        let mut request = self.request(Prompt::Text(prompt.to_string()), &settings, settings.n_predict);
         request.continue_context = continue_context;
-        let generation = self.run(
-            &request,
+        self.complete_request(&request, &settings.stop, on_event)
+    }
+
+    /// Plain completion of `prompt` (no template, special tokens read)
+    /// with `settings`: a server's raw completion. The session keeps
+    /// whatever prefix of the prompt it already holds; the token limit is
+    /// capped by the room left in the context.
+    pub fn complete_with(
+        &mut self,
+        prompt: &str,
+        settings: &TurnSettings,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Generation, HostError> {
+        let tokens = self.session.tokenize_rendered(prompt);
+        let n_ctx = self.session.n_ctx();
+        let room = (n_ctx as usize).saturating_sub(tokens.len());
+        if room < 2 {
+            return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
+        }
+        let request = self.request(Prompt::Tokens(tokens), settings, settings.n_predict.min(room as u32));
+        self.complete_request(&request, &settings.stop, on_event)
+    }
+
+    /// Runs a completion, its text passed on until a `stop` string.
+    fn complete_request(
+        &mut self,
+        request: &GenerateRequest,
+        stops: &[String],
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Generation, HostError> {
+        let mut stop = StopScan::new(stops);
+        let abort = self.session.abort_handle();
+        let mut generation = self.run(
+            request,
             &mut |event, on_event| {
-                if let Event::Token { text, .. } = event
-                    && !text.is_empty()
-                {
-                    on_event(HostEvent::Text { kind: Kind::Answer, text });
+                if let Event::Token { text, .. } = event {
+                    let text = stop.push(text);
+                    if !text.is_empty() {
+                        on_event(HostEvent::Text { kind: Kind::Answer, text: &text });
+                    }
+                    if stop.hit() {
+                        abort.abort();
+                    }
                 }
             },
             on_event,
         )?;
+        let rest = stop.finish();
+        if !rest.is_empty() {
+            on_event(HostEvent::Text { kind: Kind::Answer, text: &rest });
+        }
+        cut_at_stop(&mut generation, &stop);
         let open = request.grammar.as_ref().map(|_| Cut::Constrained);
         self.ending(&generation, 0, request.n_predict, open);
         Ok(generation)
@@ -455,7 +540,8 @@ impl Host {
     /// a measured run. Nothing reaches the telemetry files or the totals;
     /// the context is cleared afterwards, the expert cache kept.
     pub fn warm_up(&mut self, prompt: &str, n: u32) -> Result<Generation, HostError> {
-        let mut request = self.request(Prompt::Text(prompt.to_string()), n)?;
+        let settings = self.turn_settings()?;
+        let mut request = self.request(Prompt::Text(prompt.to_string()), &settings, n);
         request.keep_logits = false;
         let generation = self.session.generate(&request, &mut |_| {});
         self.session.reset();
@@ -477,17 +563,15 @@ impl Host {
         }
     }
 
-    fn request(&self, prompt: Prompt, n_predict: u32) -> Result<GenerateRequest, HostError> {
-        // Read at each turn, so an edited grammar file counts from the next one.
-        let grammar = self.config.generate.constraint().map_err(|e| HostError::Setting(e.to_string()))?;
-        Ok(GenerateRequest {
+    fn request(&self, prompt: Prompt, settings: &TurnSettings, n_predict: u32) -> GenerateRequest {
+        GenerateRequest {
             prompt,
             n_predict,
-            sampling: self.config.sampling(),
+            sampling: settings.sampling,
             continue_context: false,
             keep_logits: self.keep_logits,
-            grammar,
-        })
+            grammar: settings.grammar.clone(),
+        }
     }
 
     /// Runs one generation: telemetry, totals and the last step are kept
@@ -627,6 +711,16 @@ impl Host {
     /// Closes the telemetry files with the totals of every turn.
     pub fn finish(&mut self) -> Result<(), HostError> {
         self.sinks.finish(&self.totals).map_err(HostError::Setting)
+    }
+}
+
+/// A generation a stop string ended: its text cut before the stop string,
+/// and counted as ended by the model rather than stopped by the user.
+fn cut_at_stop(generation: &mut Generation, stop: &StopScan) {
+    if stop.hit() {
+        generation.text.truncate(stop.passed());
+        generation.aborted = false;
+        generation.stopped_at_eog = true;
     }
 }
 

@@ -118,6 +118,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("telemetry.csv", Apply::Live, "per-token CSV file (empty = none)"),
     ("telemetry.route_trace", Apply::Live, "route trace file (empty = none; needs streaming)"),
     ("telemetry.verbose", Apply::Live, "show llama.cpp's log"),
+    ("serve.host", Apply::Live, "address `bmoe serve` listens on (read when it starts)"),
+    ("serve.port", Apply::Live, "port `bmoe serve` listens on (read when it starts)"),
+    ("serve.api_key", Apply::Live, "key `bmoe serve` clients must send; empty = none (read when it starts)"),
+    ("serve.queue", Apply::Live, "requests `bmoe serve` lets wait; more get 429 (read when it starts)"),
+    ("serve.body_mb", Apply::Live, "largest request body `bmoe serve` reads, MiB (read when it starts)"),
 ];
 
 /// How `key` (a full `section.key` name) applies.

@@ -1,0 +1,119 @@
+//! `bmoe serve`: the OpenAI-compatible server, with the flags every run
+//! takes and `[serve]`'s address, key and queue.
+
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use clap::Args;
+
+use super::generate::{RunFlags, resolve_config};
+use crate::interrupt;
+use crate::serve::{ServeOptions, Server, Status};
+
+/// `bmoe serve` arguments.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on [serve.host, default 127.0.0.1]; another than loopback without
+    /// --api-key lets anyone who can reach the port use the model.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Port to listen on; 0 picks a free one [serve.port, default 8080].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Key clients must send as `Authorization: Bearer KEY` [serve.api_key; BMOE_API_KEY].
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Requests that may wait for the model; more are answered 429 [serve.queue, default 16].
+    #[arg(long, value_name = "N")]
+    pub queue: Option<u32>,
+    /// Model, engine and telemetry settings.
+    #[command(flatten)]
+    pub run: RunFlags,
+}
+
+/// The demo's cache budget in `bmoe serve`, as in `bmoe chat`.
+const DEMO_CACHE_MIB: f64 = 64.0;
+
+/// Runs the server until Ctrl-C (or SIGTERM).
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let mut config = resolve_config(&args.run)?;
+    let s = &mut config.serve;
+    if let Some(host) = args.host {
+        s.host = host;
+    }
+    if let Some(port) = args.port {
+        s.port = port;
+    }
+    if let Some(key) = args.api_key {
+        s.api_key = key;
+    }
+    if let Some(queue) = args.queue {
+        s.queue = queue;
+    }
+    config.validate()?;
+    let demo = config.model.path.as_os_str().is_empty();
+    if demo && args.run.config.is_none() && args.run.cache_mb.is_none() {
+        config.moe.stream = true;
+        config.moe.cache_mb = crate::config::CacheMb::Mib(DEMO_CACHE_MIB);
+    }
+    let options = ServeOptions::from_config(&config).map_err(|e| anyhow!(e))?;
+    interrupt::install()?;
+    interrupt::also_on_sigterm()?;
+    crate::notes::raise_to_verbose(config.telemetry.verbose);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bmoe-http")
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow!("starting the HTTP runtime: {e}"))?;
+    let opened = config.clone();
+    let server = Server::bind(&runtime, &options, config.clone(), move || {
+        let model = crate::host::resolve_model(&opened).map_err(|e| e.to_string())?;
+        let mut host = crate::host::Host::open(opened, &model).map_err(|e| e.to_string())?;
+        host.print_open_notes("bmoe serve", true);
+        Ok(host)
+    })
+    .map_err(|e| anyhow!(e))?;
+    let url = format!("http://{}", server.addr);
+    println!("bmoe serve: listening on {url} (the model is loading; /health answers 503 until it is ready)");
+    println!("  chat page:  {url}/");
+    let auth = options.api_key.as_ref().map_or(String::new(), |_| " -H 'Authorization: Bearer $BMOE_API_KEY'".into());
+    println!(
+        "  try:        curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\\n              \
+         -d '{{\"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'"
+    );
+    if crate::serve::is_exposed(&server.addr) && options.api_key.is_none() {
+        eprintln!(
+            "bmoe serve: warning: listening on {} without --api-key: anyone who can reach this port can use the model",
+            server.addr
+        );
+    }
+    let engine = server.engine.clone();
+    runtime.spawn(async move { report_ready(&engine).await });
+    runtime.block_on(server.run(async {
+        while !interrupt::requested() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }));
+    eprintln!("bmoe serve: stopped");
+    // The engine thread may be mid-reply; the process ends with it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+/// Says on stdout when the model is ready (or on stderr why it failed).
+async fn report_ready(engine: &crate::serve::Engine) {
+    loop {
+        match engine.status() {
+            Status::Loading => tokio::time::sleep(Duration::from_millis(50)).await,
+            Status::Ready { model_id, n_ctx, .. } => {
+                println!("bmoe serve: ready: model `{model_id}`, context {n_ctx} tokens");
+                return;
+            }
+            Status::Failed(e) => {
+                eprintln!("bmoe serve: the model failed to load: {e} (every request is answered 503)");
+                return;
+            }
+        }
+    }
+}

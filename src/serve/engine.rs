@@ -1,0 +1,260 @@
+//! The engine thread of the server: it opens the model, then runs queued
+//! requests on the session host one at a time, sending each request's text
+//! as it is generated to the handler that waits for it. A request whose
+//! client went away is skipped, or stopped at its next step.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::error::ApiError;
+use super::metrics::Metrics;
+use super::request::{Parsed, Work};
+use crate::chat::{Kind, ToolCall};
+use crate::config::RunConfig;
+use crate::host::{Host, HostError, HostEvent};
+
+/// What the engine sends a waiting handler.
+#[derive(Debug)]
+pub enum Out {
+    /// The request left the queue and its prompt is being read.
+    Started,
+    /// Generated text: reasoning or answer.
+    Text(Kind, String),
+    /// The request is done.
+    Done(Result<Box<Finished>, ApiError>),
+}
+
+/// A finished reply.
+#[derive(Debug, Clone, Default)]
+pub struct Finished {
+    /// The reasoning, markers removed.
+    pub reasoning: String,
+    /// The answer (tool calls removed), or the completion's text.
+    pub answer: String,
+    /// The calls the reply made.
+    pub tool_calls: Vec<ToolCall>,
+    /// `stop`, `length` or `tool_calls`.
+    pub finish_reason: &'static str,
+    /// Tokens of the prompt (reused and decoded).
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+}
+
+/// One queued request.
+pub struct Job {
+    /// The request, read.
+    pub request: Parsed,
+    /// Where its output goes; closed when the client went away.
+    pub out: UnboundedSender<Out>,
+    /// When it was received.
+    pub received: Instant,
+}
+
+/// Whether the model can answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// Opening the model.
+    Loading,
+    /// Ready: the name clients use for the model, and its context size.
+    Ready {
+        /// The model's id in `/v1/models`.
+        model_id: String,
+        /// Context size in tokens.
+        n_ctx: u32,
+        /// The texts the template's tool calls begin with (none: bmoe does
+        /// not read its call format).
+        tool_openings: Vec<&'static str>,
+    },
+    /// Opening failed (said in every answer).
+    Failed(String),
+}
+
+/// The engine's side shared with the HTTP handlers.
+pub struct Engine {
+    jobs: SyncSender<Job>,
+    status: Mutex<Status>,
+    waiting: AtomicUsize,
+    queue: usize,
+    /// The server's counters.
+    pub metrics: Metrics,
+    /// The configuration requests are read against.
+    pub config: RunConfig,
+}
+
+impl Engine {
+    /// Starts the engine thread, which opens the model with `open` and then
+    /// serves up to `queue` waiting requests.
+    pub fn start(
+        config: RunConfig,
+        queue: usize,
+        open: impl FnOnce() -> Result<Host, String> + Send + 'static,
+    ) -> std::io::Result<Arc<Engine>> {
+        let (jobs, inbox) = std::sync::mpsc::sync_channel(queue.max(1));
+        let engine = Arc::new(Engine {
+            jobs,
+            status: Mutex::new(Status::Loading),
+            waiting: AtomicUsize::new(0),
+            queue: queue.max(1),
+            metrics: Metrics::default(),
+            config,
+        });
+        let shared = engine.clone();
+        std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || match open() {
+            Ok(host) => {
+                let model_id = model_id(host.model());
+                let tool_openings = host.chat_format().tool_format().map(|f| f.openings()).unwrap_or_default();
+                shared.set_status(Status::Ready { model_id, n_ctx: host.context_use().1, tool_openings });
+                run(host, &inbox, &shared);
+            }
+            Err(e) => shared.set_status(Status::Failed(e)),
+        })?;
+        Ok(engine)
+    }
+
+    /// Whether the model can answer now.
+    pub fn status(&self) -> Status {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn set_status(&self, status: Status) {
+        *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
+    }
+
+    /// Requests waiting for the engine (not the one running).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// The model's id, or the error to answer while it is not ready.
+    pub fn ready(&self) -> Result<String, ApiError> {
+        match self.status() {
+            Status::Ready { model_id, .. } => Ok(model_id),
+            Status::Loading => Err(ApiError::unavailable("the model is still loading: try again shortly")),
+            Status::Failed(e) => Err(ApiError::unavailable(format!("the model failed to load: {e}"))),
+        }
+    }
+
+    /// The texts the model's tool calls begin with.
+    pub fn tool_openings(&self) -> Vec<&'static str> {
+        match self.status() {
+            Status::Ready { tool_openings, .. } => tool_openings,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Queues a request; 429 when the queue is full.
+    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.ready()?;
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                Err(ApiError::queue_full(self.queue))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                Err(ApiError::unavailable("the engine has stopped"))
+            }
+        }
+    }
+}
+
+/// The name a model goes by: its file name without `.gguf`.
+fn model_id(path: &std::path::Path) -> String {
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    name.strip_suffix(".gguf").map(str::to_string).unwrap_or(name)
+}
+
+/// Runs jobs until every sender is gone.
+fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine) {
+    while let Ok(job) = inbox.recv() {
+        engine.waiting.fetch_sub(1, Ordering::Relaxed);
+        if job.out.is_closed() {
+            engine.metrics.cancelled();
+            continue;
+        }
+        engine.metrics.queued_for(job.received.elapsed());
+        let _ = job.out.send(Out::Started);
+        let result = answer(&mut host, &job, engine);
+        if job.out.is_closed() {
+            engine.metrics.cancelled();
+        } else if let Ok(f) = &result {
+            engine.metrics.finished(f.prompt_tokens, f.completion_tokens);
+        }
+        let _ = job.out.send(Out::Done(result.map(Box::new)));
+    }
+}
+
+/// Runs one request on the host.
+fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiError> {
+    let abort = host.abort_handle();
+    let out = &job.out;
+    let mut on_event = |event: HostEvent<'_>| {
+        match event {
+            HostEvent::Text { kind, text } if !text.is_empty() => {
+                let _ = out.send(Out::Text(kind, text.to_string()));
+            }
+            HostEvent::Step(report) | HostEvent::Prefill(report) => engine.metrics.step(report),
+            _ => {}
+        }
+        // The client went away: stop at the next graph node.
+        if out.is_closed() {
+            abort.abort();
+        }
+    };
+    let settings = &job.request.settings;
+    match &job.request.work {
+        Work::Chat(work) => {
+            host.show_for_request(work.tools.clone(), work.effort.clone());
+            let turn = host.reply_to(work.conversation.clone(), settings, &mut on_event).map_err(host_error)?;
+            let summary = &turn.generation.summary;
+            Ok(Finished {
+                reasoning: turn.reasoning,
+                answer: turn.answer,
+                tool_calls: turn.tool_calls,
+                finish_reason: finish_reason(turn.ending.reason),
+                prompt_tokens: summary.prompt_tokens + turn.generation.reused_tokens as u64,
+                completion_tokens: turn.generation.tokens.len() as u64,
+            })
+        }
+        Work::Complete { prompt } => {
+            let generation = host.complete_with(prompt, settings, &mut on_event).map_err(host_error)?;
+            let reason = host.last_ending().map_or(crate::host::FinishReason::Stop, |e| e.reason);
+            Ok(Finished {
+                answer: generation.text.clone(),
+                finish_reason: finish_reason(reason),
+                prompt_tokens: generation.summary.prompt_tokens + generation.reused_tokens as u64,
+                completion_tokens: generation.tokens.len() as u64,
+                ..Finished::default()
+            })
+        }
+    }
+}
+
+/// OpenAI's name for how a reply ended (a stopped one was stopped by its
+/// client, which no longer reads it).
+fn finish_reason(reason: crate::host::FinishReason) -> &'static str {
+    match reason {
+        crate::host::FinishReason::Aborted => "stop",
+        other => other.as_str(),
+    }
+}
+
+/// The answer for a turn the host refused or failed.
+fn host_error(e: HostError) -> ApiError {
+    match e {
+        HostError::ContextFull { needed, n_ctx } => ApiError::context_full(format!(
+            "the prompt needs {needed} tokens with room for a reply, more than the context's {n_ctx}: shorten the \
+             conversation, or start the server with a larger --ctx-size"
+        )),
+        HostError::Template(_) | HostError::Setting(_) => ApiError::bad_request(e.to_string()),
+        HostError::Engine(crate::engine::EngineError::Request(m)) => ApiError::bad_request(m),
+        HostError::Engine(e) => ApiError::internal(e.to_string()),
+    }
+}

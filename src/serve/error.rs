@@ -1,0 +1,120 @@
+//! Errors as the OpenAI API writes them: an HTTP status and
+//! `{"error": {"message", "type", "param", "code"}}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// An error answered to a client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// The error's `type` (`invalid_request_error`, `authentication_error`...).
+    pub kind: &'static str,
+    /// A machine-readable code, where one applies.
+    pub code: Option<&'static str>,
+    /// The request field at fault, where one is.
+    pub param: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into(), kind, code: None, param: None }
+    }
+
+    /// 400: the request is malformed or asks for something refused.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 400 about one field of the request.
+    pub fn bad_param(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError { param: Some(param.to_string()), ..ApiError::bad_request(message) }
+    }
+
+    /// 400: the prompt and the reply do not fit in the context.
+    pub fn context_full(message: impl Into<String>) -> ApiError {
+        ApiError { code: Some("context_length_exceeded"), ..ApiError::bad_request(message) }
+    }
+
+    /// 401: the API key is missing or wrong.
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "a missing or wrong API key: send `Authorization: Bearer KEY` with the key the server was started with",
+            )
+        }
+    }
+
+    /// 404: no such endpoint.
+    pub fn not_found(path: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            format!(
+                "no endpoint {path}: this server answers /v1/chat/completions, /v1/completions, /v1/models, /health \
+                 and /metrics"
+            ),
+        )
+    }
+
+    /// 413: the body is larger than the server reads.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body is larger than the {} MiB this server reads ([serve] body_mb)", limit >> 20),
+        )
+    }
+
+    /// 429: the queue of waiting requests is full.
+    pub fn queue_full(waiting: usize) -> ApiError {
+        ApiError {
+            code: Some("queue_full"),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                format!("{waiting} requests are already waiting for the model: try again shortly"),
+            )
+        }
+    }
+
+    /// 503: the model is not ready (loading, or it failed to load).
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", message)
+    }
+
+    /// 500: the engine failed while answering.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// The error object's JSON.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}

@@ -1,0 +1,127 @@
+//! `bmoe serve`: an OpenAI-compatible HTTP server in front of the session
+//! host. The engine keeps its own thread ([`engine`]) and the HTTP side
+//! (axum on tokio, [`routes`]) talks to it over channels, as `bmoe chat`'s
+//! worker does. Endpoints: `/v1/chat/completions`, `/v1/completions`,
+//! `/v1/models`, `/health`, `/metrics`, and a chat page at `/`.
+
+mod engine;
+mod error;
+mod metrics;
+mod reply;
+mod request;
+mod routes;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+
+pub use engine::{Engine, Status};
+pub use error::ApiError;
+
+use crate::config::RunConfig;
+use crate::host::Host;
+
+/// The chat page served at `/`: one file, nothing fetched from elsewhere.
+const PAGE: &str = include_str!("page.html");
+
+/// How long a connection may take to send a request's headers (a client
+/// that connects and sends nothing is dropped after this).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where and how the server listens.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on.
+    pub addr: SocketAddr,
+    /// The key clients must send, if any.
+    pub api_key: Option<String>,
+    /// Requests that may wait for the model.
+    pub queue: usize,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+}
+
+impl ServeOptions {
+    /// The options `config`'s `[serve]` table gives; an address that does
+    /// not parse is an error naming it.
+    pub fn from_config(config: &RunConfig) -> Result<ServeOptions, String> {
+        let s = &config.serve;
+        let ip: std::net::IpAddr = s
+            .host
+            .parse()
+            .map_err(|_| format!("serve.host: `{}` is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1)", s.host))?;
+        let key = Some(s.api_key.clone()).filter(|k| !k.is_empty()).or_else(|| std::env::var("BMOE_API_KEY").ok());
+        Ok(ServeOptions {
+            addr: SocketAddr::new(ip, s.port),
+            api_key: key.filter(|k| !k.is_empty()),
+            queue: s.queue as usize,
+            body_limit: s.body_mb as usize * 1024 * 1024,
+        })
+    }
+}
+
+/// A running server: the address it listens on and the engine behind it.
+pub struct Server {
+    /// The address bound (its port is the real one when 0 was asked).
+    pub addr: SocketAddr,
+    /// The engine thread's side.
+    pub engine: std::sync::Arc<Engine>,
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+}
+
+impl Server {
+    /// Binds `options.addr` and starts the engine thread, which opens the
+    /// model with `open` (the server answers 503 until it has).
+    pub fn bind(
+        runtime: &tokio::runtime::Runtime,
+        options: &ServeOptions,
+        config: RunConfig,
+        open: impl FnOnce() -> Result<Host, String> + Send + 'static,
+    ) -> Result<Server, String> {
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(options.addr))
+            .map_err(|e| format!("listening on {}: {e}", options.addr))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let engine = Engine::start(config, options.queue, open).map_err(|e| format!("starting the engine: {e}"))?;
+        let state = routes::AppState {
+            engine: engine.clone(),
+            api_key: options.api_key.clone(),
+            body_limit: options.body_limit,
+        };
+        Ok(Server { addr, engine, listener, router: routes::router(state) })
+    }
+
+    /// Answers connections until `shutdown` completes.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let Server { listener, router, .. } = self;
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = &mut shutdown => return,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors and the like: wait, then go on.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let service = TowerToHyperService::new(router.clone());
+            tokio::spawn(async move {
+                let mut http = hyper::server::conn::http1::Builder::new();
+                http.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    }
+}
+
+/// Whether clients beyond this machine can reach `addr`.
+pub fn is_exposed(addr: &SocketAddr) -> bool {
+    !addr.ip().is_loopback()
+}

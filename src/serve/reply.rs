@@ -1,0 +1,242 @@
+//! Replies as the OpenAI API writes them: whole completions, and the
+//! chunks of a streamed one. A streamed chat reply sends its reasoning and
+//! answer as they are generated, but holds the answer back from the first
+//! text that can begin a tool call in the template's format: calls are
+//! sent whole, parsed, once the reply is complete.
+
+use serde_json::{Value, json};
+
+use super::engine::Finished;
+use crate::chat::{Kind, ToolCall};
+use crate::host::StopScan;
+
+/// What every object of one reply shares.
+#[derive(Debug, Clone)]
+pub struct Header {
+    /// `chatcmpl-...` or `cmpl-...`.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model's id.
+    pub model: String,
+}
+
+impl Header {
+    /// A new reply's header: a fresh id with `prefix`.
+    pub fn new(prefix: &str, model: String) -> Header {
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Header { id: format!("{prefix}-{:016x}", rand::random::<u64>()), created, model }
+    }
+}
+
+/// `usage` of a finished reply.
+fn usage(f: &Finished) -> Value {
+    json!({
+        "prompt_tokens": f.prompt_tokens,
+        "completion_tokens": f.completion_tokens,
+        "total_tokens": f.prompt_tokens + f.completion_tokens,
+    })
+}
+
+/// The calls as the API writes them: arguments as JSON text.
+fn calls(calls: &[ToolCall]) -> Vec<Value> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let arguments = match &c.function.arguments {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            json!({
+                "index": i,
+                "id": c.id.clone().unwrap_or_else(|| format!("call_{i}")),
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": arguments},
+            })
+        })
+        .collect()
+}
+
+/// A whole `chat.completion`.
+pub fn chat_completion(h: &Header, f: &Finished) -> Value {
+    let mut message = json!({"role": "assistant", "content": f.answer});
+    if f.answer.is_empty() && !f.tool_calls.is_empty() {
+        message["content"] = Value::Null;
+    }
+    if !f.reasoning.is_empty() {
+        message["reasoning_content"] = json!(f.reasoning);
+    }
+    if !f.tool_calls.is_empty() {
+        message["tool_calls"] = json!(calls(&f.tool_calls));
+    }
+    json!({
+        "id": h.id,
+        "object": "chat.completion",
+        "created": h.created,
+        "model": h.model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": f.finish_reason}],
+        "usage": usage(f),
+    })
+}
+
+/// A whole `text_completion`.
+pub fn text_completion(h: &Header, f: &Finished) -> Value {
+    json!({
+        "id": h.id,
+        "object": "text_completion",
+        "created": h.created,
+        "model": h.model,
+        "choices": [{"index": 0, "text": f.answer, "logprobs": null, "finish_reason": f.finish_reason}],
+        "usage": usage(f),
+    })
+}
+
+/// Turns a chat reply's events into `chat.completion.chunk` objects.
+pub struct ChatChunks {
+    header: Header,
+    /// Holds the answer back from where a tool call can begin.
+    calls: Option<StopScan>,
+    /// Answer text sent so far.
+    sent: String,
+    opened: bool,
+}
+
+impl ChatChunks {
+    /// Chunks for a reply whose calls begin with one of `openings` (none:
+    /// no tools are shown).
+    pub fn new(header: Header, openings: &[&str]) -> ChatChunks {
+        let stops: Vec<String> = openings.iter().map(|s| s.to_string()).collect();
+        let calls = (!stops.is_empty()).then(|| StopScan::new(&stops));
+        ChatChunks { header, calls, sent: String::new(), opened: false }
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.header.id,
+            "object": "chat.completion.chunk",
+            "created": self.header.created,
+            "model": self.header.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+    }
+
+    /// The first chunk (the assistant's role), once.
+    fn open(&mut self, out: &mut Vec<Value>) {
+        if !self.opened {
+            self.opened = true;
+            out.push(self.chunk(json!({"role": "assistant", "content": null}), None));
+        }
+    }
+
+    /// The chunks for generated text.
+    pub fn text(&mut self, kind: Kind, text: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.open(&mut out);
+        let (field, text) = match kind {
+            Kind::Reasoning => ("reasoning_content", text.to_string()),
+            Kind::Answer => ("content", self.calls.as_mut().map_or_else(|| text.to_string(), |c| c.push(text))),
+        };
+        if !text.is_empty() {
+            if kind == Kind::Answer {
+                self.sent.push_str(&text);
+            }
+            out.push(self.chunk(json!({ field: text }), None));
+        }
+        out
+    }
+
+    /// The closing chunks of a finished reply: answer text held back that
+    /// was no call, the calls, the finish reason, and the usage when asked.
+    pub fn finish(&mut self, f: &Finished, include_usage: bool) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.open(&mut out);
+        let sent = self.sent.trim_start();
+        let answer = f.answer.trim_start();
+        if let Some(rest) = answer.strip_prefix(sent).filter(|r| !r.is_empty())
+            && (f.tool_calls.is_empty() || !rest.trim().is_empty())
+        {
+            out.push(self.chunk(json!({"content": rest}), None));
+        }
+        if !f.tool_calls.is_empty() {
+            out.push(self.chunk(json!({"tool_calls": calls(&f.tool_calls)}), None));
+        }
+        out.push(self.chunk(json!({}), Some(f.finish_reason)));
+        if include_usage {
+            out.push(json!({
+                "id": self.header.id,
+                "object": "chat.completion.chunk",
+                "created": self.header.created,
+                "model": self.header.model,
+                "choices": [],
+                "usage": usage(f),
+            }));
+        }
+        out
+    }
+}
+
+/// A `text_completion` chunk of streamed text (`finish` on the last).
+pub fn completion_chunk(h: &Header, text: &str, finish: Option<&str>) -> Value {
+    json!({
+        "id": h.id,
+        "object": "text_completion",
+        "created": h.created,
+        "model": h.model,
+        "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
+    })
+}
+
+/// The last chunk of a streamed completion with its usage.
+pub fn completion_usage(h: &Header, f: &Finished) -> Value {
+    json!({
+        "id": h.id,
+        "object": "text_completion",
+        "created": h.created,
+        "model": h.model,
+        "choices": [],
+        "usage": usage(f),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header { id: "chatcmpl-1".into(), created: 1, model: "m".into() }
+    }
+
+    #[test]
+    fn a_streamed_call_is_held_back_and_sent_parsed() {
+        let mut chunks = ChatChunks::new(header(), &["<tool_call>"]);
+        let mut all = chunks.text(Kind::Answer, "Let me check. <tool");
+        all.extend(chunks.text(Kind::Answer, "_call>{\"name\": \"f\"}</tool_call>"));
+        let finished = Finished {
+            answer: "Let me check.".into(),
+            tool_calls: vec![ToolCall::new(Some("call_0".into()), "f", json!({"a": 1}))],
+            finish_reason: "tool_calls",
+            ..Finished::default()
+        };
+        all.extend(chunks.finish(&finished, true));
+        let text: String = all.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(text, "Let me check. ");
+        let call = all.iter().find_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned()).unwrap();
+        assert_eq!(call[0]["function"]["arguments"], "{\"a\":1}");
+        assert_eq!(all[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(all.iter().rev().nth(1).unwrap()["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(all.last().unwrap()["usage"]["total_tokens"], 0);
+    }
+
+    #[test]
+    fn held_text_that_was_no_call_is_sent_at_the_end() {
+        let mut chunks = ChatChunks::new(header(), &["<tool_call>"]);
+        let mut all = chunks.text(Kind::Reasoning, "hmm");
+        all.extend(chunks.text(Kind::Answer, "a <tool_call> b"));
+        let finished = Finished { answer: "a <tool_call> b".into(), finish_reason: "stop", ..Finished::default() };
+        all.extend(chunks.finish(&finished, false));
+        let text: String = all.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(text, "a <tool_call> b");
+        assert_eq!(all[1]["choices"][0]["delta"]["reasoning_content"], "hmm");
+    }
+}

@@ -1,0 +1,503 @@
+//! Reading OpenAI-style request bodies into the work the engine runs:
+//! messages into a conversation, sampling fields, stop strings, tools,
+//! structured output and thinking switches into a turn's settings. Fields
+//! this server does not know are ignored, as other OpenAI-compatible
+//! servers do; fields it knows with values it cannot honour are refused
+//! with an error naming them.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::ApiError;
+use crate::chat::{Conversation, Message, ToolCall};
+use crate::config::RunConfig;
+use crate::host::TurnSettings;
+
+/// Most stop strings a request may give.
+const MAX_STOPS: usize = 16;
+/// Most messages a conversation may hold.
+pub const MAX_MESSAGES: usize = 4096;
+
+/// What a request asks the engine for.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// A chat reply.
+    Chat(ChatWork),
+    /// A raw completion of a prompt.
+    Complete {
+        /// The prompt text.
+        prompt: String,
+    },
+}
+
+/// A chat request, read.
+#[derive(Debug, Clone)]
+pub struct ChatWork {
+    /// The conversation to reply to.
+    pub conversation: Conversation,
+    /// The tools shown to the model (none when `tool_choice` is `none`).
+    pub tools: Option<Value>,
+    /// The reasoning effort asked for.
+    pub effort: Option<String>,
+}
+
+/// A request, read and checked.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// What to run.
+    pub work: Work,
+    /// How to run it.
+    pub settings: TurnSettings,
+    /// Stream the reply as server-sent events.
+    pub stream: bool,
+    /// End a stream with a chunk of token counts.
+    pub include_usage: bool,
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// The fields chat and completion requests share.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Common {
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    n_predict: Option<i64>,
+    stop: Option<Stop>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    seed: Option<i64>,
+    n: Option<i64>,
+    logprobs: Option<Value>,
+    response_format: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// A chat message as OpenAI clients send it.
+#[derive(Debug, Deserialize)]
+struct ApiMessage {
+    role: String,
+    #[serde(default)]
+    content: Value,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ApiToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default, alias = "reasoning")]
+    reasoning_content: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: ApiFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiFunction {
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+/// Reads a `POST /v1/chat/completions` body.
+pub fn chat(body: &Value, config: &RunConfig) -> Result<Parsed, ApiError> {
+    let common = common(body)?;
+    let messages = body.get("messages").ok_or_else(|| ApiError::bad_param("messages", "`messages` is required"))?;
+    let conversation = conversation(messages)?;
+    let (tools, require_call) = tools(body)?;
+    let (think, effort) = thinking(body, config)?;
+    let mut settings = settings(&common, config)?;
+    settings.think = think;
+    settings.require_call = require_call;
+    let work = Work::Chat(ChatWork { conversation, tools, effort });
+    Ok(Parsed { work, settings, stream: common.stream, include_usage: include_usage(&common) })
+}
+
+/// Reads a `POST /v1/completions` body.
+pub fn completion(body: &Value, config: &RunConfig) -> Result<Parsed, ApiError> {
+    let common = common(body)?;
+    for field in ["echo", "suffix", "best_of"] {
+        if body.get(field).is_some_and(|v| !v.is_null() && v != &Value::Bool(false) && v != &Value::from(1)) {
+            return Err(ApiError::bad_param(field, format!("`{field}` is not supported by this server")));
+        }
+    }
+    let prompt = match body.get("prompt") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(list)) if list.len() == 1 && list[0].is_string() => list[0].as_str().unwrap_or("").into(),
+        Some(Value::Array(_)) => {
+            return Err(ApiError::bad_param(
+                "prompt",
+                "`prompt` must be one string (a list of several is not supported)",
+            ));
+        }
+        Some(_) => return Err(ApiError::bad_param("prompt", "`prompt` must be a string")),
+        None => return Err(ApiError::bad_param("prompt", "`prompt` is required")),
+    };
+    if prompt.is_empty() {
+        return Err(ApiError::bad_param("prompt", "`prompt` is empty"));
+    }
+    let settings = settings(&common, config)?;
+    Ok(Parsed {
+        work: Work::Complete { prompt },
+        settings,
+        stream: common.stream,
+        include_usage: include_usage(&common),
+    })
+}
+
+fn common(body: &Value) -> Result<Common, ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON object"));
+    }
+    let common: Common = serde_json::from_value(body.clone()).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if common.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_param("n", "`n` must be 1: this server writes one choice per request"));
+    }
+    if common.logprobs.as_ref().is_some_and(|v| v.as_bool() == Some(true) || v.as_u64().is_some()) {
+        return Err(ApiError::bad_param("logprobs", "`logprobs` is not supported by this server"));
+    }
+    Ok(common)
+}
+
+fn include_usage(common: &Common) -> bool {
+    common.stream_options.as_ref().is_some_and(|o| o.include_usage)
+}
+
+/// The sampling, length, stop and output-format settings of a request
+/// over the configuration's.
+fn settings(common: &Common, config: &RunConfig) -> Result<TurnSettings, ApiError> {
+    let mut settings = TurnSettings {
+        n_predict: u32::MAX,
+        sampling: config.sampling(),
+        grammar: None,
+        think: config.chat.think,
+        require_call: false,
+        stop: Vec::new(),
+    };
+    let limit = common.max_completion_tokens.or(common.max_tokens).or(common.n_predict.filter(|&n| n >= 0));
+    if let Some(n) = limit {
+        if n < 1 {
+            return Err(ApiError::bad_param("max_tokens", format!("`max_tokens` must be at least 1 (got {n})")));
+        }
+        settings.n_predict = u32::try_from(n).unwrap_or(u32::MAX);
+    }
+    if let Some(t) = common.temperature {
+        if !t.is_finite() || !(0.0..=2.0).contains(&t) {
+            return Err(ApiError::bad_param("temperature", format!("`temperature` must be 0 to 2 (got {t})")));
+        }
+        settings.sampling.temp = t as f32;
+    }
+    if let Some(p) = common.top_p {
+        if !p.is_finite() || !(0.0..=1.0).contains(&p) {
+            return Err(ApiError::bad_param("top_p", format!("`top_p` must be 0 to 1 (got {p})")));
+        }
+        settings.sampling.top_p = p as f32;
+    }
+    if let Some(k) = common.top_k {
+        settings.sampling.top_k = i32::try_from(k.max(0)).unwrap_or(i32::MAX);
+    }
+    if let Some(seed) = common.seed {
+        settings.sampling.seed = seed.rem_euclid(1 << 32) as u32;
+    }
+    settings.stop = match &common.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s.clone()],
+        Some(Stop::Many(list)) if list.len() > MAX_STOPS => {
+            return Err(ApiError::bad_param("stop", format!("at most {MAX_STOPS} stop strings (got {})", list.len())));
+        }
+        Some(Stop::Many(list)) => list.clone(),
+    };
+    settings.grammar = match &common.response_format {
+        None => None,
+        Some(format) => response_grammar(format)?,
+    };
+    Ok(settings)
+}
+
+/// The grammar a `response_format` asks for.
+fn response_grammar(format: &Value) -> Result<Option<String>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("response_format", m);
+    let kind = format.get("type").and_then(Value::as_str).unwrap_or("text");
+    let schema = match kind {
+        "text" => return Ok(None),
+        // llama-server's extension: a schema beside `json_object`.
+        "json_object" => format.get("schema").cloned().unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        "json_schema" => {
+            let inner = format.get("json_schema").unwrap_or(format);
+            inner.get("schema").cloned().ok_or_else(|| bad("`json_schema` has no `schema`".into()))?
+        }
+        other => return Err(bad(format!("unknown type `{other}` (text, json_object or json_schema)"))),
+    };
+    crate::schema::to_grammar(&schema.to_string()).map(Some).map_err(|e| bad(format!("the schema cannot be used: {e}")))
+}
+
+/// The messages of a chat request as a conversation: a leading system (or
+/// developer) message is its system prompt, content parts are joined.
+fn conversation(messages: &Value) -> Result<Conversation, ApiError> {
+    let list = messages.as_array().ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a list"))?;
+    if list.is_empty() {
+        return Err(ApiError::bad_param("messages", "`messages` is empty"));
+    }
+    if list.len() > MAX_MESSAGES {
+        return Err(ApiError::bad_param(
+            "messages",
+            format!("{} messages, more than the {MAX_MESSAGES} this server reads", list.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (i, value) in list.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let m: ApiMessage =
+            serde_json::from_value(value.clone()).map_err(|e| ApiError::bad_param(&at, e.to_string()))?;
+        let role = match m.role.as_str() {
+            "developer" => "system",
+            r @ ("system" | "user" | "assistant" | "tool") => r,
+            other => {
+                return Err(ApiError::bad_param(
+                    &at,
+                    format!("unknown role `{other}` (system, developer, user, assistant or tool)"),
+                ));
+            }
+        };
+        let mut message = Message::new(role, &content_text(&m.content, &at)?);
+        message.reasoning = m.reasoning_content.filter(|r| !r.is_empty());
+        message.tool_call_id = m.tool_call_id;
+        message.name = m.name;
+        for call in m.tool_calls.unwrap_or_default() {
+            let arguments = match call.function.arguments {
+                Value::Null => Value::Object(Default::default()),
+                Value::String(text) if serde_json::from_str::<Value>(&text).is_ok_and(|v| v.is_object()) => {
+                    Value::String(text)
+                }
+                v @ Value::Object(_) => v,
+                _ => {
+                    return Err(ApiError::bad_param(
+                        &at,
+                        "a tool call's `arguments` must be a JSON object or JSON text holding one",
+                    ));
+                }
+            };
+            message.tool_calls.push(ToolCall::new(call.id, &call.function.name, arguments));
+        }
+        out.push(message);
+    }
+    let system = (out[0].role == "system").then(|| out.remove(0).content);
+    Ok(Conversation { system, messages: out })
+}
+
+/// A message's content as text: a string, `null`, or a list of text parts.
+fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
+    match content {
+        Value::Null => Ok(String::new()),
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    (kind, _) => {
+                        return Err(ApiError::bad_param(
+                            at,
+                            format!("content parts of type `{}` are not supported (text only)", kind.unwrap_or("?")),
+                        ));
+                    }
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(ApiError::bad_param(at, "`content` must be a string, a list of text parts, or null")),
+    }
+}
+
+/// The tools a request shows the model, and whether the reply must call
+/// one (`tool_choice` `required`, or a named function).
+fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
+    let tools = match body.get("tools") {
+        None | Some(Value::Null) => None,
+        Some(list) => {
+            let checked = crate::chat::parse_tools(&list.to_string()).map_err(|e| ApiError::bad_param("tools", e))?;
+            Some(checked).filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+        }
+    };
+    let choice = body.get("tool_choice").unwrap_or(&Value::Null);
+    match choice {
+        Value::Null => Ok((tools, false)),
+        Value::String(s) if s == "auto" => Ok((tools, false)),
+        Value::String(s) if s == "none" => Ok((None, false)),
+        Value::String(s) if s == "required" => match tools {
+            Some(t) => Ok((Some(t), true)),
+            None => Err(ApiError::bad_param("tool_choice", "`required` needs `tools`")),
+        },
+        Value::Object(_) => {
+            let name = choice.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+            let name =
+                name.ok_or_else(|| ApiError::bad_param("tool_choice", "a named choice needs `function.name`"))?;
+            let list = tools.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
+            let chosen: Vec<Value> = list
+                .into_iter()
+                .filter(|t| t.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) == Some(name))
+                .collect();
+            if chosen.is_empty() {
+                return Err(ApiError::bad_param("tool_choice", format!("no tool named `{name}` in `tools`")));
+            }
+            Ok((Some(Value::Array(chosen)), true))
+        }
+        other => Err(ApiError::bad_param("tool_choice", format!("unknown tool_choice {other} (auto, none, required)"))),
+    }
+}
+
+/// Whether the model thinks, and at what effort: `reasoning_effort`
+/// (`none` turns thinking off) and `chat_template_kwargs` (a thinking
+/// switch set to false turns it off; `reasoning_effort` in it sets the
+/// effort).
+fn thinking(body: &Value, config: &RunConfig) -> Result<(bool, Option<String>), ApiError> {
+    let mut think = config.chat.think;
+    let mut effort = Some(config.chat.reasoning_effort.clone()).filter(|e| !e.is_empty());
+    let kwargs = body.get("chat_template_kwargs").unwrap_or(&Value::Null);
+    if !kwargs.is_null() && !kwargs.is_object() {
+        return Err(ApiError::bad_param("chat_template_kwargs", "`chat_template_kwargs` must be an object"));
+    }
+    for switch in ["enable_thinking", "thinking", "reasoning"] {
+        if let Some(on) = kwargs.get(switch).and_then(Value::as_bool) {
+            think = on;
+        }
+    }
+    let asked = body.get("reasoning_effort").or_else(|| kwargs.get("reasoning_effort"));
+    match asked {
+        None | Some(Value::Null) => {}
+        Some(Value::String(level)) => match level.as_str() {
+            "none" => think = false,
+            "minimal" | "low" => effort = Some("low".into()),
+            "medium" => effort = Some("medium".into()),
+            "high" | "xhigh" => effort = Some("high".into()),
+            other => {
+                return Err(ApiError::bad_param(
+                    "reasoning_effort",
+                    format!("unknown reasoning_effort `{other}` (none, minimal, low, medium, high)"),
+                ));
+            }
+        },
+        Some(_) => return Err(ApiError::bad_param("reasoning_effort", "`reasoning_effort` must be a string")),
+    }
+    Ok((think, effort))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat_of(body: Value) -> Result<Parsed, ApiError> {
+        chat(&body, &RunConfig::default())
+    }
+
+    #[test]
+    fn messages_become_a_conversation_with_its_system_prompt() {
+        let parsed = chat_of(json!({
+            "model": "x",
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "42"}
+            ],
+            "some_future_field": true
+        }))
+        .unwrap();
+        let Work::Chat(work) = parsed.work else { panic!("a chat") };
+        assert_eq!(work.conversation.system.as_deref(), Some("Be brief."));
+        let m = &work.conversation.messages;
+        assert_eq!((m[0].role.as_str(), m[0].content.as_str()), ("user", "Hi there"));
+        // Arguments stay as the client sent them: text.
+        assert_eq!(m[1].tool_calls[0].function.arguments, json!("{\"a\":1}"));
+        assert_eq!(m[2].tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(parsed.settings.n_predict, u32::MAX);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let err = |body: Value| chat_of(body).unwrap_err();
+        assert_eq!(
+            err(json!({"messages": [{"role": "wizard", "content": "x"}]})).param.as_deref(),
+            Some("messages[0]")
+        );
+        assert_eq!(err(json!({"messages": []})).param.as_deref(), Some("messages"));
+        assert_eq!(
+            err(json!({"messages": [{"role": "user", "content": "x"}], "temperature": 9})).param.as_deref(),
+            Some("temperature")
+        );
+        assert_eq!(
+            err(json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})).param.as_deref(),
+            Some("max_tokens")
+        );
+        assert_eq!(err(json!({"messages": [{"role": "user", "content": "x"}], "n": 2})).param.as_deref(), Some("n"));
+        let bad_schema = json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "not": {}}}}});
+        assert_eq!(err(bad_schema).param.as_deref(), Some("response_format"));
+        assert!(err(json!([1, 2])).message.contains("JSON object"));
+    }
+
+    #[test]
+    fn sampling_stop_and_format_fields_reach_the_settings() {
+        let parsed = chat_of(json!({
+            "messages": [{"role": "user", "content": "x"}],
+            "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 3, "seed": -1,
+            "stop": ["A", "B"], "response_format": {"type": "json_object"},
+            "chat_template_kwargs": {"enable_thinking": false}, "stream": true,
+            "stream_options": {"include_usage": true}
+        }))
+        .unwrap();
+        let s = &parsed.settings;
+        assert_eq!((s.n_predict, s.sampling.temp, s.sampling.top_k, s.sampling.seed), (7, 0.5, 3, u32::MAX));
+        assert_eq!(s.stop, ["A", "B"]);
+        assert!(s.grammar.is_some() && !s.think && parsed.stream && parsed.include_usage);
+    }
+
+    #[test]
+    fn tool_choice_picks_and_requires() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
+            {"type": "function", "function": {"name": "b", "parameters": {"type": "object"}}}
+        ]);
+        let msgs = json!([{"role": "user", "content": "x"}]);
+        let named =
+            json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "b"}}});
+        let parsed = chat_of(named).unwrap();
+        let Work::Chat(work) = parsed.work else { panic!() };
+        assert_eq!(work.tools.unwrap().as_array().unwrap().len(), 1);
+        assert!(parsed.settings.require_call);
+        let none = chat_of(json!({"messages": msgs, "tools": tools, "tool_choice": "none"})).unwrap();
+        let Work::Chat(work) = none.work else { panic!() };
+        assert!(work.tools.is_none());
+        assert!(chat_of(json!({"messages": msgs, "tool_choice": "required"})).is_err());
+    }
+
+    #[test]
+    fn completion_prompts() {
+        let config = RunConfig::default();
+        let parsed = completion(&json!({"prompt": ["Once"], "max_tokens": 4, "stop": "\n"}), &config).unwrap();
+        assert!(matches!(parsed.work, Work::Complete { ref prompt } if prompt == "Once"));
+        assert_eq!(parsed.settings.stop, ["\n"]);
+        assert!(completion(&json!({"prompt": ["a", "b"]}), &config).is_err());
+        assert!(completion(&json!({"prompt": "a", "echo": true}), &config).is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! The HTTP endpoints: each reads its body (capped in size and time),
+//! checks the key, queues the request on the engine and answers whole or
+//! as server-sent events.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+use super::engine::{Engine, Job, Out, Status};
+use super::error::ApiError;
+use super::reply::{self, ChatChunks, Header};
+use super::request::{self, Parsed, Work};
+
+/// How long a client may take to send its body once its headers arrived.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The engine thread's side.
+    pub engine: Arc<Engine>,
+    /// The key clients must send, if any.
+    pub api_key: Option<String>,
+    /// Largest body, in bytes.
+    pub body_limit: usize,
+}
+
+/// The router of every endpoint.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/chat/completions", post(chat))
+        .route("/v1/completions", post(completion))
+        .route("/completions", post(completion))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), check_key));
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .route("/", get(page))
+        .merge(api)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Refuses a request without the server's key (when it has one).
+async fn check_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(key) = &state.api_key {
+        let sent = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let sent = sent.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+        if sent != Some(key.as_str()) {
+            let endpoint = request.uri().path().to_string();
+            state.engine.metrics.request(&endpoint, 401);
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+async fn not_found(request: Request) -> Response {
+    ApiError::not_found(request.uri().path()).into_response()
+}
+
+/// `GET /health`: 200 once the model is ready, 503 before (or if it failed).
+async fn health(State(state): State<AppState>) -> Response {
+    match state.engine.status() {
+        Status::Ready { .. } => Json::ok(json!({"status": "ok"})),
+        Status::Loading => {
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "loading model"}))).into_response()
+        }
+        Status::Failed(e) => ApiError::unavailable(format!("the model failed to load: {e}")).into_response(),
+    }
+}
+
+/// The chat page.
+async fn page() -> Html<&'static str> {
+    Html(super::PAGE)
+}
+
+/// `GET /v1/models`: the one model.
+async fn models(State(state): State<AppState>) -> Response {
+    let answer = state.engine.ready().map(|id| {
+        let n_ctx = match state.engine.status() {
+            Status::Ready { n_ctx, .. } => n_ctx,
+            _ => 0,
+        };
+        json!({
+            "object": "list",
+            "data": [{"id": id, "object": "model", "created": 0, "owned_by": "bmoe", "meta": {"n_ctx": n_ctx}}],
+        })
+    });
+    respond(&state, "/v1/models", answer.map(Json::ok))
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.engine.metrics.render(state.engine.waiting());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// `POST /v1/chat/completions`.
+async fn chat(State(state): State<AppState>, body: Body) -> Response {
+    let answer = async {
+        let body = read_json(body, state.body_limit).await?;
+        let model = state.engine.ready()?;
+        let parsed = request::chat(&body, &state.engine.config)?;
+        let openings = match &parsed.work {
+            Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
+            _ => Vec::new(),
+        };
+        let stream = parsed.stream;
+        let include_usage = parsed.include_usage;
+        let rx = submit(&state, parsed)?;
+        let header = Header::new("chatcmpl", model);
+        if stream {
+            let mut chunks = ChatChunks::new(header, &openings);
+            Ok(sse(rx, move |out| match out {
+                Out::Started => Vec::new(),
+                Out::Text(kind, text) => chunks.text(kind, &text),
+                Out::Done(Ok(f)) => chunks.finish(&f, include_usage),
+                Out::Done(Err(e)) => vec![e.body()],
+            }))
+        } else {
+            let f = finished(rx).await?;
+            Ok(Json::ok(reply::chat_completion(&header, &f)))
+        }
+    };
+    let answer = answer.await;
+    respond(&state, "/v1/chat/completions", answer)
+}
+
+/// `POST /v1/completions`.
+async fn completion(State(state): State<AppState>, body: Body) -> Response {
+    let answer = async {
+        let body = read_json(body, state.body_limit).await?;
+        let model = state.engine.ready()?;
+        let parsed = request::completion(&body, &state.engine.config)?;
+        let (stream, include_usage) = (parsed.stream, parsed.include_usage);
+        let rx = submit(&state, parsed)?;
+        let header = Header::new("cmpl", model);
+        if stream {
+            Ok(sse(rx, move |out| match out {
+                Out::Started => Vec::new(),
+                Out::Text(_, text) => vec![reply::completion_chunk(&header, &text, None)],
+                Out::Done(Ok(f)) => {
+                    let mut last = vec![reply::completion_chunk(&header, "", Some(f.finish_reason))];
+                    last.extend(include_usage.then(|| reply::completion_usage(&header, &f)));
+                    last
+                }
+                Out::Done(Err(e)) => vec![e.body()],
+            }))
+        } else {
+            let f = finished(rx).await?;
+            Ok(Json::ok(reply::text_completion(&header, &f)))
+        }
+    };
+    let answer = answer.await;
+    respond(&state, "/v1/completions", answer)
+}
+
+/// Counts the answer's status and turns an error into its response.
+fn respond(state: &AppState, endpoint: &str, answer: Result<Response, ApiError>) -> Response {
+    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    state.engine.metrics.request(endpoint, response.status().as_u16());
+    response
+}
+
+/// JSON with status 200.
+struct Json;
+
+impl Json {
+    fn ok(value: Value) -> Response {
+        axum::Json(value).into_response()
+    }
+}
+
+/// Reads a body of at most `limit` bytes within [`BODY_TIMEOUT`] and
+/// parses it as JSON.
+async fn read_json(body: Body, limit: usize) -> Result<Value, ApiError> {
+    let bytes: Bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit)).await {
+        Err(_) => return Err(ApiError::bad_request("the request body did not arrive in time")),
+        Ok(Err(e)) if is_too_large(&e) => return Err(ApiError::too_large(limit)),
+        Ok(Err(e)) => return Err(ApiError::bad_request(format!("reading the request body: {e}"))),
+        Ok(Ok(bytes)) => bytes,
+    };
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// Whether reading a body failed on its size limit.
+fn is_too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Queues `parsed`; the receiver of its output.
+fn submit(state: &AppState, parsed: Parsed) -> Result<UnboundedReceiver<Out>, ApiError> {
+    let (out, rx) = unbounded_channel();
+    state.engine.submit(Job { request: parsed, out, received: Instant::now() })?;
+    Ok(rx)
+}
+
+/// Waits for the finished reply.
+async fn finished(mut rx: UnboundedReceiver<Out>) -> Result<Box<super::engine::Finished>, ApiError> {
+    while let Some(out) = rx.recv().await {
+        if let Out::Done(result) = out {
+            return result;
+        }
+    }
+    Err(ApiError::internal("the engine stopped before the reply was complete"))
+}
+
+/// Streams the engine's output as server-sent events, each `chunks` turns
+/// into one `data:` line, ending with `data: [DONE]`. A client that goes
+/// away drops the stream, and with it the receiver: the engine stops.
+fn sse(mut rx: UnboundedReceiver<Out>, mut chunks: impl FnMut(Out) -> Vec<Value> + Send + 'static) -> Response {
+    let (tx, events) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::spawn(async move {
+        while let Some(out) = rx.recv().await {
+            let done = matches!(out, Out::Done(_));
+            for chunk in chunks(out) {
+                if tx.send(Ok(Event::default().data(chunk.to_string()))).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
+                return;
+            }
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(events);
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}

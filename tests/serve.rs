@@ -1,0 +1,360 @@
+//! `bmoe serve` as clients meet it: the real binary on a free port, driven
+//! over HTTP (ureq, raw sockets for hostile input, and the official
+//! `openai` Python package).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bmoe::synth::Arch;
+use serde_json::{Value, json};
+
+/// A `bmoe serve` child process, stopped when dropped.
+struct Serve {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    url: String,
+}
+
+impl Serve {
+    /// Starts `bmoe serve -m model --port 0` with `args` and waits until
+    /// `/health` answers 200.
+    fn start(model: &Path, args: &[&str]) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["serve", "-q", "--port", "0", "-t", "1", "-m", model.to_str().unwrap()])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start bmoe serve");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().expect("a first line").expect("stdout");
+        let url = first.split_whitespace().find(|w| w.starts_with("http://")).expect("the URL").to_string();
+        // Keep reading stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let server = Serve { child, url };
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if get(&server.url, "/health", None).0 == 200 {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "bmoe serve never became ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(600)))
+        .build()
+        .into()
+}
+
+/// `GET url+path` (with a bearer `key`): status and body text.
+fn get(url: &str, path: &str, key: Option<&str>) -> (u16, String) {
+    let mut request = agent().get(format!("{url}{path}"));
+    if let Some(key) = key {
+        request = request.header("Authorization", format!("Bearer {key}"));
+    }
+    match request.call() {
+        Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// `POST url+path` with a JSON body: status and the body as JSON.
+fn post(url: &str, path: &str, body: &Value) -> (u16, Value) {
+    let mut r = agent().post(format!("{url}{path}")).send_json(body).expect("a response");
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_json().expect("a JSON body"))
+}
+
+/// The `data:` payloads of a streamed answer.
+fn stream(url: &str, path: &str, body: &Value) -> Vec<String> {
+    let mut r = agent().post(format!("{url}{path}")).send_json(body).expect("a response");
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.body_mut().read_to_string().unwrap();
+    text.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_string).collect()
+}
+
+/// A raw request on a fresh connection: the status line's code (0 when the
+/// server closed the connection without an answer).
+fn raw(url: &str, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let _ = s.write_all(request);
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, text)
+}
+
+fn tiny(dir: &Path) -> PathBuf {
+    common::write_tiny(dir, "serve.gguf", Arch::Qwen3Moe, |_| {})
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+#[test]
+fn chat_and_completions_answer_as_the_openai_api_writes_them() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let server = Serve::start(&model, &["--chat-template", "qwen3"]);
+    let url = &server.url;
+
+    let (status, models) = get(url, "/v1/models", None);
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "serve");
+
+    let ask = json!({"messages": user("Hello there"), "max_tokens": 6, "temperature": 0});
+    let (status, whole) = post(url, "/v1/chat/completions", &ask);
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(whole["choices"][0]["finish_reason"], "length");
+    let usage = &whole["usage"];
+    assert_eq!(usage["completion_tokens"], 6);
+    assert_eq!(usage["total_tokens"].as_u64(), Some(usage["prompt_tokens"].as_u64().unwrap() + 6));
+
+    // Streamed: role first, the same text in pieces, the finish, the usage, [DONE].
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let events = stream(url, "/v1/chat/completions", &streamed);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let whole_text = whole["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(text.trim(), whole_text, "streamed and whole replies differ");
+    assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chunks.last().unwrap()["usage"], *usage);
+
+    // A raw completion is what `bmoe generate` prints for the same prompt.
+    let (status, done) =
+        post(url, "/v1/completions", &json!({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}));
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["object"], "text_completion");
+    let generated = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["generate", "-q", "-t", "1", "-m", model.to_str().unwrap(), "-p", "Once upon a time", "-n", "8"])
+        .output()
+        .unwrap();
+    assert_eq!(done["choices"][0]["text"].as_str().unwrap(), String::from_utf8_lossy(&generated.stdout).trim_end());
+
+    // A stop string ends the text before it and counts as the model's stop.
+    let text = done["choices"][0]["text"].as_str().unwrap();
+    let stop: String = text.chars().skip(3).take(2).collect();
+    let (_, stopped) = post(
+        url,
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stop": [stop.clone()]}),
+    );
+    let cut = stopped["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(cut, &text[..text.find(&stop).unwrap()], "cut at {stop:?}");
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+
+    // /metrics counts what was answered.
+    let (status, metrics) = get(url, "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(metrics.contains("bmoe_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2"), "{metrics}");
+    assert!(metrics.contains("bmoe_expert_cache_hit_ratio"), "{metrics}");
+}
+
+#[test]
+fn errors_are_openai_error_objects_with_their_status() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let config = dir.path().join("bmoe.toml");
+    std::fs::write(&config, "[serve]\nbody_mb = 1\n").unwrap();
+    let server =
+        Serve::start(&model, &["--ctx-size", "512", "--config", config.to_str().unwrap(), "--api-key", "sesame"]);
+    let url = &server.url;
+    let call = |path: &str, body: &str, key: Option<&str>| {
+        let mut request = agent().post(format!("{url}{path}")).header("Content-Type", "application/json");
+        if let Some(key) = key {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+        let mut r = request.send(body).expect("a response");
+        let status = r.status().as_u16();
+        let body: Value = r.body_mut().read_json().unwrap_or(Value::Null);
+        (status, body)
+    };
+    let chat = |body: &str| call("/v1/chat/completions", body, Some("sesame"));
+    let expect = |(status, body): (u16, Value), want: u16, says: &str| {
+        assert_eq!(status, want, "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{body}");
+        assert!(body["error"]["type"].is_string(), "{body}");
+    };
+    // The key.
+    expect(call("/v1/chat/completions", r#"{"messages": []}"#, None), 401, "API key");
+    expect(call("/v1/chat/completions", r#"{"messages": []}"#, Some("wrong")), 401, "API key");
+    assert_eq!(get(url, "/v1/models", Some("sesame")).0, 200);
+    assert_eq!(get(url, "/v1/models", None).0, 401);
+    assert_eq!(get(url, "/health", None).0, 200, "health needs no key");
+    // Bad requests.
+    expect(chat(r#"{"messages": [{"role": "user", "content": "hi"}"#), 400, "not valid JSON");
+    expect(chat(r#"{"messages": [{"role": "wizard", "content": "hi"}]}"#), 400, "unknown role");
+    expect(chat(r#"{"messages": "hi"}"#), 400, "must be a list");
+    let long = json!({"messages": user(&"many words ".repeat(400))}).to_string();
+    let (status, body) = chat(&long);
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("context_length_exceeded")), "{body}");
+    let schema = json!({"messages": user("x"), "response_format":
+        {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object", "not": {}}}}});
+    expect(chat(&schema.to_string()), 400, "schema");
+    expect(chat(&json!({"messages": user("x"), "n": 3}).to_string()), 400, "`n` must be 1");
+    let (status, body) = call("/v1/nothing", "{}", Some("sesame"));
+    assert_eq!(status, 404, "{body}");
+    let big = format!(r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#, "a".repeat(2 << 20));
+    expect(chat(&big), 413, "larger than the 1 MiB");
+    // The server still answers.
+    let (status, body) = chat(&json!({"messages": user("hi"), "max_tokens": 2}).to_string());
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn hostile_clients_leave_the_server_answering() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let server = Serve::start(&model, &[]);
+    let url = &server.url;
+    let host = url.trim_start_matches("http://");
+    let ok = || {
+        let (status, body) = post(url, "/v1/chat/completions", &json!({"messages": user("hi"), "max_tokens": 2}));
+        assert_eq!(status, 200, "{body}");
+    };
+    // A client that connects and sends nothing: others are answered
+    // meanwhile, and the server drops it in bounded time.
+    let mut idle = TcpStream::connect(host).unwrap();
+    ok();
+    idle.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let read = idle.read(&mut buf);
+    assert!(matches!(read, Ok(0)) || read.is_err(), "the idle connection got {read:?}");
+    assert!(started.elapsed() < Duration::from_secs(100), "the idle connection was kept open");
+    // Truncated JSON, invalid UTF-8, an unknown field.
+    let body = |text: &[u8]| {
+        let mut r = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \
+             {}\r\nConnection: close\r\n\r\n",
+            text.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(text);
+        raw(url, &r)
+    };
+    assert_eq!(body(br#"{"messages": [{"role": "us"#).0, 400);
+    assert_eq!(body(b"{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}").0, 400);
+    let (status, text) = body(br#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "x_extra": [1]}"#);
+    assert_eq!(status, 200, "{text}");
+    // 10,000 messages.
+    let many: Vec<Value> = (0..10_000).map(|i| json!({"role": "user", "content": format!("m{i}")})).collect();
+    let (status, answer) = post(url, "/v1/chat/completions", &json!({"messages": many}));
+    assert_eq!(status, 400, "{answer}");
+    // A 100 MB body: refused (the server may close before reading it all).
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n";
+    s.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    for _ in 0..100 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    if !answer.is_empty() {
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
+    drop(s);
+    ok();
+}
+
+#[test]
+fn a_client_that_leaves_mid_stream_stops_its_generation() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    // A long context, so the reply runs far longer than the client stays.
+    let server = Serve::start(&model, &["--ctx-size", "16384"]);
+    let url = &server.url;
+    let body = json!({"messages": user("Tell me everything"), "stream": true}).to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \
+         {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    while !line.starts_with("data: ") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before its first chunk");
+    }
+    drop(reader);
+    // The engine notices, stops and counts it; the next request is answered.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let (_, metrics) = get(url, "/metrics", None);
+        if metrics.contains("bmoe_requests_cancelled_total 1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the generation was never stopped:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, whole) = post(url, "/v1/chat/completions", &json!({"messages": user("hi"), "max_tokens": 3}));
+    assert_eq!(status, 200, "{whole}");
+    let (_, metrics) = get(url, "/metrics", None);
+    let generated: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("bmoe_generated_tokens_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert_eq!(generated, 3, "only the finished request's tokens count:\n{metrics}");
+}
+
+/// The Python environment with the `openai` package (made once).
+fn client_python() -> PathBuf {
+    static MADE: Mutex<()> = Mutex::new(());
+    let _once = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("scripts/client-venv.sh")).output().expect("run scripts/client-venv.sh");
+    assert!(out.status.success(), "scripts/client-venv.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    root.join(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+#[test]
+fn the_openai_python_client_drives_the_server() {
+    let python = client_python();
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let server = Serve::start(&model, &["--chat-template", "qwen3", "--no-think"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/openai_client.py");
+    let out = Command::new(python).arg(script).arg(format!("{}/v1", server.url)).output().unwrap();
+    assert!(
+        out.status.success(),
+        "the openai client failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
