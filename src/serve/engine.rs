@@ -69,6 +69,8 @@ pub enum Status {
         /// The texts the template's tool calls begin with (none: bmoe does
         /// not read its call format).
         tool_openings: Vec<&'static str>,
+        /// What the page's routing panel needs to know of the model.
+        shape: serde_json::Value,
     },
     /// Opening failed (said in every answer).
     Failed(String),
@@ -82,6 +84,9 @@ pub struct Engine {
     queue: usize,
     /// The server's counters.
     pub metrics: Metrics,
+    /// Each decode step's telemetry as JSON, for `/bmoe/events` (the page's
+    /// routing panel); sent only while someone listens.
+    pub steps: tokio::sync::broadcast::Sender<String>,
     /// The configuration requests are read against.
     pub config: RunConfig,
 }
@@ -101,6 +106,7 @@ impl Engine {
             waiting: AtomicUsize::new(0),
             queue: queue.max(1),
             metrics: Metrics::default(),
+            steps: tokio::sync::broadcast::channel(64).0,
             config,
         });
         let shared = engine.clone();
@@ -108,7 +114,14 @@ impl Engine {
             Ok(host) => {
                 let model_id = model_id(host.model());
                 let tool_openings = host.chat_format().tool_format().map(|f| f.openings()).unwrap_or_default();
-                shared.set_status(Status::Ready { model_id, n_ctx: host.context_use().1, tool_openings });
+                let info = host.info();
+                let shape = serde_json::json!({
+                    "arch": info.arch, "n_layer": info.n_layer, "n_expert": info.n_expert,
+                    "n_expert_used": info.n_expert_used, "streaming": host.config().moe.stream,
+                    "cache_budget_mib": info.cache_budget as f64 / 1048576.0,
+                });
+                let n_ctx = host.context_use().1;
+                shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape });
                 run(host, &inbox, &shared);
             }
             Err(e) => shared.set_status(Status::Failed(e)),
@@ -144,6 +157,15 @@ impl Engine {
         match self.status() {
             Status::Ready { tool_openings, .. } => tool_openings,
             _ => Vec::new(),
+        }
+    }
+
+    /// What the page's routing panel needs to know of the model (null
+    /// until it is ready).
+    pub fn shape(&self) -> serde_json::Value {
+        match self.status() {
+            Status::Ready { shape, .. } => shape,
+            _ => serde_json::Value::Null,
         }
     }
 
@@ -200,7 +222,12 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
             HostEvent::Text { kind, text } if !text.is_empty() => {
                 let _ = out.send(Out::Text(kind, text.to_string()));
             }
-            HostEvent::Step(report) | HostEvent::Prefill(report) => engine.metrics.step(report),
+            HostEvent::Step(report) | HostEvent::Prefill(report) => {
+                engine.metrics.step(report);
+                if engine.steps.receiver_count() > 0 {
+                    let _ = engine.steps.send(step_json(report));
+                }
+            }
             _ => {}
         }
         // The client went away: stop at the next graph node.
@@ -235,6 +262,37 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
             })
         }
     }
+}
+
+/// One step's telemetry for the routing panel: its phase, timings split
+/// into read / cache / compute, the cache's hits and size, the experts the
+/// batch's first token routed to per layer (with whether each was cached),
+/// and which experts the cache holds (`1`/`0` per layer and expert).
+fn step_json(r: &crate::engine::StepReport) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let routes: Vec<[u64; 3]> = r
+        .trace
+        .rows
+        .iter()
+        .filter(|row| row.token == 0)
+        .map(|row| [u64::from(row.layer), u64::from(row.expert), u64::from(row.hit)])
+        .collect();
+    let residency: String = r.residency.iter().map(|&held| if held { '1' } else { '0' }).collect();
+    serde_json::json!({
+        "phase": if r.phase == crate::engine::Phase::Prefill { "prefill" } else { "decode" },
+        "tokens": r.tokens,
+        "wall_ms": ms(r.wall_ns),
+        "read_ms": ms(r.trace.read_ns),
+        "cache_ms": ms(r.trace.mgmt_ns),
+        "bytes_read": r.trace.bytes_read,
+        "lookups": r.trace.lookups,
+        "hits": r.trace.hits,
+        "cache_mib": r.cache_resident as f64 / 1048576.0,
+        "threads": r.threads,
+        "routes": routes,
+        "residency": residency,
+    })
+    .to_string()
 }
 
 /// OpenAI's name for how a reply ended (a stopped one was stopped by its

@@ -46,6 +46,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/metrics", get(metrics))
+        .route("/bmoe/model", get(model_shape))
+        .route("/bmoe/events", get(events))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), check_key));
     Router::new()
         .route("/health", get(health))
@@ -103,6 +105,37 @@ async fn models(State(state): State<AppState>) -> Response {
         })
     });
     respond(&state, "/v1/models", answer.map(Json::ok))
+}
+
+/// `GET /bmoe/model`: the model's layers and experts, for the page.
+async fn model_shape(State(state): State<AppState>) -> Response {
+    let answer = state.engine.ready().map(|id| {
+        let mut shape = state.engine.shape();
+        shape["id"] = json!(id);
+        Json::ok(shape)
+    });
+    respond(&state, "/bmoe/model", answer)
+}
+
+/// `GET /bmoe/events`: every decode step's telemetry as server-sent
+/// events, while the client listens (a client too slow to keep up misses
+/// steps rather than holding the engine back).
+async fn events(State(state): State<AppState>) -> Response {
+    let mut steps = state.engine.steps.subscribe();
+    let (tx, events) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(16);
+    tokio::spawn(async move {
+        loop {
+            let step = match steps.recv().await {
+                Ok(step) => step,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            if tx.send(Ok(Event::default().event("step").data(step))).await.is_err() {
+                return;
+            }
+        }
+    });
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(events)).keep_alive(KeepAlive::default()).into_response()
 }
 
 /// `GET /metrics`: Prometheus text.
