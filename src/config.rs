@@ -651,6 +651,7 @@ impl RunConfig {
                 experts: MtpExperts::parse(&self.plugins.mtp_experts).unwrap_or_default(),
             }),
             rpc: self.rpc_options().ok().flatten(),
+            sequences: 1,
         }
     }
 

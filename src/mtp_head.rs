@@ -149,6 +149,7 @@ fn learn_successors(path: &Path, threads: u32) -> Result<(HashMap<usize, usize>,
         repack: Default::default(),
         mtp: None,
         rpc: None,
+        sequences: 1,
     };
     let mut session = Session::open(options).map_err(|e| e.to_string())?;
     let mut counts: HashMap<usize, HashMap<usize, u32>> = HashMap::new();

@@ -1,5 +1,7 @@
 //! [`Session`]: one loaded model, many generations.
 
+mod sequences;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +12,7 @@ use super::events::{Event, Phase, StepReport};
 use super::remote::{self, RpcOptions};
 use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
-use crate::llama::rpc;
+use crate::llama::{SeqPart, rpc};
 use crate::llama::{
     Context, ContextParams, DecodeError, Logits, Model, MtpExperts, MtpParams, RemoteLayers, Sampler, Sampling, argmax,
 };
@@ -101,6 +103,9 @@ pub struct SessionOptions {
     pub mtp: Option<MtpParams>,
     /// Hold the last layers on RPC servers (llama.cpp's RPC backend).
     pub rpc: Option<RpcOptions>,
+    /// Sequences decoded together in one batch ([`Session::decode_seqs`]);
+    /// 1 for one conversation at a time.
+    pub sequences: u32,
 }
 
 /// Why the engine failed.
@@ -261,6 +266,19 @@ impl AbortHandle {
     }
 }
 
+/// What one decode call decodes.
+enum Batch<'a> {
+    /// Tokens at the end of sequence 0's history (the one-conversation path).
+    One {
+        /// The tokens.
+        tokens: &'a [i32],
+        /// Which positions keep their logits.
+        logits: Logits,
+    },
+    /// Parts of several sequences ([`Session::decode_seqs`]).
+    Seqs(&'a [SeqPart<'a>]),
+}
+
 /// Wall time between the tuner's reads of the run queue and the other
 /// processes' load (several `/proc` files each).
 const TUNER_READ_NS: u64 = 1_000_000;
@@ -296,6 +314,9 @@ pub struct Session {
     force_polling: Option<bool>,
     /// The RPC servers holding layers, and this process's connections to them.
     remote: Vec<(String, rpc::ConnectionWatch)>,
+    /// The tokens sequences 1.. hold, when several are decoded together
+    /// (sequence 0's are `history`).
+    other_seqs: Vec<Vec<i32>>,
 }
 
 impl Session {
@@ -400,6 +421,7 @@ impl Session {
             n_batch: options.batch,
             n_ubatch: options.ubatch,
             n_threads: options.threads,
+            n_seq: options.sequences,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
         if remote.total() > 0 {
@@ -456,7 +478,6 @@ impl Session {
         Ok(Session {
             ctx,
             abort,
-            options,
             info,
             history: Vec::new(),
             pending: None,
@@ -471,6 +492,8 @@ impl Session {
             ctx_threads,
             force_polling: None,
             remote: remote.holding().map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr))).collect(),
+            other_seqs: vec![Vec::new(); options.sequences.max(1) as usize - 1],
+            options,
         })
     }
 
@@ -561,6 +584,7 @@ impl Session {
             self.ctx.clear_kv();
         }
         self.history.clear();
+        self.other_seqs.iter_mut().for_each(Vec::clear);
         self.pending = None;
     }
 
@@ -865,12 +889,29 @@ impl Session {
         phase: Phase,
         step: u32,
     ) -> Result<Option<StepReport>, EngineError> {
+        self.decode_batch(Batch::One { tokens, logits }, turn, phase, step)
+    }
+
+    /// Decodes one batch: one sequence's tokens at the end of its history,
+    /// or parts of several sequences. Returns None when the user aborted
+    /// (the batch is rolled back); a streaming failure is rolled back too
+    /// and returned as an error.
+    fn decode_batch(
+        &mut self,
+        batch: Batch<'_>,
+        turn: u32,
+        phase: Phase,
+        step: u32,
+    ) -> Result<Option<StepReport>, EngineError> {
         if let Some(gone) = self.remote_gone() {
             return Err(gone);
         }
-        let first_pos = self.history.len() as i32;
+        let (first_pos, n_tokens) = match &batch {
+            Batch::One { tokens, .. } => (self.history.len() as i32, tokens.len()),
+            Batch::Seqs(parts) => (parts.first().map_or(0, |p| p.first_pos), parts.iter().map(|p| p.tokens.len()).sum()),
+        };
         if let Some(h) = self.ctx.hook_mut() {
-            h.begin_batch(tokens.len() as u32, phase == Phase::Decode);
+            h.begin_batch(n_tokens as u32, phase == Phase::Decode);
         }
         let can_read_ahead = self.ctx.hook_mut().is_some_and(|h| h.read_ahead_active());
         // Once the cache holds the whole bank the lanes idle: tune without them.
@@ -896,14 +937,17 @@ impl Session {
             h.pause_read_ahead(!read_ahead);
         }
         let t0 = Instant::now();
-        let result = self.ctx.decode(tokens, first_pos, logits);
+        let result = match &batch {
+            Batch::One { tokens, logits } => self.ctx.decode(tokens, first_pos, *logits),
+            Batch::Seqs(parts) => self.ctx.decode_parts(parts),
+        };
         // The MTP drafter keeps the tokens and the hidden states this decode
         // left, for the draft context to take with the next draft.
         if self.drafts_with_mtp()
             && result.is_ok()
             && let Err(e) = self.ctx.mtp_follow()
         {
-            self.roll_back(first_pos);
+            self.undo_batch(&batch, first_pos);
             return Err(EngineError::Llama(e));
         }
         let wall_ns = t0.elapsed().as_nanos() as u64;
@@ -923,21 +967,28 @@ impl Session {
             None => (StepTrace::default(), None, 0, 0, Vec::new()),
         };
         if let Some(msg) = stream_error {
-            self.roll_back(first_pos);
+            self.undo_batch(&batch, first_pos);
             return Err(EngineError::Stream(msg));
         }
         match result {
             Ok(()) => {}
             Err(DecodeError::Aborted) => {
-                self.roll_back(first_pos);
+                self.undo_batch(&batch, first_pos);
                 return Ok(None);
             }
             Err(e) => {
-                self.roll_back(first_pos);
+                self.undo_batch(&batch, first_pos);
                 return Err(e.into());
             }
         }
-        self.history.extend_from_slice(tokens);
+        match &batch {
+            Batch::One { tokens, .. } => self.history.extend_from_slice(tokens),
+            Batch::Seqs(parts) => {
+                for p in parts.iter() {
+                    self.seq_history_mut(p.seq as usize).extend_from_slice(p.tokens);
+                }
+            }
+        }
         // Single-token decode steps are alike enough to compare settings by.
         // The run queue is read only for a tuner (a few /proc reads a step).
         // Steps shorter than a millisecond share one read (a tiny model's
@@ -951,7 +1002,7 @@ impl Session {
             others = self.other_load.since_last();
         }
         let queued_ns = self.queued_share.map(|share| (share * wall_ns as f64) as u64);
-        if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && tokens.len() == 1) {
+        if let Some(tuner) = self.tuner.as_mut().filter(|_| phase == Phase::Decode && n_tokens == 1) {
             tuner.note_other_load(others);
             tuner.record(wall_ns, trace.read_ns, queued_ns);
         }
@@ -960,7 +1011,7 @@ impl Session {
             phase,
             step,
             first_pos,
-            tokens: tokens.len() as u32,
+            tokens: n_tokens as u32,
             wall_ns,
             trace,
             mem: MemSnapshot::now(),
@@ -973,6 +1024,18 @@ impl Session {
             read_ahead,
             remote_ns,
         }))
+    }
+
+    /// Drops what a failed or stopped batch may have left in the KV cache.
+    fn undo_batch(&mut self, batch: &Batch<'_>, first_pos: i32) {
+        match batch {
+            Batch::One { .. } => self.roll_back(first_pos),
+            Batch::Seqs(parts) => {
+                for p in parts.iter() {
+                    self.roll_back_seq(p.seq as usize, p.first_pos);
+                }
+            }
+        }
     }
 
     /// Returns the context to where it was before a turn's prompt.

@@ -33,6 +33,22 @@ pub struct ContextParams {
     pub n_ubatch: u32,
     /// Compute threads.
     pub n_threads: u32,
+    /// Sequences the context holds at once (one per conversation decoded
+    /// in the same batches); more than one share one KV buffer.
+    pub n_seq: u32,
+}
+
+/// One sequence's tokens in a batch of several ([`Context::decode_parts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SeqPart<'a> {
+    /// The sequence (0 to `n_seq - 1`).
+    pub seq: i32,
+    /// Position of the first token in its sequence.
+    pub first_pos: i32,
+    /// The tokens.
+    pub tokens: &'a [i32],
+    /// Keep the logits of the last token.
+    pub logits: bool,
 }
 
 /// Which positions of a batch keep their logits.
@@ -133,7 +149,9 @@ impl<H: EvalHook> Context<H> {
         cp.n_ctx = params.n_ctx;
         cp.n_batch = params.n_batch;
         cp.n_ubatch = params.n_ubatch;
-        cp.n_seq_max = 1;
+        cp.n_seq_max = params.n_seq.max(1);
+        // Every sequence may grow to the whole context, the total shared.
+        cp.kv_unified = params.n_seq > 1;
         cp.n_threads = params.n_threads as i32;
         cp.n_threads_batch = params.n_threads as i32;
         cp.no_perf = true;
@@ -336,26 +354,56 @@ impl<H: EvalHook> Context<H> {
     /// Decodes `tokens` at positions `first_pos..`, keeping the logits `which` asks for.
     pub fn decode(&mut self, tokens: &[i32], first_pos: i32, which: Logits) -> Result<(), DecodeError> {
         assert!(!tokens.is_empty() && tokens.len() <= self.n_batch as usize, "batch of {} tokens", tokens.len());
-        let b = &mut self.batch;
-        // SAFETY: the batch arrays were allocated for n_batch tokens and one
-        // sequence id each; we write tokens.len() <= n_batch entries.
-        unsafe {
-            for (i, &tok) in tokens.iter().enumerate() {
-                *b.token.add(i) = tok;
-                *b.pos.add(i) = first_pos + i as i32;
-                *b.n_seq_id.add(i) = 1;
-                *(*b.seq_id.add(i)) = 0;
-                let keep = match which {
-                    Logits::None => false,
-                    Logits::Last => i + 1 == tokens.len(),
-                    Logits::All => true,
-                };
-                *b.logits.add(i) = i8::from(keep);
+        for (i, &tok) in tokens.iter().enumerate() {
+            let keep = match which {
+                Logits::None => false,
+                Logits::Last => i + 1 == tokens.len(),
+                Logits::All => true,
+            };
+            self.set_batch_entry(i, tok, first_pos + i as i32, 0, keep);
+        }
+        self.run_batch(tokens.len())
+    }
+
+    /// Decodes the parts of several sequences in one batch (each part's
+    /// tokens at its positions in its own sequence); the logits of part
+    /// `i`'s last token, where kept, are [`Context::logits_at`] of the
+    /// batch index [`batch_index_of_last`] gives.
+    pub fn decode_parts(&mut self, parts: &[SeqPart<'_>]) -> Result<(), DecodeError> {
+        let total: usize = parts.iter().map(|p| p.tokens.len()).sum();
+        assert!(total > 0 && total <= self.n_batch as usize, "batch of {total} tokens");
+        let mut i = 0;
+        for part in parts {
+            for (j, &tok) in part.tokens.iter().enumerate() {
+                let last = j + 1 == part.tokens.len();
+                self.set_batch_entry(i, tok, part.first_pos + j as i32, part.seq, part.logits && last);
+                i += 1;
             }
         }
-        b.n_tokens = tokens.len() as i32;
-        // SAFETY: live context and a batch filled above; the hook pointer is
-        // not borrowed by Rust during the call.
+        self.run_batch(total)
+    }
+
+    /// Writes entry `i` of the batch.
+    fn set_batch_entry(&mut self, i: usize, token: i32, pos: i32, seq: i32, logits: bool) {
+        assert!(i < self.n_batch as usize);
+        let b = &mut self.batch;
+        // SAFETY: the batch arrays were allocated for n_batch tokens and one
+        // sequence id each; i < n_batch.
+        unsafe {
+            *b.token.add(i) = token;
+            *b.pos.add(i) = pos;
+            *b.n_seq_id.add(i) = 1;
+            *(*b.seq_id.add(i)) = seq;
+            *b.logits.add(i) = i8::from(logits);
+        }
+    }
+
+    /// Decodes the first `n` entries of the batch.
+    fn run_batch(&mut self, n: usize) -> Result<(), DecodeError> {
+        let b = &mut self.batch;
+        b.n_tokens = n as i32;
+        // SAFETY: live context and a batch filled by the caller; the hook
+        // pointer is not borrowed by Rust during the call.
         let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), *b) };
         // A graph with layers on an RPC server may still be computing there
         // when llama_decode returns: wait here, so a decode's time is its own
@@ -409,6 +457,13 @@ impl<H: EvalHook> Context<H> {
         }
     }
 
+    /// Forgets positions `from..` of sequence `seq` (of a context holding
+    /// several); false if the cache cannot do it.
+    pub fn truncate_kv_seq(&mut self, seq: i32, from: i32) -> bool {
+        // SAFETY: live context; seq is below the context's n_seq_max.
+        unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.ptr.as_ptr()), seq, from, -1) }
+    }
+
     /// Forgets positions `from..`; false if the cache cannot do it.
     pub fn truncate_kv(&mut self, from: i32) -> bool {
         if let Some(m) = self.mtp.as_mut() {
@@ -444,6 +499,12 @@ impl<H: EvalHook> Drop for Context<H> {
             }
         }
     }
+}
+
+/// The batch index of the last token of `parts[part]` in a batch
+/// [`Context::decode_parts`] decoded.
+pub fn batch_index_of_last(parts: &[SeqPart<'_>], part: usize) -> usize {
+    parts[..=part].iter().map(|p| p.tokens.len()).sum::<usize>() - 1
 }
 
 /// A threadpool of `threads` threads whose idle threads poll `poll` rounds

@@ -17,7 +17,7 @@ use std::sync::Once;
 
 use llama_cpp_sys_2 as sys;
 
-pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook};
+pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook, SeqPart, batch_index_of_last};
 pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};
 pub use mtp::{MtpExperts, MtpParams};

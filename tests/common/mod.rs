@@ -63,6 +63,7 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
         repack: Default::default(),
         mtp: None,
         rpc: None,
+        sequences: 1,
     }
 }
 
