@@ -49,11 +49,14 @@ pub struct ServeConfig {
     pub queue: u32,
     /// Largest request body, in MiB.
     pub body_mb: u32,
+    /// Requests decoded together, each in its own slot with the whole
+    /// `generate.ctx_size` (1 with a draft plugin or MTP).
+    pub parallel: u32,
 }
 
 impl Default for ServeConfig {
     fn default() -> ServeConfig {
-        ServeConfig { host: "127.0.0.1".into(), port: 8080, api_key: String::new(), queue: 16, body_mb: 8 }
+        ServeConfig { host: "127.0.0.1".into(), port: 8080, api_key: String::new(), queue: 16, body_mb: 8, parallel: 4 }
     }
 }
 
@@ -439,6 +442,9 @@ impl RunConfig {
         }
         if self.serve.body_mb == 0 {
             return Err(bad("serve.body_mb", "must be at least 1"));
+        }
+        if !(1..=64).contains(&self.serve.parallel) {
+            return Err(bad("serve.parallel", format!("must be 1 to 64 (got {})", self.serve.parallel)));
         }
         let g = &self.generate;
         if g.n_predict == 0 {
@@ -870,6 +876,6 @@ mod tests {
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
-        assert_eq!(pairs.len(), 4 + 11 + 16 + 10 + 4 + 5 + 5);
+        assert_eq!(pairs.len(), 4 + 11 + 16 + 10 + 4 + 5 + 6);
     }
 }

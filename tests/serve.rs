@@ -358,3 +358,54 @@ fn the_openai_python_client_drives_the_server() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Each of `n` different prompts' greedy completion, sent at once.
+fn completions_at_once(url: &str, prompts: &[String]) -> Vec<(String, Value)> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                s.spawn(move || {
+                    let body = json!({"prompt": p, "max_tokens": 16, "temperature": 0});
+                    let (status, done) = post(url, "/v1/completions", &body);
+                    assert_eq!(status, 200, "{done}");
+                    (done["choices"][0]["text"].as_str().unwrap().to_string(), done["usage"].clone())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn concurrent_requests_decode_together_and_equal_each_alone() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let prompts: Vec<String> = ["The history of the river", "Once upon a time", "Seven", "Rust is a language"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for (what, args) in [
+        ("resident", vec![]),
+        ("streamed, cache off", vec!["--moe-stream", "--cache-mb", "0"]),
+        ("streamed, evicting", vec!["--moe-stream", "--cache-mb", "0.1", "--force-cache"]),
+    ] {
+        let server = Serve::start(&model, &[&["--parallel", "4"], &args[..]].concat());
+        let alone: Vec<(String, Value)> =
+            prompts.iter().map(|p| completions_at_once(&server.url, std::slice::from_ref(p)).remove(0)).collect();
+        assert!(alone.iter().any(|a| a.0 != alone[0].0), "{what}: every prompt gave the same text");
+        for n in [1, 2, 4] {
+            let together = completions_at_once(&server.url, &prompts[..n]);
+            for (i, got) in together.iter().enumerate() {
+                assert_eq!(got, &alone[i], "{what}: request {i} of {n} at once differs from it alone");
+            }
+        }
+        // The batches held several requests' tokens at once.
+        let (_, metrics) = get(&server.url, "/metrics", None);
+        let steps: f64 =
+            metrics.lines().find_map(|l| l.strip_prefix("bmoe_decode_steps_total ")).unwrap().parse().unwrap();
+        let generated: f64 =
+            metrics.lines().find_map(|l| l.strip_prefix("bmoe_generated_tokens_total ")).unwrap().parse().unwrap();
+        assert!(generated > steps * 1.2, "{what}: {generated} tokens in {steps} steps: requests did not share steps");
+    }
+}

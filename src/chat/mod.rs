@@ -234,6 +234,11 @@ pub struct ChatPrompt {
 }
 
 impl ChatPrompt {
+    /// A prompt written by hand, no template: the reply opens after it.
+    pub fn plain(text: &str) -> ChatPrompt {
+        ChatPrompt { text: text.to_string(), reply_at: text.len() }
+    }
+
     /// What the template appends after the last message to open the reply
     /// (and any empty reasoning block bmoe appends to turn thinking off).
     pub fn reply_opening(&self) -> &str {

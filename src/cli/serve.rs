@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// Requests that may wait for the model; more are answered 429 [serve.queue, default 16].
     #[arg(long, value_name = "N")]
     pub queue: Option<u32>,
+    /// Requests decoded together, each with the whole context (--ctx-size) [serve.parallel, default
+    /// 4; 1 with a draft plugin or MTP].
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<u32>,
     /// Model, engine and telemetry settings.
     #[command(flatten)]
     pub run: RunFlags,
@@ -50,6 +54,16 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if let Some(queue) = args.queue {
         s.queue = queue;
     }
+    if let Some(parallel) = args.parallel {
+        s.parallel = parallel;
+    }
+    let speculative = config.plugins.mtp || !config.plugins.draft_plugin.is_empty();
+    if speculative && config.serve.parallel > 1 {
+        if args.parallel.is_some_and(|p| p > 1) {
+            eprintln!("bmoe serve: one request at a time with a draft plugin or MTP (--parallel 1)");
+        }
+        config.serve.parallel = 1;
+    }
     config.validate()?;
     let demo = config.model.path.as_os_str().is_empty();
     if demo && args.run.config.is_none() && args.run.cache_mb.is_none() {
@@ -69,7 +83,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let opened = config.clone();
     let server = Server::bind(&runtime, &options, config.clone(), move || {
         let model = crate::host::resolve_model(&opened).map_err(|e| e.to_string())?;
-        let mut host = crate::host::Host::open(opened, &model).map_err(|e| e.to_string())?;
+        let sequences = opened.serve.parallel;
+        let mut host = crate::host::Host::open_sequences(opened, &model, sequences).map_err(|e| e.to_string())?;
         host.print_open_notes("bmoe serve", true);
         Ok(host)
     })

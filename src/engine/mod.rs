@@ -14,6 +14,6 @@ pub use events::{Event, Phase, StepReport};
 pub use remote::RpcOptions;
 pub use session::{
     AbortHandle, EngineError, GenerateRequest, Generation, LeanOpen, OpenReport, Prompt, Session, SessionOptions,
-    StreamOptions,
+    StreamOptions, Utf8Stream,
 };
 pub use threads::{Setting, StepTuner};

@@ -12,10 +12,10 @@ use super::events::{Event, Phase, StepReport};
 use super::remote::{self, RpcOptions};
 use super::threads::StepTuner;
 use crate::gguf::{GgufError, ModelFiles};
-use crate::llama::{SeqPart, rpc};
 use crate::llama::{
     Context, ContextParams, DecodeError, Logits, Model, MtpExperts, MtpParams, RemoteLayers, Sampler, Sampling, argmax,
 };
+use crate::llama::{SeqPart, rpc};
 use crate::moe::budget::{self, CacheBudget, Holdings, MemoryLimits};
 use crate::moe::dense::{self, DenseWeights};
 use crate::moe::evict::CachePolicy;
@@ -715,6 +715,11 @@ impl Session {
         }
     }
 
+    /// The loaded model.
+    pub fn model(&self) -> &Arc<crate::llama::Model> {
+        self.ctx.model()
+    }
+
     /// Vocabulary size of the model.
     pub fn n_vocab(&self) -> usize {
         self.ctx.model().n_vocab()
@@ -908,7 +913,9 @@ impl Session {
         }
         let (first_pos, n_tokens) = match &batch {
             Batch::One { tokens, .. } => (self.history.len() as i32, tokens.len()),
-            Batch::Seqs(parts) => (parts.first().map_or(0, |p| p.first_pos), parts.iter().map(|p| p.tokens.len()).sum()),
+            Batch::Seqs(parts) => {
+                (parts.first().map_or(0, |p| p.first_pos), parts.iter().map(|p| p.tokens.len()).sum())
+            }
         };
         if let Some(h) = self.ctx.hook_mut() {
             h.begin_batch(n_tokens as u32, phase == Phase::Decode);
@@ -1494,13 +1501,14 @@ impl Emitter<'_> {
 }
 
 /// Joins token bytes into valid UTF-8, holding back an incomplete character.
-#[derive(Default)]
-struct Utf8Stream {
+#[derive(Debug, Default)]
+pub struct Utf8Stream {
     held: Vec<u8>,
 }
 
 impl Utf8Stream {
-    fn push(&mut self, bytes: &[u8]) -> String {
+    /// Adds a token's bytes; returns the text now complete.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
         self.held.extend_from_slice(bytes);
         match std::str::from_utf8(&self.held) {
             Ok(s) => {
@@ -1524,7 +1532,8 @@ impl Utf8Stream {
         }
     }
 
-    fn finish(&mut self) -> String {
+    /// Whatever is held, invalid bytes replaced.
+    pub fn finish(&mut self) -> String {
         let s = String::from_utf8_lossy(&self.held).into_owned();
         self.held.clear();
         s

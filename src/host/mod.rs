@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub use demo::resolve_model;
 pub use settings::{Apply, SETTINGS, apply_of, description};
 
-use crate::chat::{ChatFormat, Conversation, Kind, Message, TemplateError, ThinkControl, ToolCall};
+use crate::chat::{ChatFormat, ChatPrompt, Conversation, Kind, Message, TemplateError, ThinkControl, ToolCall};
 use crate::config::RunConfig;
 use crate::engine::{
     AbortHandle, CacheBudget, EngineError, Event, GenerateRequest, Generation, OpenReport, Prompt, Session, StepReport,
@@ -92,6 +92,64 @@ pub struct Turn {
     pub ending: Ending,
 }
 
+/// A chat reply being generated ([`Host::begin_reply`]).
+pub struct Reply {
+    /// The rendered prompt.
+    pub prompt: ChatPrompt,
+    /// The prompt's tokens.
+    pub tokens: Vec<i32>,
+    /// Tokens to generate at most (the room left in the context caps it).
+    pub n_predict: u32,
+    /// Token selection.
+    pub sampling: crate::llama::Sampling,
+    /// The grammar the reply follows (a forced tool call's, or the
+    /// settings'), if any.
+    pub grammar: Option<String>,
+    forced_call: bool,
+    stop: StopScan,
+    splitter: crate::chat::Splitter,
+    tools: Option<serde_json::Value>,
+    reasoning: String,
+    answer: String,
+}
+
+impl Reply {
+    /// The engine request that generates this reply from `prompt`.
+    pub fn request(&self, prompt: Prompt, keep_logits: bool) -> GenerateRequest {
+        GenerateRequest {
+            prompt,
+            n_predict: self.n_predict,
+            sampling: self.sampling,
+            continue_context: false,
+            keep_logits,
+            grammar: self.grammar.clone(),
+        }
+    }
+
+    /// Takes generated text: passes on what precedes any stop string, split
+    /// into reasoning and answer. True once a stop string was found (the
+    /// generation should stop).
+    pub fn push(&mut self, text: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) -> bool {
+        let text = self.stop.push(text);
+        self.route(&text, on_event);
+        self.stop.hit()
+    }
+
+    fn route(&mut self, text: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) {
+        for (kind, piece) in self.splitter.push(text) {
+            self.add(kind, &piece, on_event);
+        }
+    }
+
+    fn add(&mut self, kind: Kind, text: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) {
+        match kind {
+            Kind::Reasoning => self.reasoning.push_str(text),
+            Kind::Answer => self.answer.push_str(text),
+        }
+        on_event(HostEvent::Text { kind, text });
+    }
+}
+
 /// What `set` did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetOutcome {
@@ -136,7 +194,13 @@ impl Host {
     /// Opens `model` with `config`: the session, its plugins, its chat
     /// format and its telemetry files.
     pub fn open(config: RunConfig, model: &Path) -> Result<Host, HostError> {
-        let (session, format, notices) = open_session(&config, model)?;
+        Host::open_sequences(config, model, 1)
+    }
+
+    /// Opens `model` for `sequences` conversations decoded together (a
+    /// server's slots): each gets the configured context length.
+    pub fn open_sequences(config: RunConfig, model: &Path, sequences: u32) -> Result<Host, HostError> {
+        let (session, format, notices) = open_session(&config, model, sequences)?;
         let sinks = Sinks::open(&config, model, session.info()).map_err(HostError::Setting)?;
         Ok(Host::assemble(config, model, session, format, sinks, notices))
     }
@@ -221,6 +285,27 @@ impl Host {
     /// The last decode step (its routing), if any.
     pub fn last_step(&self) -> Option<&StepReport> {
         self.last_step.as_ref()
+    }
+
+    /// The context length of one conversation (of one sequence, when
+    /// several are decoded together).
+    pub fn slot_ctx(&self) -> u32 {
+        self.session.n_ctx() / self.session.sequences() as u32
+    }
+
+    /// The session, for a front end that drives several sequences itself.
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Adds a decode step a front end ran itself to the telemetry files
+    /// and the totals.
+    pub fn record_step(&mut self, report: &StepReport) {
+        self.sinks.write(report);
+        self.totals.add(report);
+        if report.phase == crate::engine::Phase::Decode {
+            self.last_step = Some(report.clone());
+        }
     }
 
     /// Tokens the conversation holds and the context size.
@@ -354,55 +439,18 @@ impl Host {
     ) -> Result<Turn, HostError> {
         let mut messages = self.conversation.rendered_messages();
         messages.extend(new.iter().cloned());
-        let prompt = self.format.prompt(&messages, settings.think)?;
-        if !settings.think && !self.told_no_switch && self.format.think_control() == ThinkControl::None {
-            self.told_no_switch = true;
-            on_event(HostEvent::Notice(&self.format.no_switch_notice()));
-        }
-        let tokens = self.prompt_tokens(&prompt.text);
-        let n_ctx = self.session.n_ctx();
-        let room = (n_ctx as usize).saturating_sub(tokens.len());
-        if room < 2 {
-            return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
-        }
-        let n_predict = settings.n_predict.min(room as u32);
-        let mut splitter = self.format.splitter(&prompt);
-        let (mut reasoning, mut answer) = (String::new(), String::new());
-        let mut route = |kind: Kind, text: &str, on_event: &mut dyn FnMut(HostEvent<'_>)| {
-            match kind {
-                Kind::Reasoning => reasoning.push_str(text),
-                Kind::Answer => answer.push_str(text),
-            }
-            on_event(HostEvent::Text { kind, text });
-        };
+        let mut reply = self.begin_reply(&messages, settings, on_event)?;
+        let tokens = self.prompt_tokens(&reply.prompt.text);
         let prompt_len = tokens.len();
-        let mut request = self.request(Prompt::Tokens(tokens), settings, n_predict);
-        // A reply to the user that must call a tool follows the call grammar.
-        let forced_call = messages.last().is_some_and(|m| m.role == "user") && settings.require_call;
-        if forced_call {
-            if request.grammar.is_some() {
-                return Err(HostError::Setting(
-                    "chat.tool_choice = required and a grammar (generate.grammar or json_schema) both constrain the \
-                     reply: unset one"
-                        .into(),
-                ));
-            }
-            let grammar = self.format.call_grammar(prompt.reply_opening());
-            request.grammar =
-                Some(grammar.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?);
-        }
-        let mut stop = StopScan::new(&settings.stop);
+        let request = reply.request(Prompt::Tokens(tokens), self.keep_logits);
         let abort = self.session.abort_handle();
         let mut generation = self.run(
             &request,
             &mut |event, on_event| {
-                if let Event::Token { text, .. } = event {
-                    for (kind, piece) in splitter.push(&stop.push(text)) {
-                        route(kind, &piece, on_event);
-                    }
-                    if stop.hit() {
-                        abort.abort();
-                    }
+                if let Event::Token { text, .. } = event
+                    && reply.push(text, on_event)
+                {
+                    abort.abort();
                 }
             },
             on_event,
@@ -410,30 +458,125 @@ impl Host {
         // The held tokens stand for this text only if the session holds all
         // of them: a turn stopped during its prompt keeps less.
         if self.session.context_len() == prompt_len + generation.tokens.len() {
-            self.held_text = Some(prompt.text + generation.text.as_str());
+            self.held_text = Some(reply.prompt.text.clone() + generation.text.as_str());
         }
-        for (kind, piece) in splitter.push(&stop.finish()) {
-            route(kind, &piece, on_event);
+        let called_before: usize = self.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
+        let turn = self.end_reply(reply, &mut generation, called_before, on_event);
+        self.conversation.messages.extend(new);
+        let message = Message {
+            reasoning: (!turn.reasoning.is_empty()).then(|| turn.reasoning.clone()),
+            tool_calls: turn.tool_calls.clone(),
+            ..Message::new("assistant", &turn.answer)
+        };
+        self.conversation.messages.push(message);
+        Ok(turn)
+    }
+
+    /// Starts a reply to `messages` (the system prompt first) with
+    /// `settings`: the rendered prompt, the grammar, and the splitting of
+    /// what is generated into reasoning and answer. Whoever runs the
+    /// generation feeds its text to [`Reply::push`] and ends it with
+    /// [`Host::end_reply`]. The tools shown are the format's now.
+    pub fn begin_reply(
+        &mut self,
+        messages: &[Message],
+        settings: &TurnSettings,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Reply, HostError> {
+        let prompt = self.format.prompt(messages, settings.think)?;
+        if !settings.think && !self.told_no_switch && self.format.think_control() == ThinkControl::None {
+            self.told_no_switch = true;
+            on_event(HostEvent::Notice(&self.format.no_switch_notice()));
         }
-        cut_at_stop(&mut generation, &stop);
-        let reasoning_open = splitter.kind() == Kind::Reasoning;
-        for (kind, piece) in splitter.finish() {
-            route(kind, &piece, on_event);
+        let tokens = self.session.tokenize_rendered(&prompt.text);
+        let n_ctx = self.slot_ctx();
+        let room = (n_ctx as usize).saturating_sub(tokens.len());
+        if room < 2 {
+            return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
         }
-        let found = self.format.find_calls(&generation.text);
-        let format = self.format.tool_format();
+        let mut grammar = settings.grammar.clone();
+        // A reply to the user that must call a tool follows the call grammar.
+        let forced_call = messages.last().is_some_and(|m| m.role == "user") && settings.require_call;
+        if forced_call {
+            if grammar.is_some() {
+                return Err(HostError::Setting(
+                    "chat.tool_choice = required and a grammar (generate.grammar or json_schema) both constrain the \
+                     reply: unset one"
+                        .into(),
+                ));
+            }
+            let call = self.format.call_grammar(prompt.reply_opening());
+            grammar = Some(call.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?);
+        }
+        Ok(Reply {
+            splitter: self.format.splitter(&prompt),
+            prompt,
+            tokens,
+            n_predict: settings.n_predict.min(room as u32),
+            sampling: settings.sampling,
+            grammar,
+            forced_call,
+            stop: StopScan::new(&settings.stop),
+            tools: self.format.tools().cloned(),
+            reasoning: String::new(),
+            answer: String::new(),
+        })
+    }
+
+    /// Starts a raw completion of `prompt` (no template, special tokens
+    /// read) as a reply: all of it answer text, no tools.
+    pub fn begin_completion(&mut self, prompt: &str, settings: &TurnSettings) -> Result<Reply, HostError> {
+        let tokens = self.session.tokenize_rendered(prompt);
+        let n_ctx = self.slot_ctx();
+        let room = (n_ctx as usize).saturating_sub(tokens.len());
+        if room < 2 {
+            return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
+        }
+        Ok(Reply {
+            splitter: crate::chat::Splitter::new(crate::chat::Family::Plain, ""),
+            prompt: ChatPrompt::plain(prompt),
+            tokens,
+            n_predict: settings.n_predict.min(room as u32),
+            sampling: settings.sampling,
+            grammar: settings.grammar.clone(),
+            forced_call: false,
+            stop: StopScan::new(&settings.stop),
+            tools: None,
+            reasoning: String::new(),
+            answer: String::new(),
+        })
+    }
+
+    /// Ends `reply` with its `generation` (cut at its stop string): the
+    /// reasoning and answer with tool calls parsed out (ids numbered after
+    /// the `called_before` calls of the conversation), and how it ended.
+    pub fn end_reply(
+        &mut self,
+        mut reply: Reply,
+        generation: &mut Generation,
+        called_before: usize,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Turn {
+        let rest = reply.stop.finish();
+        reply.route(&rest, on_event);
+        cut_at_stop(generation, &reply.stop);
+        let reasoning_open = reply.splitter.kind() == Kind::Reasoning;
+        for (kind, piece) in reply.splitter.finish() {
+            reply.add(kind, &piece, on_event);
+        }
+        let format = self.format.tool_format().filter(|_| reply.tools.is_some());
+        let found = format.map_or_else(Vec::new, |f| f.parse(&generation.text, reply.tools.as_ref()));
         let call_open = format.is_some_and(|f| f.has_unfinished_call(&generation.text, found.len()));
         let open = if reasoning_open {
             Some(Cut::Reasoning)
-        } else if call_open || forced_call {
+        } else if call_open || reply.forced_call {
             Some(Cut::ToolCall)
         } else {
-            request.grammar.as_ref().map(|_| Cut::Constrained)
+            reply.grammar.as_ref().map(|_| Cut::Constrained)
         };
-        let ending = self.ending(&generation, found.len(), n_predict, open);
+        let ending = self.ending(generation, found.len(), reply.n_predict, open);
         let strip = |text: &str| format.map_or_else(|| text.trim().to_string(), |f| f.strip_calls(text, &found));
-        let (reasoning, answer) = (strip(&reasoning), strip(&answer));
-        let called_before: usize = self.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
+        let (reasoning, answer) = (strip(&reply.reasoning), strip(&reply.answer));
         let tool_calls: Vec<ToolCall> = found
             .into_iter()
             .enumerate()
@@ -442,15 +585,8 @@ impl Host {
         for call in &tool_calls {
             on_event(HostEvent::ToolCall(call));
         }
-        self.conversation.messages.extend(new);
-        let reply = Message {
-            reasoning: (!reasoning.is_empty()).then(|| reasoning.clone()),
-            tool_calls: tool_calls.clone(),
-            ..Message::new("assistant", &answer)
-        };
-        self.conversation.messages.push(reply);
         let prefilled = generation.summary.prompt_tokens;
-        Ok(Turn { reasoning, answer, tool_calls, generation, prefilled, ending })
+        Turn { reasoning, answer, tool_calls, generation: std::mem::take(generation), prefilled, ending }
     }
 
     /// How `generation` ended (with `calls` complete tool calls, under
@@ -689,7 +825,8 @@ impl Host {
     /// that fails. The conversation is kept: the next turn prefills it.
     fn reopen(&mut self, new: RunConfig) -> Result<Vec<String>, HostError> {
         let model = if new.model.path.as_os_str().is_empty() { self.model.clone() } else { new.model.path.clone() };
-        let (mut session, format, mut notices) = open_session(&new, &model)?;
+        let sequences = self.session.sequences() as u32;
+        let (mut session, format, mut notices) = open_session(&new, &model, sequences)?;
         session.continue_turns_from(self.session.next_turn());
         // The same model keeps its telemetry files; another model starts new
         // ones (their headers describe the model) once the old are closed.
@@ -738,9 +875,16 @@ pub const NO_TEMPLATE_NOTICE: &str = "the model has no chat template: chat turns
 
 /// Opens the session for `config`, attaches its plugins and compiles its
 /// chat format; the notices gathered on the way.
-fn open_session(config: &RunConfig, model: &Path) -> Result<(Session, ChatFormat, Vec<String>), HostError> {
+fn open_session(
+    config: &RunConfig,
+    model: &Path,
+    sequences: u32,
+) -> Result<(Session, ChatFormat, Vec<String>), HostError> {
     crate::llama::set_verbose(config.telemetry.verbose);
-    let mut session = Session::open(config.session_options(model))?;
+    let mut options = config.session_options(model);
+    options.sequences = sequences.max(1);
+    options.ctx_size = options.ctx_size.saturating_mul(options.sequences);
+    let mut session = Session::open(options)?;
     let mut notices = session.info().notices.clone();
     notices.extend(plugins::attach(&mut session, config).map_err(HostError::Setting)?);
     let format = chat_format(config, model, &session)?;

@@ -122,6 +122,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("serve.port", Apply::Live, "port `bmoe serve` listens on (read when it starts)"),
     ("serve.api_key", Apply::Live, "key `bmoe serve` clients must send; empty = none (read when it starts)"),
     ("serve.queue", Apply::Live, "requests `bmoe serve` lets wait; more get 429 (read when it starts)"),
+    ("serve.parallel", Apply::Live, "requests `bmoe serve` decodes together (read when it starts)"),
     ("serve.body_mb", Apply::Live, "largest request body `bmoe serve` reads, MiB (read when it starts)"),
 ];
 

@@ -80,7 +80,7 @@ pub enum Status {
 pub struct Engine {
     jobs: SyncSender<Job>,
     status: Mutex<Status>,
-    waiting: AtomicUsize,
+    pub(super) waiting: AtomicUsize,
     queue: usize,
     /// The server's counters.
     pub metrics: Metrics,
@@ -93,10 +93,12 @@ pub struct Engine {
 
 impl Engine {
     /// Starts the engine thread, which opens the model with `open` and then
-    /// serves up to `queue` waiting requests.
+    /// serves `slots` requests at once (decoded together) with up to
+    /// `queue` more waiting.
     pub fn start(
         config: RunConfig,
         queue: usize,
+        slots: usize,
         open: impl FnOnce() -> Result<Host, String> + Send + 'static,
     ) -> std::io::Result<Arc<Engine>> {
         let (jobs, inbox) = std::sync::mpsc::sync_channel(queue.max(1));
@@ -122,7 +124,11 @@ impl Engine {
                 });
                 let n_ctx = host.context_use().1;
                 shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape });
-                run(host, &inbox, &shared);
+                if slots > 1 {
+                    super::slots::run(host, &inbox, &shared, slots);
+                } else {
+                    run(host, &inbox, &shared);
+                }
             }
             Err(e) => shared.set_status(Status::Failed(e)),
         })?;
@@ -268,7 +274,7 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
 /// into read / cache / compute, the cache's hits and size, the experts the
 /// batch's first token routed to per layer (with whether each was cached),
 /// and which experts the cache holds (`1`/`0` per layer and expert).
-fn step_json(r: &crate::engine::StepReport) -> String {
+pub(super) fn step_json(r: &crate::engine::StepReport) -> String {
     let ms = |ns: u64| ns as f64 / 1e6;
     let routes: Vec<[u64; 3]> = r
         .trace
@@ -297,7 +303,7 @@ fn step_json(r: &crate::engine::StepReport) -> String {
 
 /// OpenAI's name for how a reply ended (a stopped one was stopped by its
 /// client, which no longer reads it).
-fn finish_reason(reason: crate::host::FinishReason) -> &'static str {
+pub(super) fn finish_reason(reason: crate::host::FinishReason) -> &'static str {
     match reason {
         crate::host::FinishReason::Aborted => "stop",
         other => other.as_str(),
@@ -305,7 +311,7 @@ fn finish_reason(reason: crate::host::FinishReason) -> &'static str {
 }
 
 /// The answer for a turn the host refused or failed.
-fn host_error(e: HostError) -> ApiError {
+pub(super) fn host_error(e: HostError) -> ApiError {
     match e {
         HostError::ContextFull { needed, n_ctx } => ApiError::context_full(format!(
             "the prompt needs {needed} tokens with room for a reply, more than the context's {n_ctx}: shorten the \

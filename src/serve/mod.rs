@@ -10,6 +10,7 @@ mod metrics;
 mod reply;
 mod request;
 mod routes;
+mod slots;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -41,6 +42,8 @@ pub struct ServeOptions {
     pub queue: usize,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// Requests decoded together.
+    pub parallel: usize,
 }
 
 impl ServeOptions {
@@ -58,6 +61,7 @@ impl ServeOptions {
             api_key: key.filter(|k| !k.is_empty()),
             queue: s.queue as usize,
             body_limit: s.body_mb as usize * 1024 * 1024,
+            parallel: s.parallel.max(1) as usize,
         })
     }
 }
@@ -74,7 +78,8 @@ pub struct Server {
 
 impl Server {
     /// Binds `options.addr` and starts the engine thread, which opens the
-    /// model with `open` (the server answers 503 until it has).
+    /// model with `open` (the server answers 503 until it has) for
+    /// `options.parallel` sequences.
     pub fn bind(
         runtime: &tokio::runtime::Runtime,
         options: &ServeOptions,
@@ -85,7 +90,8 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(options.addr))
             .map_err(|e| format!("listening on {}: {e}", options.addr))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let engine = Engine::start(config, options.queue, open).map_err(|e| format!("starting the engine: {e}"))?;
+        let engine = Engine::start(config, options.queue, options.parallel, open)
+            .map_err(|e| format!("starting the engine: {e}"))?;
         let state = routes::AppState {
             engine: engine.clone(),
             api_key: options.api_key.clone(),

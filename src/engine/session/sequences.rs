@@ -103,8 +103,10 @@ impl Session {
     /// The logits of the last token of `parts[part]` after
     /// [`Session::decode_seqs`] decoded `parts` (empty where it kept none).
     pub fn part_logits(&self, parts: &[(usize, &[i32], bool)], part: usize) -> &[f32] {
-        let seq_parts: Vec<SeqPart<'_>> =
-            parts.iter().map(|&(seq, tokens, logits)| SeqPart { seq: seq as i32, first_pos: 0, tokens, logits }).collect();
+        let seq_parts: Vec<SeqPart<'_>> = parts
+            .iter()
+            .map(|&(seq, tokens, logits)| SeqPart { seq: seq as i32, first_pos: 0, tokens, logits })
+            .collect();
         self.ctx.logits_at(batch_index_of_last(&seq_parts, part))
     }
 }

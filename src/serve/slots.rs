@@ -1,0 +1,254 @@
+//! Concurrent requests in one batch: each request takes a slot (a
+//! sequence of the session), and every decode step is one batch holding
+//! each generating slot's next token and, in the room left, a chunk of a
+//! newcomer's prompt, so running streams are not stalled by a long prompt.
+//! The expert hook serves the batch's union of routes once per layer.
+//! Each slot keeps its tokens after its request, so a conversation's next
+//! turn (sent to the slot whose tokens it shares the most) decodes only
+//! what is new.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use super::engine::{Engine, Finished, Job, Out, finish_reason, host_error, step_json};
+use super::error::ApiError;
+use super::request::Work;
+use crate::engine::{Generation, Phase, Utf8Stream};
+use crate::host::{Host, HostEvent, Reply};
+use crate::llama::{Model, Sampler};
+
+/// One request in a slot.
+struct Slot<'m> {
+    job: Job,
+    reply: Reply,
+    sampler: Sampler<'m>,
+    /// Prompt tokens not yet decoded.
+    input: Vec<i32>,
+    /// The last generated token, decoded with the next step.
+    pending: Option<i32>,
+    generation: Generation,
+    utf8: Utf8Stream,
+    /// Tool calls in the conversation before this reply (for call ids).
+    called_before: usize,
+}
+
+/// How a slot's step ended.
+enum Next {
+    Continue,
+    Done,
+}
+
+/// Serves jobs `slots` at a time until every sender is gone.
+pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize) {
+    let model = host.session_mut().model().clone();
+    let batch = host.config().generate.batch.max(1) as usize;
+    let mut running: Vec<Option<Slot<'_>>> = (0..slots).map(|_| None).collect();
+    let mut step = 0u32;
+    loop {
+        // Take new jobs while slots are free; wait only when none runs.
+        while running.iter().any(Option::is_none) {
+            let job = if running.iter().all(Option::is_none) {
+                match inbox.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                }
+            } else {
+                match inbox.try_recv() {
+                    Ok(job) => job,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            };
+            engine.waiting.fetch_sub(1, Ordering::Relaxed);
+            if job.out.is_closed() {
+                engine.metrics.cancelled();
+                continue;
+            }
+            engine.metrics.queued_for(job.received.elapsed());
+            let _ = job.out.send(Out::Started);
+            start(&mut host, &model, job, &mut running);
+        }
+        // One batch: each generating slot's token, then prompt chunks.
+        let mut parts: Vec<(usize, Vec<i32>, bool)> = Vec::new();
+        for (seq, slot) in running.iter().enumerate() {
+            if let Some(token) = slot.as_ref().and_then(|s| s.pending) {
+                parts.push((seq, vec![token], true));
+            }
+        }
+        let mut room = batch.saturating_sub(parts.len());
+        for (seq, slot) in running.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut().filter(|s| !s.input.is_empty()) else { continue };
+            if room == 0 {
+                break;
+            }
+            let take = slot.input.len().min(room);
+            let chunk: Vec<i32> = slot.input.drain(..take).collect();
+            room -= take;
+            slot.generation.summary.prompt_tokens += take as u64;
+            parts.push((seq, chunk, slot.input.is_empty()));
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let refs: Vec<(usize, &[i32], bool)> = parts.iter().map(|(s, t, l)| (*s, t.as_slice(), *l)).collect();
+        let phase = if parts.iter().all(|p| p.1.len() > 1 || running[p.0].as_ref().is_some_and(|s| s.pending.is_none()))
+        {
+            Phase::Prefill
+        } else {
+            Phase::Decode
+        };
+        step += 1;
+        let report = match host.session_mut().decode_seqs(&refs, 0, phase, step) {
+            Ok(Some(report)) => report,
+            Ok(None) => continue,
+            Err(e) => {
+                // The batch failed: its slots end with the error.
+                let error = host_error(e.into());
+                for (seq, _, _) in &parts {
+                    if let Some(slot) = running[*seq].take() {
+                        host.session_mut().seq_keep_prefix(*seq, &[]);
+                        let _ = slot.job.out.send(Out::Done(Err(error.clone())));
+                    }
+                }
+                continue;
+            }
+        };
+        host.record_step(&report);
+        engine.metrics.step(&report);
+        if engine.steps.receiver_count() > 0 {
+            let _ = engine.steps.send(step_json(&report));
+        }
+        for (i, (seq, _, logits)) in parts.iter().enumerate() {
+            if !logits {
+                continue;
+            }
+            let logits = host.session_mut().part_logits(&refs, i).to_vec();
+            let next = running[*seq].as_mut().map_or(Next::Done, |slot| slot.advance(&model, &logits));
+            if matches!(next, Next::Done) {
+                finish(&mut host, engine, &mut running, *seq);
+            }
+        }
+        // Clients that went away free their slots.
+        for seq in 0..running.len() {
+            if running[seq].as_ref().is_some_and(|s| s.job.out.is_closed()) {
+                if let Some(slot) = running[seq].as_mut() {
+                    slot.generation.aborted = true;
+                }
+                finish(&mut host, engine, &mut running, seq);
+            }
+        }
+    }
+}
+
+/// Starts `job` in the free slot whose tokens share the longest prefix
+/// with its prompt, or answers it with the error that prevents it.
+fn start<'m>(host: &mut Host, model: &'m Model, job: Job, running: &mut [Option<Slot<'m>>]) {
+    let (begun, called_before) = match &job.request.work {
+        Work::Chat(work) => {
+            host.show_for_request(work.tools.clone(), work.effort.clone());
+            let messages = work.conversation.rendered_messages();
+            let called_before = work.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
+            (host.begin_reply(&messages, &job.request.settings, &mut |_| {}), called_before)
+        }
+        Work::Complete { prompt } => (host.begin_completion(prompt, &job.request.settings), 0),
+    };
+    let reply = match begun {
+        Ok(reply) => reply,
+        Err(e) => return refuse(job, host_error(e)),
+    };
+    let sampler = match &reply.grammar {
+        Some(g) => match Sampler::with_grammar(reply.sampling, model, g) {
+            Ok(s) => s,
+            Err(e) => return refuse(job, ApiError::bad_request(e)),
+        },
+        None => Sampler::new(reply.sampling),
+    };
+    let session = host.session_mut();
+    let shared = |seq: usize| session.seq_tokens(seq).iter().zip(&reply.tokens).take_while(|(a, b)| a == b).count();
+    let free = (0..running.len()).filter(|&s| running[s].is_none());
+    let Some(seq) = free.max_by_key(|&s| shared(s)) else {
+        return refuse(job, ApiError::internal("no free slot"));
+    };
+    let kept = session.seq_keep_prefix(seq, &reply.tokens);
+    let input = reply.tokens[kept..].to_vec();
+    let generation = Generation { reused_tokens: kept, ..Generation::default() };
+    running[seq] = Some(Slot {
+        job,
+        reply,
+        sampler,
+        input,
+        pending: None,
+        generation,
+        utf8: Utf8Stream::default(),
+        called_before,
+    });
+}
+
+/// Answers `job` with `error`.
+fn refuse(job: Job, error: ApiError) {
+    let _ = job.out.send(Out::Done(Err(error)));
+}
+
+impl Slot<'_> {
+    /// Chooses the next token from `logits` and passes its text on.
+    fn advance(&mut self, model: &Model, logits: &[f32]) -> Next {
+        let Some(token) = self.sampler.sample(logits) else {
+            // The grammar is complete and allows no end token.
+            self.generation.stopped_at_eog = true;
+            return Next::Done;
+        };
+        if model.is_eog(token) {
+            self.generation.stopped_at_eog = true;
+            return Next::Done;
+        }
+        self.generation.tokens.push(token);
+        self.generation.summary.generated += 1;
+        let text = self.utf8.push(&model.token_bytes(token));
+        self.generation.text.push_str(&text);
+        let out = &self.job.out;
+        let stopped = self.reply.push(&text, &mut |event| send(out, event));
+        if stopped || self.generation.tokens.len() >= self.reply.n_predict as usize {
+            return Next::Done;
+        }
+        self.pending = Some(token);
+        Next::Continue
+    }
+}
+
+/// Sends a text event to the request's handler.
+fn send(out: &tokio::sync::mpsc::UnboundedSender<Out>, event: HostEvent<'_>) {
+    if let HostEvent::Text { kind, text } = event
+        && !text.is_empty()
+    {
+        let _ = out.send(Out::Text(kind, text.to_string()));
+    }
+}
+
+/// Ends the request in slot `seq`: its reply parsed, its answer sent.
+fn finish(host: &mut Host, engine: &Engine, running: &mut [Option<Slot<'_>>], seq: usize) {
+    let Some(mut slot) = running[seq].take() else { return };
+    // The last token (never decoded) is no part of the sequence's tokens.
+    let tail = slot.utf8.finish();
+    if !tail.is_empty() {
+        slot.generation.text.push_str(&tail);
+        let out = &slot.job.out;
+        slot.reply.push(&tail, &mut |event| send(out, event));
+    }
+    let out = slot.job.out.clone();
+    let turn = host.end_reply(slot.reply, &mut slot.generation, slot.called_before, &mut |event| send(&out, event));
+    let raw = matches!(slot.job.request.work, Work::Complete { .. });
+    let finished = Finished {
+        reasoning: turn.reasoning,
+        answer: if raw { turn.generation.text.clone() } else { turn.answer },
+        tool_calls: turn.tool_calls,
+        finish_reason: finish_reason(turn.ending.reason),
+        prompt_tokens: turn.generation.summary.prompt_tokens + turn.generation.reused_tokens as u64,
+        completion_tokens: turn.generation.tokens.len() as u64,
+    };
+    if out.is_closed() {
+        engine.metrics.cancelled();
+    } else {
+        engine.metrics.finished(finished.prompt_tokens, finished.completion_tokens);
+    }
+    let _ = out.send(Out::Done(Ok(Box::new(finished))));
+}
