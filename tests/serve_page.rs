@@ -94,7 +94,7 @@ fn the_chat_page_streams_a_reply_and_shows_the_routing_panel() {
     let dir = common::tempdir();
     let model = common::write_tiny(dir.path(), "serve.gguf", Arch::Qwen3Moe, |_| {});
     // Streaming with a small cache, so the panel has reads, hits and residency to show.
-    let server = Serve::start(&model, &["--moe-stream", "--cache-mb", "1"]);
+    let server = Serve::start(&model, &["--moe-stream", "--cache-mb", "1", "-n", "48"]);
 
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-page.png");
     let _ = std::fs::remove_file(&shot);

@@ -70,7 +70,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         config.moe.stream = true;
         config.moe.cache_mb = crate::config::CacheMb::Mib(DEMO_CACHE_MIB);
     }
-    let options = ServeOptions::from_config(&config).map_err(|e| anyhow!(e))?;
+    let mut options = ServeOptions::from_config(&config).map_err(|e| anyhow!(e))?;
+    // -n given: the limit of a request that sets none (else the context's room).
+    options.default_max_tokens = args.run.n_predict;
     interrupt::install()?;
     interrupt::also_on_sigterm()?;
     crate::notes::raise_to_verbose(config.telemetry.verbose);

@@ -89,18 +89,21 @@ pub struct Engine {
     pub steps: tokio::sync::broadcast::Sender<String>,
     /// The configuration requests are read against.
     pub config: RunConfig,
+    /// The token limit of a request that sets none (`None`: the room left
+    /// in the context).
+    pub default_max_tokens: Option<u32>,
 }
 
 impl Engine {
     /// Starts the engine thread, which opens the model with `open` and then
-    /// serves `slots` requests at once (decoded together) with up to
-    /// `queue` more waiting.
+    /// serves `options.parallel` requests at once (decoded together) with
+    /// up to `options.queue` more waiting.
     pub fn start(
         config: RunConfig,
-        queue: usize,
-        slots: usize,
+        options: &super::ServeOptions,
         open: impl FnOnce() -> Result<Host, String> + Send + 'static,
     ) -> std::io::Result<Arc<Engine>> {
+        let (queue, slots) = (options.queue, options.parallel);
         let (jobs, inbox) = std::sync::mpsc::sync_channel(queue.max(1));
         let engine = Arc::new(Engine {
             jobs,
@@ -110,6 +113,7 @@ impl Engine {
             metrics: Metrics::default(),
             steps: tokio::sync::broadcast::channel(64).0,
             config,
+            default_max_tokens: options.default_max_tokens,
         });
         let shared = engine.clone();
         std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || match open() {
@@ -271,16 +275,20 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
 }
 
 /// One step's telemetry for the routing panel: its phase, timings split
-/// into read / cache / compute, the cache's hits and size, the experts the
-/// batch's first token routed to per layer (with whether each was cached),
-/// and which experts the cache holds (`1`/`0` per layer and expert).
+/// into read / cache / compute, the cache's hits, evictions and size, the
+/// slots a drop plugin skipped, the experts the batch's last token routed
+/// to per layer (with whether each was cached), and which experts the
+/// cache holds (`1`/`0` per layer and expert).
 pub(super) fn step_json(r: &crate::engine::StepReport) -> String {
     let ms = |ns: u64| ns as f64 / 1e6;
+    // The batch's last token: a prompt chunk's first token skips the last
+    // layer (only the last position's output is needed there).
+    let last = r.trace.rows.iter().map(|row| row.token).max().unwrap_or(0);
     let routes: Vec<[u64; 3]> = r
         .trace
         .rows
         .iter()
-        .filter(|row| row.token == 0)
+        .filter(|row| row.token == last)
         .map(|row| [u64::from(row.layer), u64::from(row.expert), u64::from(row.hit)])
         .collect();
     let residency: String = r.residency.iter().map(|&held| if held { '1' } else { '0' }).collect();
@@ -293,6 +301,8 @@ pub(super) fn step_json(r: &crate::engine::StepReport) -> String {
         "bytes_read": r.trace.bytes_read,
         "lookups": r.trace.lookups,
         "hits": r.trace.hits,
+        "evictions": r.trace.evictions,
+        "dropped": r.trace.dropped,
         "cache_mib": r.cache_resident as f64 / 1048576.0,
         "threads": r.threads,
         "routes": routes,

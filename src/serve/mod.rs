@@ -44,6 +44,9 @@ pub struct ServeOptions {
     pub body_limit: usize,
     /// Requests decoded together.
     pub parallel: usize,
+    /// The token limit of a request that sets none (`None`: the room left
+    /// in the context).
+    pub default_max_tokens: Option<u32>,
 }
 
 impl ServeOptions {
@@ -62,6 +65,7 @@ impl ServeOptions {
             queue: s.queue as usize,
             body_limit: s.body_mb as usize * 1024 * 1024,
             parallel: s.parallel.max(1) as usize,
+            default_max_tokens: None,
         })
     }
 }
@@ -90,8 +94,7 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(options.addr))
             .map_err(|e| format!("listening on {}: {e}", options.addr))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let engine = Engine::start(config, options.queue, options.parallel, open)
-            .map_err(|e| format!("starting the engine: {e}"))?;
+        let engine = Engine::start(config, options, open).map_err(|e| format!("starting the engine: {e}"))?;
         let state = routes::AppState {
             engine: engine.clone(),
             api_key: options.api_key.clone(),

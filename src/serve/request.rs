@@ -117,22 +117,23 @@ struct ApiFunction {
     arguments: Value,
 }
 
-/// Reads a `POST /v1/chat/completions` body.
-pub fn chat(body: &Value, config: &RunConfig) -> Result<Parsed, ApiError> {
+/// Reads a `POST /v1/chat/completions` body; `default_max` limits a
+/// request that sets no `max_tokens` (`None`: the room in the context).
+pub fn chat(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Result<Parsed, ApiError> {
     let common = common(body)?;
     let messages = body.get("messages").ok_or_else(|| ApiError::bad_param("messages", "`messages` is required"))?;
     let conversation = conversation(messages)?;
     let (tools, require_call) = tools(body)?;
     let (think, effort) = thinking(body, config)?;
-    let mut settings = settings(&common, config)?;
+    let mut settings = settings(&common, config, default_max)?;
     settings.think = think;
     settings.require_call = require_call;
     let work = Work::Chat(ChatWork { conversation, tools, effort });
     Ok(Parsed { work, settings, stream: common.stream, include_usage: include_usage(&common) })
 }
 
-/// Reads a `POST /v1/completions` body.
-pub fn completion(body: &Value, config: &RunConfig) -> Result<Parsed, ApiError> {
+/// Reads a `POST /v1/completions` body (`default_max` as for [`chat`]).
+pub fn completion(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Result<Parsed, ApiError> {
     let common = common(body)?;
     for field in ["echo", "suffix", "best_of"] {
         if body.get(field).is_some_and(|v| !v.is_null() && v != &Value::Bool(false) && v != &Value::from(1)) {
@@ -154,7 +155,7 @@ pub fn completion(body: &Value, config: &RunConfig) -> Result<Parsed, ApiError> 
     if prompt.is_empty() {
         return Err(ApiError::bad_param("prompt", "`prompt` is empty"));
     }
-    let settings = settings(&common, config)?;
+    let settings = settings(&common, config, default_max)?;
     Ok(Parsed {
         work: Work::Complete { prompt },
         settings,
@@ -183,9 +184,9 @@ fn include_usage(common: &Common) -> bool {
 
 /// The sampling, length, stop and output-format settings of a request
 /// over the configuration's.
-fn settings(common: &Common, config: &RunConfig) -> Result<TurnSettings, ApiError> {
+fn settings(common: &Common, config: &RunConfig, default_max: Option<u32>) -> Result<TurnSettings, ApiError> {
     let mut settings = TurnSettings {
-        n_predict: u32::MAX,
+        n_predict: default_max.unwrap_or(u32::MAX),
         sampling: config.sampling(),
         grammar: None,
         think: config.chat.think,
@@ -406,7 +407,7 @@ mod tests {
     use serde_json::json;
 
     fn chat_of(body: Value) -> Result<Parsed, ApiError> {
-        chat(&body, &RunConfig::default())
+        chat(&body, &RunConfig::default(), None)
     }
 
     #[test]
@@ -494,10 +495,12 @@ mod tests {
     #[test]
     fn completion_prompts() {
         let config = RunConfig::default();
-        let parsed = completion(&json!({"prompt": ["Once"], "max_tokens": 4, "stop": "\n"}), &config).unwrap();
+        let parsed = completion(&json!({"prompt": ["Once"], "max_tokens": 4, "stop": "\n"}), &config, None).unwrap();
         assert!(matches!(parsed.work, Work::Complete { ref prompt } if prompt == "Once"));
         assert_eq!(parsed.settings.stop, ["\n"]);
-        assert!(completion(&json!({"prompt": ["a", "b"]}), &config).is_err());
-        assert!(completion(&json!({"prompt": "a", "echo": true}), &config).is_err());
+        // -n of the server limits a request that sets no max_tokens.
+        assert_eq!(completion(&json!({"prompt": "a"}), &config, Some(9)).unwrap().settings.n_predict, 9);
+        assert!(completion(&json!({"prompt": ["a", "b"]}), &config, None).is_err());
+        assert!(completion(&json!({"prompt": "a", "echo": true}), &config, Some(9)).is_err());
     }
 }

@@ -149,7 +149,7 @@ async fn chat(State(state): State<AppState>, body: Body) -> Response {
     let answer = async {
         let body = read_json(body, state.body_limit).await?;
         let model = state.engine.ready()?;
-        let parsed = request::chat(&body, &state.engine.config)?;
+        let parsed = request::chat(&body, &state.engine.config, state.engine.default_max_tokens)?;
         let openings = match &parsed.work {
             Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
             _ => Vec::new(),
@@ -180,7 +180,7 @@ async fn completion(State(state): State<AppState>, body: Body) -> Response {
     let answer = async {
         let body = read_json(body, state.body_limit).await?;
         let model = state.engine.ready()?;
-        let parsed = request::completion(&body, &state.engine.config)?;
+        let parsed = request::completion(&body, &state.engine.config, state.engine.default_max_tokens)?;
         let (stream, include_usage) = (parsed.stream, parsed.include_usage);
         let rx = submit(&state, parsed)?;
         let header = Header::new("cmpl", model);

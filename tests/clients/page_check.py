@@ -15,6 +15,7 @@ import time
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 
 CHROMIUM = "/usr/bin/chromium"
@@ -32,10 +33,14 @@ def start_browser():
 
 
 def wait_for(what, timeout, probe):
-    """Polls probe() until it returns something true; the failure names `what`."""
+    """Polls probe() until it returns something true (an element not there
+    yet counts as false); the failure names `what`."""
     deadline = time.monotonic() + timeout
     while True:
-        value = probe()
+        try:
+            value = probe()
+        except WebDriverException:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -107,7 +112,13 @@ def main():
         print(f"ok: reply of {len(text)} characters, {steps(driver)} step events, screenshot {shot}")
         return 0
     except Exception as e:  # noqa: BLE001 - any failure is reported the same way
-        print(f"FAILED: {e}", file=sys.stderr)
+        message = e.msg if isinstance(e, WebDriverException) else e
+        print(f"FAILED: {message}", file=sys.stderr)
+        try:
+            status = driver.find_element(By.ID, "status").text
+            print(f"the page's status line: {status!r}", file=sys.stderr)
+        except WebDriverException:
+            print("(the page has no status line: was it the chat page?)", file=sys.stderr)
         try:
             log = log or driver.get_log("browser")
             driver.save_screenshot(shot)

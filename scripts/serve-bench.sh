@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Concurrent requests against `bmoe serve` on the bench preset: 1, 2, 4 and
+# 8 streamed greedy completions of TOKENS tokens at once, resident and
+# streamed under a memory cap of a third of the file (a cgroup v1 memory
+# limit around the server; root). Prints one row per run: aggregate tok/s,
+# MiB of experts read per generated token, time to first token and
+# inter-token latency (p50, p99), and each aggregate as a multiple of one
+# request's. Rounds are interleaved (1, 2, 4, 8, then again) so a slow
+# spell of the machine falls on every width alike.
+#
+# usage: scripts/serve-bench.sh [WORKDIR] [TOKENS] [ROUNDS]
+#   PRESET=name picks another preset (default bench); BMOE=path another binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:-bench-work}
+tokens=${2:-64}
+rounds=${3:-2}
+source scripts/bench-model.sh
+bmoe=${BMOE:-$bmoe}
+size=$(stat -c %s "$model")
+cap=$((size / 3))
+cg=/sys/fs/cgroup/memory/bmoe-serve-bench
+server=
+
+stop_server() {
+  if [ -n "$server" ]; then
+    kill "$server" 2> /dev/null || true
+    wait "$server" 2> /dev/null || true
+    server=
+  fi
+}
+trap 'stop_server; rmdir "$cg" 2> /dev/null || true' EXIT
+
+# Starts the server with extra flags ($@), in the capped cgroup when
+# $capped, and waits for /health.
+start_server() {
+  local log=$work/serve-bench.log
+  sync
+  echo 3 > /proc/sys/vm/drop_caches
+  if [ "$capped" = 1 ]; then
+    mkdir -p "$cg"
+    echo "$cap" > "$cg/memory.limit_in_bytes"
+    sh -c "echo \$\$ > $cg/cgroup.procs && exec $bmoe serve -q -m $model --port 0 --parallel 8 --ctx-size 256 --batch 256 --ubatch 256 $*" > "$log" 2>&1 &
+  else
+    $bmoe serve -q -m "$model" --port 0 --parallel 8 --ctx-size 256 --batch 256 --ubatch 256 "$@" > "$log" 2>&1 &
+  fi
+  server=$!
+  url=
+  for _ in $(seq 1 6000); do
+    kill -0 "$server" 2> /dev/null || { cat "$log"; exit 1; }
+    url=$(grep -o 'http://[0-9.:]*' "$log" | head -1 || true)
+    [ -n "$url" ] && curl -sf "$url/health" > /dev/null && break
+    sleep 0.1
+  done
+  [ -n "$url" ] || { cat "$log"; exit 1; }
+  # Warm: the page cache, the expert cache, the thread count.
+  python3 scripts/serve-load.py "$url" 1 16 > /dev/null
+}
+
+printf '%-9s %3s %8s %7s %9s %9s %9s %8s %8s\n' mode n tok/s xone MiB/tok ttft_p50 ttft_p99 itl_p50 itl_p99
+for mode in resident capped; do
+  capped=0
+  flags=()
+  if [ "$mode" = capped ]; then capped=1; flags=(--moe-stream); fi
+  start_server "${flags[@]}"
+  declare -A rows=()
+  for _ in $(seq 1 "$rounds"); do
+    for n in 1 2 4 8; do
+      rows[$n]+="$(python3 scripts/serve-load.py "$url" "$n" "$tokens")"$'\n'
+    done
+  done
+  stop_server
+  # Medians over rounds of each figure.
+  python3 - "$mode" <<PY
+import json, statistics, sys
+mode = sys.argv[1]
+rows = {$(for n in 1 2 4 8; do printf '%s: """%s""",' "$n" "${rows[$n]}"; done)}
+med = {}
+for n, text in rows.items():
+    runs = [json.loads(l) for l in text.splitlines() if l.strip()]
+    med[n] = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "n"}
+for n in sorted(med):
+    m = med[n]
+    print(f"{mode:<9} {n:>3} {m['tok_s']:>8.2f} {m['tok_s'] / med[1]['tok_s']:>6.2f}x {m['mib_per_token']:>9.3f} "
+          f"{m['ttft_p50_ms']:>9.1f} {m['ttft_p99_ms']:>9.1f} {m['itl_p50_ms']:>8.1f} {m['itl_p99_ms']:>8.1f}")
+PY
+  unset rows
+done
