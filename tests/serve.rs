@@ -4,77 +4,16 @@
 
 mod common;
 
+use common::serve::{Serve, agent, client_python, get};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bmoe::synth::Arch;
 use serde_json::{Value, json};
-
-/// A `bmoe serve` child process, stopped when dropped.
-struct Serve {
-    child: Child,
-    /// `http://127.0.0.1:PORT`.
-    url: String,
-}
-
-impl Serve {
-    /// Starts `bmoe serve -m model --port 0` with `args` and waits until
-    /// `/health` answers 200.
-    fn start(model: &Path, args: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-            .args(["serve", "-q", "--port", "0", "-t", "1", "-m", model.to_str().unwrap()])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start bmoe serve");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().expect("a first line").expect("stdout");
-        let url = first.split_whitespace().find(|w| w.starts_with("http://")).expect("the URL").to_string();
-        // Keep reading stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        let server = Serve { child, url };
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            if get(&server.url, "/health", None).0 == 200 {
-                return server;
-            }
-            assert!(Instant::now() < deadline, "bmoe serve never became ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(600)))
-        .build()
-        .into()
-}
-
-/// `GET url+path` (with a bearer `key`): status and body text.
-fn get(url: &str, path: &str, key: Option<&str>) -> (u16, String) {
-    let mut request = agent().get(format!("{url}{path}"));
-    if let Some(key) = key {
-        request = request.header("Authorization", format!("Bearer {key}"));
-    }
-    match request.call() {
-        Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()),
-        Err(_) => (0, String::new()),
-    }
-}
 
 /// `POST url+path` with a JSON body: status and the body as JSON.
 fn post(url: &str, path: &str, body: &Value) -> (u16, Value) {
@@ -331,16 +270,6 @@ fn a_client_that_leaves_mid_stream_stops_its_generation() {
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert_eq!(generated, 3, "only the finished request's tokens count:\n{metrics}");
-}
-
-/// The Python environment with the `openai` package (made once).
-fn client_python() -> PathBuf {
-    static MADE: Mutex<()> = Mutex::new(());
-    let _once = MADE.lock().unwrap_or_else(|p| p.into_inner());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(root.join("scripts/client-venv.sh")).output().expect("run scripts/client-venv.sh");
-    assert!(out.status.success(), "scripts/client-venv.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    root.join(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 #[test]

@@ -80,7 +80,7 @@ pub enum Status {
 pub struct Engine {
     jobs: SyncSender<Job>,
     status: Mutex<Status>,
-    pub(super) waiting: AtomicUsize,
+    waiting: AtomicUsize,
     queue: usize,
     /// The server's counters.
     pub metrics: Metrics,
@@ -179,6 +179,19 @@ impl Engine {
         }
     }
 
+    /// Takes `job` off the queue to run it now: false (and counted as
+    /// cancelled) when its client has gone.
+    pub(super) fn admit(&self, job: &Job) -> bool {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        if job.out.is_closed() {
+            self.metrics.cancelled();
+            return false;
+        }
+        self.metrics.queued_for(job.received.elapsed());
+        let _ = job.out.send(Out::Started);
+        true
+    }
+
     /// Queues a request; 429 when the queue is full.
     pub fn submit(&self, job: Job) -> Result<(), ApiError> {
         self.ready()?;
@@ -206,13 +219,9 @@ fn model_id(path: &std::path::Path) -> String {
 /// Runs jobs until every sender is gone.
 fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine) {
     while let Ok(job) = inbox.recv() {
-        engine.waiting.fetch_sub(1, Ordering::Relaxed);
-        if job.out.is_closed() {
-            engine.metrics.cancelled();
+        if !engine.admit(&job) {
             continue;
         }
-        engine.metrics.queued_for(job.received.elapsed());
-        let _ = job.out.send(Out::Started);
         let result = answer(&mut host, &job, engine);
         if job.out.is_closed() {
             engine.metrics.cancelled();

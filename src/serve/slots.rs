@@ -7,7 +7,6 @@
 //! turn (sent to the slot whose tokens it shares the most) decodes only
 //! what is new.
 
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 
 use super::engine::{Engine, Finished, Job, Out, finish_reason, host_error, step_json};
@@ -59,13 +58,9 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
                     Err(TryRecvError::Disconnected) => return,
                 }
             };
-            engine.waiting.fetch_sub(1, Ordering::Relaxed);
-            if job.out.is_closed() {
-                engine.metrics.cancelled();
+            if !engine.admit(&job) {
                 continue;
             }
-            engine.metrics.queued_for(job.received.elapsed());
-            let _ = job.out.send(Out::Started);
             start(&mut host, &model, job, &mut running);
         }
         // One batch: each generating slot's token, then prompt chunks.
