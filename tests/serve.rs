@@ -338,3 +338,46 @@ fn concurrent_requests_decode_together_and_equal_each_alone() {
         assert!(generated > steps * 1.2, "{what}: {generated} tokens in {steps} steps: requests did not share steps");
     }
 }
+
+#[test]
+fn a_full_queue_is_answered_429_and_the_queue_drains() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    // One request at a time, one waiting; a long context keeps the first busy.
+    let server = Serve::start(&model, &["--parallel", "1", "--queue", "1", "--ctx-size", "16384"]);
+    let url = &server.url;
+    let host = url.trim_start_matches("http://").to_string();
+    // The first request runs (its stream has begun)...
+    let body = json!({"messages": user("Tell me everything"), "stream": true}).to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \
+         {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut running = TcpStream::connect(&host).unwrap();
+    running.write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(running);
+    let mut line = String::new();
+    while !line.starts_with("data: ") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the first stream ended early");
+    }
+    // ...the second waits in the queue...
+    let waiting = std::thread::spawn({
+        let url = url.clone();
+        move || post(&url, "/v1/chat/completions", &json!({"messages": user("hi"), "max_tokens": 2}))
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !get(url, "/metrics", None).1.contains("bmoe_queue_waiting 1") {
+        assert!(Instant::now() < deadline, "the second request never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...and a third finds the queue full.
+    let (status, body) = post(url, "/v1/chat/completions", &json!({"messages": user("hi"), "max_tokens": 2}));
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "queue_full");
+    // The first client leaves: the waiting request runs.
+    drop(reader);
+    let (status, body) = waiting.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+}

@@ -134,3 +134,50 @@ impl Server {
 pub fn is_exposed(addr: &SocketAddr) -> bool {
     !addr.ip().is_loopback()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `GET`/`POST` on `url`: the status and the body's JSON.
+    fn call(url: &str, post: Option<&str>) -> (u16, serde_json::Value) {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut r = match post {
+            Some(body) => agent.post(url).header("Content-Type", "application/json").send(body),
+            None => agent.get(url).call(),
+        }
+        .expect("an answer");
+        (r.status().as_u16(), r.body_mut().read_json().unwrap_or_default())
+    }
+
+    #[test]
+    fn the_server_answers_503_while_the_model_loads_and_after_it_failed() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (release, opened) = std::sync::mpsc::channel::<()>();
+        let mut config = RunConfig::default();
+        config.serve.port = 0;
+        let options = ServeOptions::from_config(&config).unwrap();
+        let server = Server::bind(&runtime, &options, config, move || {
+            let _ = opened.recv();
+            Err("the model file is gone".to_string())
+        })
+        .unwrap();
+        let url = format!("http://{}", server.addr);
+        let engine = server.engine.clone();
+        runtime.spawn(server.run(std::future::pending()));
+        let (status, body) = call(&format!("{url}/health"), None);
+        assert_eq!((status, body["status"].as_str()), (503, Some("loading model")));
+        let (status, body) = call(&format!("{url}/v1/chat/completions"), Some(r#"{"messages": []}"#));
+        assert_eq!(status, 503);
+        assert!(body["error"]["message"].as_str().unwrap().contains("loading"), "{body}");
+        release.send(()).unwrap();
+        while engine.status() == Status::Loading {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (status, body) = call(&format!("{url}/v1/models"), None);
+        assert_eq!(status, 503);
+        assert!(body["error"]["message"].as_str().unwrap().contains("the model file is gone"), "{body}");
+        assert_eq!(call(&format!("{url}/health"), None).0, 503);
+        runtime.shutdown_background();
+    }
+}
