@@ -57,6 +57,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if let Some(parallel) = args.parallel {
         s.parallel = parallel;
     }
+    if config.serve.parallel > config.generate.batch {
+        anyhow::bail!(
+            "--parallel {} is more than --batch {}: every step's batch holds a token of each request",
+            config.serve.parallel,
+            config.generate.batch
+        );
+    }
     let speculative = config.plugins.mtp || !config.plugins.draft_plugin.is_empty();
     if speculative && config.serve.parallel > 1 {
         if args.parallel.is_some_and(|p| p > 1) {
