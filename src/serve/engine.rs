@@ -338,6 +338,9 @@ pub(super) fn host_error(e: HostError) -> ApiError {
         )),
         HostError::Template(_) | HostError::Setting(_) => ApiError::bad_request(e.to_string()),
         HostError::Engine(crate::engine::EngineError::Request(m)) => ApiError::bad_request(m),
+        HostError::Engine(crate::engine::EngineError::ContextFull { needed, n_ctx, .. }) => {
+            host_error(HostError::ContextFull { needed, n_ctx })
+        }
         HostError::Engine(e) => ApiError::internal(e.to_string()),
     }
 }
