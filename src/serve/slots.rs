@@ -95,10 +95,12 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
         step += 1;
         let report = match host.session_mut().decode_seqs(&refs, 0, phase, step) {
             Ok(Some(report)) => report,
-            Ok(None) => continue,
-            Err(e) => {
-                // The batch failed: its slots end with the error.
-                let error = host_error(e.into());
+            failed => {
+                // The batch failed (or was stopped): its slots end with the error.
+                let error = match failed {
+                    Err(e) => host_error(e.into()),
+                    _ => ApiError::internal("the engine was stopped"),
+                };
                 for (seq, _, _) in &parts {
                     if let Some(slot) = running[*seq].take() {
                         host.session_mut().seq_keep_prefix(*seq, &[]);
