@@ -24,6 +24,8 @@ use super::request::{self, Parsed, Work};
 
 /// How long a client may take to send its body once its headers arrived.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of an oversized body read (and dropped) before answering 413.
+const DRAIN_LIMIT: usize = 64 << 20;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -223,26 +225,37 @@ impl Json {
 /// Reads a body of at most `limit` bytes within [`BODY_TIMEOUT`] and
 /// parses it as JSON.
 async fn read_json(body: Body, limit: usize) -> Result<Value, ApiError> {
-    let bytes: Bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit)).await {
+    let bytes = match tokio::time::timeout(BODY_TIMEOUT, read_body(body, limit)).await {
         Err(_) => return Err(ApiError::bad_request("the request body did not arrive in time")),
-        Ok(Err(e)) if is_too_large(&e) => return Err(ApiError::too_large(limit)),
-        Ok(Err(e)) => return Err(ApiError::bad_request(format!("reading the request body: {e}"))),
-        Ok(Ok(bytes)) => bytes,
+        Ok(result) => result?,
     };
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-/// Whether reading a body failed on its size limit.
-fn is_too_large(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
+/// The body's bytes, or 413 past `limit`. A body somewhat over the limit
+/// is read to its end (and dropped) before the answer, so the client,
+/// still sending, gets the 413 rather than a reset connection; past
+/// [`DRAIN_LIMIT`] the connection is simply closed.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen += data.len();
+        if seen <= limit {
+            kept.extend_from_slice(&data);
+        } else if seen > DRAIN_LIMIT {
+            break;
         }
-        source = err.source();
     }
-    false
+    if seen > limit {
+        return Err(ApiError::too_large(limit));
+    }
+    Ok(Bytes::from(kept))
 }
 
 /// Queues `parsed`; the receiver of its output.
