@@ -301,11 +301,7 @@ impl Host {
     /// Adds a decode step a front end ran itself to the telemetry files
     /// and the totals.
     pub fn record_step(&mut self, report: &StepReport) {
-        self.sinks.write(report);
-        self.totals.add(report);
-        if report.phase == crate::engine::Phase::Decode {
-            self.last_step = Some(report.clone());
-        }
+        record(&mut self.sinks, &mut self.totals, &mut self.last_step, report);
     }
 
     /// Tokens the conversation holds and the context size.
@@ -440,7 +436,7 @@ impl Host {
         let mut messages = self.conversation.rendered_messages();
         messages.extend(new.iter().cloned());
         let mut reply = self.begin_reply(&messages, settings, on_event)?;
-        let tokens = self.prompt_tokens(&reply.prompt.text);
+        let tokens = self.prompt_tokens(&reply.prompt.text, reply.tokens.clone());
         let prompt_len = tokens.len();
         let request = reply.request(Prompt::Tokens(tokens), self.keep_logits);
         let abort = self.session.abort_handle();
@@ -627,13 +623,8 @@ impl Host {
         settings: &TurnSettings,
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Generation, HostError> {
-        let tokens = self.session.tokenize_rendered(prompt);
-        let n_ctx = self.session.n_ctx();
-        let room = (n_ctx as usize).saturating_sub(tokens.len());
-        if room < 2 {
-            return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
-        }
-        let request = self.request(Prompt::Tokens(tokens), settings, settings.n_predict.min(room as u32));
+        let reply = self.begin_completion(prompt, settings)?;
+        let request = reply.request(Prompt::Tokens(reply.tokens.clone()), self.keep_logits);
         self.complete_request(&request, &settings.stop, on_event)
     }
 
@@ -686,16 +677,17 @@ impl Host {
     }
 
     /// The tokens of a rendered prompt: what the session holds plus the new
-    /// text when the prompt extends the held text, else the whole prompt
-    /// tokenized (the session then keeps the longest common prefix).
-    fn prompt_tokens(&self, prompt: &str) -> Vec<i32> {
+    /// text when the prompt extends the held text, else `rendered`, the
+    /// whole prompt tokenized (the session then keeps the longest common
+    /// prefix).
+    fn prompt_tokens(&self, prompt: &str, rendered: Vec<i32>) -> Vec<i32> {
         match &self.held_text {
             Some(held) if prompt.starts_with(held.as_str()) => {
                 let mut tokens = self.session.held_tokens();
                 tokens.extend(self.session.tokenize_continuation(&prompt[held.len()..]));
                 tokens
             }
-            _ => self.session.tokenize_rendered(prompt),
+            _ => rendered,
         }
     }
 
@@ -724,14 +716,11 @@ impl Host {
         let generation = self.session.generate(request, &mut |event| {
             match &event {
                 Event::Prefill(r) => {
-                    sinks.write(r);
-                    totals.add(r);
+                    record(sinks, totals, last_step, r);
                     on_event(HostEvent::Prefill(r));
                 }
                 Event::Step(r) => {
-                    sinks.write(r);
-                    totals.add(r);
-                    *last_step = Some((*r).clone());
+                    record(sinks, totals, last_step, r);
                     on_event(HostEvent::Step(r));
                 }
                 Event::Notice(text) => on_event(HostEvent::Notice(text)),
@@ -848,6 +837,16 @@ impl Host {
     /// Closes the telemetry files with the totals of every turn.
     pub fn finish(&mut self) -> Result<(), HostError> {
         self.sinks.finish(&self.totals).map_err(HostError::Setting)
+    }
+}
+
+/// Writes a decode step to the telemetry files and the totals; a decode
+/// step (not a prompt batch) becomes the last step.
+fn record(sinks: &mut Sinks, totals: &mut RunSummary, last_step: &mut Option<StepReport>, report: &StepReport) {
+    sinks.write(report);
+    totals.add(report);
+    if report.phase == crate::engine::Phase::Decode {
+        *last_step = Some(report.clone());
     }
 }
 
