@@ -9,6 +9,7 @@ pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod eval;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gguf;

@@ -37,3 +37,16 @@ pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     bar.set_message(what.to_string());
     bar
 }
+
+/// A progress bar of `total` items (tokens, runs) on stderr, hidden when
+/// stderr is not a terminal.
+pub fn count_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}

@@ -834,3 +834,66 @@ fn generate_under_a_grammar() {
     );
     fails_with_one_line(&["generate", "-m", &m, "-p", "x", "--grammar", g, "--json-schema", schema], "not both");
 }
+
+#[test]
+fn eval_scores_an_exact_setting_at_zero_and_a_lossy_one_above() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let csv = dir.path().join("kl.csv");
+    let out = ok(&[
+        "eval",
+        "-m",
+        &m,
+        "-t",
+        "1",
+        "--tokens",
+        "24",
+        "--against",
+        "streamed=--moe-stream --cache-mb 0",
+        "--against",
+        "--n-expert-used 1",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    let table = stdout(&out);
+    let row = |name: &str| -> Vec<String> {
+        let line = table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} row:\n{table}"));
+        line[name.len()..].split_whitespace().map(str::to_string).collect()
+    };
+    assert_eq!(row("exact")[..5], ["0.00000", "0.00000", "0.00000", "0.00000", "100.0%"], "{table}");
+    assert_eq!(row("streamed")[..5], ["0.00000", "0.00000", "0.00000", "0.00000", "100.0%"], "{table}");
+    assert!(stderr(&out).contains("24 positions of the bundled sample text"), "{}", stderr(&out));
+    // Per position: the streamed run's KL is exactly zero everywhere; one
+    // expert instead of two moves every distribution.
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let kl = |setting: &str| -> Vec<f64> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{setting},")))
+            .map(|l| l.split(',').nth(2).unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(kl("streamed"), vec![0.0; 24]);
+    let lossy = kl("--n-expert-used 1");
+    assert_eq!(lossy.len(), 24);
+    assert!(lossy.iter().all(|&k| k > 0.0), "{lossy:?}");
+    // A setting that does not parse is refused before any model runs.
+    fails_with_one_line(&["eval", "-m", &m, "--against", "--no-such-flag 3"], "--against");
+}
+
+#[test]
+fn logits_digests_match_for_exact_settings_and_differ_for_lossy_ones() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let digest = |name: &str, extra: &[&str]| -> String {
+        let file = dir.path().join(name);
+        let mut args = vec!["generate", "-m", &m, "-n", "8", "--logits-digest", file.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = ok(&args);
+        assert!(stderr(&out).contains("logits:  digest "), "{}", stderr(&out));
+        std::fs::read_to_string(&file).unwrap()
+    };
+    let resident = digest("resident.txt", &[]);
+    assert_eq!(resident.lines().count(), 8, "{resident}");
+    assert_eq!(digest("streamed.txt", &["--moe-stream", "--cache-mb", "0"]), resident);
+    assert_ne!(digest("one-expert.txt", &["--n-expert-used", "1"]), resident);
+}

@@ -203,3 +203,25 @@ fn live_settings_change_and_reopen_settings_are_refused_with_why() {
     assert!(e.message.contains("generate.ctx_size` needs the model opened again"), "{e}");
     assert_eq!(e.line, 7, "{e}");
 }
+
+#[test]
+fn kl_is_zero_for_an_exact_setting_and_above_zero_for_a_lossy_one() {
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", bmoe::synth::Arch::Qwen3Moe, |_| {});
+    let script = r#"
+        let exact = open(ARGS[0]).score("", 24);
+        if exact.positions != 24 { throw `positions: ${exact.positions}`; }
+        let streamed = open(ARGS[0], #{ stream: true, cache_mb: 0 }).score("", 24);
+        let same = kl(exact, streamed);
+        if same.mean != 0.0 || same.max != 0.0 || same.top1 != 1.0 { throw `streamed: ${same}`; }
+        let lossy = open(ARGS[0], #{ n_expert_used: 1 });
+        let cost = exact.kl(lossy.score("", 24));
+        if !(cost.max > 0.0) || cost.positions != 24 || cost.p99 > cost.max { throw `lossy: ${cost}`; }
+        kl(exact, lossy.score("A different text altogether.", 24));
+    "#;
+    let _serial = llama_lock();
+    let e = run_source("kl.rhai", script, &options(dir.path(), &[m.to_str().unwrap()])).unwrap_err();
+    // Only the last line fails: two runs of different texts cannot be compared.
+    assert_eq!(e.line, 10, "{e}");
+    assert!(e.message.contains("different tokens"), "{e}");
+}

@@ -26,6 +26,11 @@ pub struct GenerateArgs {
     /// expert cache stays filled): for measuring a warm run.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub warmup: u32,
+    /// Write a digest of every generated token's logits to this file (`STEP HEX` lines; the
+    /// run's digest goes to stderr): two runs are bit-identical when the files are, e.g.
+    /// `cmp a.txt b.txt`. Keeps the run's logits in memory until it ends.
+    #[arg(long, value_name = "FILE")]
+    pub logits_digest: Option<PathBuf>,
     /// Model, engine and telemetry settings.
     #[command(flatten)]
     pub run: RunFlags,
@@ -33,7 +38,7 @@ pub struct GenerateArgs {
 
 /// The settings every command that runs a model takes; each overrides the
 /// `bmoe.toml` field in brackets.
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug, Default, Clone)]
 pub struct RunFlags {
     /// Model file; without one, a random-weight demo model is generated once and used.
     #[arg(short, long)]
@@ -208,6 +213,117 @@ pub struct RunFlags {
     pub system: Option<String>,
 }
 
+impl RunFlags {
+    /// These flags given on top of `base`: each flag given here wins, the
+    /// others keep `base`'s value (switches stay on where either turns
+    /// them on; a list given here replaces `base`'s).
+    pub fn over(self, base: &RunFlags) -> RunFlags {
+        // Every field named, so a new flag cannot be forgotten here.
+        let RunFlags {
+            model,
+            n_predict,
+            config,
+            moe_stream,
+            cache_mb,
+            cache_ceil_mb,
+            force_cache,
+            cache_policy,
+            dense_weights,
+            repack,
+            rpc,
+            rpc_layers,
+            io_threads,
+            no_odirect,
+            n_expert_used,
+            prefetch,
+            no_predict,
+            predict_layers,
+            no_prefill_read_ahead,
+            no_lean_open,
+            no_page_recycle,
+            no_repacked_copy,
+            threads,
+            ctx_size,
+            batch,
+            ubatch,
+            temp,
+            top_k,
+            top_p,
+            seed,
+            grammar,
+            json_schema,
+            draft_plugin,
+            draft,
+            mtp,
+            mtp_p_min,
+            mtp_experts,
+            draft_params,
+            drop_plugin,
+            drop_params,
+            csv,
+            route_trace,
+            verbose,
+            no_think,
+            reasoning_effort,
+            tools,
+            tool_choice,
+            chat_template,
+            system,
+        } = self;
+        RunFlags {
+            model: model.or_else(|| base.model.clone()),
+            n_predict: n_predict.or_else(|| base.n_predict.clone()),
+            config: config.or_else(|| base.config.clone()),
+            moe_stream: moe_stream || base.moe_stream,
+            cache_mb: cache_mb.or_else(|| base.cache_mb.clone()),
+            cache_ceil_mb: cache_ceil_mb.or_else(|| base.cache_ceil_mb.clone()),
+            force_cache: force_cache || base.force_cache,
+            cache_policy: cache_policy.or_else(|| base.cache_policy.clone()),
+            dense_weights: dense_weights.or_else(|| base.dense_weights.clone()),
+            repack: repack.or_else(|| base.repack.clone()),
+            rpc: rpc.or_else(|| base.rpc.clone()),
+            rpc_layers: rpc_layers.or_else(|| base.rpc_layers.clone()),
+            io_threads: io_threads.or_else(|| base.io_threads.clone()),
+            no_odirect: no_odirect || base.no_odirect,
+            n_expert_used: n_expert_used.or_else(|| base.n_expert_used.clone()),
+            prefetch: prefetch.or_else(|| base.prefetch.clone()),
+            no_predict: no_predict || base.no_predict,
+            predict_layers: predict_layers.or_else(|| base.predict_layers.clone()),
+            no_prefill_read_ahead: no_prefill_read_ahead || base.no_prefill_read_ahead,
+            no_lean_open: no_lean_open || base.no_lean_open,
+            no_page_recycle: no_page_recycle || base.no_page_recycle,
+            no_repacked_copy: no_repacked_copy || base.no_repacked_copy,
+            threads: threads.or_else(|| base.threads.clone()),
+            ctx_size: ctx_size.or_else(|| base.ctx_size.clone()),
+            batch: batch.or_else(|| base.batch.clone()),
+            ubatch: ubatch.or_else(|| base.ubatch.clone()),
+            temp: temp.or_else(|| base.temp.clone()),
+            top_k: top_k.or_else(|| base.top_k.clone()),
+            top_p: top_p.or_else(|| base.top_p.clone()),
+            seed: seed.or_else(|| base.seed.clone()),
+            grammar: grammar.or_else(|| base.grammar.clone()),
+            json_schema: json_schema.or_else(|| base.json_schema.clone()),
+            draft_plugin: draft_plugin.or_else(|| base.draft_plugin.clone()),
+            draft: draft.or_else(|| base.draft.clone()),
+            mtp: mtp || base.mtp,
+            mtp_p_min: mtp_p_min.or_else(|| base.mtp_p_min.clone()),
+            mtp_experts: mtp_experts.or_else(|| base.mtp_experts.clone()),
+            draft_params: if draft_params.is_empty() { base.draft_params.clone() } else { draft_params },
+            drop_plugin: drop_plugin.or_else(|| base.drop_plugin.clone()),
+            drop_params: if drop_params.is_empty() { base.drop_params.clone() } else { drop_params },
+            csv: csv.or_else(|| base.csv.clone()),
+            route_trace: route_trace.or_else(|| base.route_trace.clone()),
+            verbose: verbose || base.verbose,
+            no_think: no_think || base.no_think,
+            reasoning_effort: reasoning_effort.or_else(|| base.reasoning_effort.clone()),
+            tools: tools.or_else(|| base.tools.clone()),
+            tool_choice: tool_choice.or_else(|| base.tool_choice.clone()),
+            chat_template: chat_template.or_else(|| base.chat_template.clone()),
+            system: system.or_else(|| base.system.clone()),
+        }
+    }
+}
+
 /// The configuration after the file (if any) and the flags.
 pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     let mut c = match &args.config {
@@ -377,6 +493,11 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
             interrupt::check()?;
         }
     }
+    // A digest file that cannot be written is said before the run, not after it.
+    if let Some(path) = &args.logits_digest {
+        std::fs::File::create(path).map_err(|e| anyhow!("--logits-digest {}: {e}", path.display()))?;
+    }
+    host.keep_logits(args.logits_digest.is_some());
     let generation = if args.chat {
         host.chat(&args.prompt, &mut on_event)?.generation
     } else {
@@ -398,6 +519,11 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     }
     host.finish()?;
     eprint!("{}", generation.summary);
+    if let Some(path) = &args.logits_digest {
+        let run = crate::telemetry::digest::write_digests(path, &generation.logits)
+            .map_err(|e| anyhow!("writing the logits digests to {}: {e}", path.display()))?;
+        eprintln!("logits:  digest {run:016x} over {} steps (per step in {})", generation.logits.len(), path.display());
+    }
     if let Some(ending) = ending {
         let cut = match ending.cut {
             Some(Cut::Reasoning) => " (inside the reasoning)",

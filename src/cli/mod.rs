@@ -2,6 +2,7 @@
 //! `inspect`, `archs`, `trace-stats`, `plugin` and `rpc-server`.
 
 mod bench;
+mod eval;
 mod generate;
 mod model;
 mod plugin;
@@ -85,6 +86,9 @@ pub enum Command {
     Run(run::RunArgs),
     /// Replay route traces through the expert cache under several policies and budgets (what-if).
     Replay(replay::ReplayArgs),
+    /// Measure what lossy settings cost: KL divergence from the exact run and top-1 agreement,
+    /// teacher-forced over a text, beside each setting's speed and bytes read.
+    Eval(eval::EvalArgs),
     /// Benchmark a model under a memory cap: a matrix of configurations, repeated, as a table and CSV.
     Bench(bench::BenchArgs),
     /// Draft and drop policy plugins: list, check, bench, wrap, scaffold a new one.
@@ -111,6 +115,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Bench(args) => bench::bench(args),
+        Command::Eval(args) => eval::eval(args),
         Command::Replay(args) => replay::replay_traces(args),
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::serve(args),

@@ -100,22 +100,26 @@ impl Default for OtherLoad {
 
 /// Threads of other processes runnable at this moment: the kernel's
 /// `procs_running` (`/proc/stat`) less this process's own runnable threads,
-/// averaged over a few samples a fifth of a millisecond apart (one sample
-/// is 0, 1 or 2 on two cores; `None` where the kernel does not report it).
-/// Unlike [`OtherLoad`] it needs no clock tick to pass: it tells a decode
-/// about to start whether another process holds a core.
+/// the fewest of a few samples a fifth of a millisecond apart (`None` where
+/// the kernel does not report it). Unlike [`OtherLoad`] it needs no clock
+/// tick to pass: it tells a decode about to start whether another process
+/// holds a core. The fewest, because the two counts are read one after the
+/// other: a compute thread of this process that goes to sleep between them
+/// (as ggml's do just after a graph) counts as another process's in that
+/// sample, and on a quiet machine every second sample was off by one that
+/// way; a busy loop elsewhere is runnable in every sample.
 pub fn others_running_now() -> Option<f64> {
     const SAMPLES: u32 = 5;
-    let mut sum = 0.0;
+    let mut fewest = u64::MAX;
     for i in 0..SAMPLES {
         if i > 0 {
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let running: u64 = stat.lines().find_map(|l| l.strip_prefix("procs_running "))?.trim().parse().ok()?;
-        sum += running.saturating_sub(own_running_threads()?) as f64;
+        fewest = fewest.min(running.saturating_sub(own_running_threads()?));
     }
-    Some(sum / f64::from(SAMPLES))
+    Some(fewest as f64)
 }
 
 /// This process's threads in state R (running or runnable).

@@ -1,8 +1,11 @@
 //! [`Session`]: one loaded model, many generations.
 
 mod open;
+mod score;
 mod sequences;
 mod speculative;
+
+pub use score::Scored;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -163,6 +163,13 @@ pub fn connect(endpoint: &str) -> Result<Vec<RemoteDevice>, String> {
     }
     let mut last = None;
     let reached = addrs.iter().find_map(|a| match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
+        // A connection to a port of this machine that nothing listens on
+        // can come back connected to itself (the kernel picked the same
+        // port as its own end): it would echo the greeting back.
+        Ok(stream) if stream.local_addr().ok() == Some(*a) => {
+            last = Some(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+            None
+        }
         Ok(stream) => Some((*a, stream)),
         Err(e) => {
             last = Some(e);
@@ -329,9 +336,15 @@ fn not_rpc(endpoint: &str, bytes: &[u8]) -> String {
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
     let shown: String =
         String::from_utf8_lossy(line).chars().take(40).map(|c| if c.is_control() { '.' } else { c }).collect();
+    let shown = shown.trim_end_matches('.');
+    // Binary that reads as nothing: its first bytes in hex.
+    let shown = if shown.chars().all(|c| c == '.') {
+        bytes.iter().take(16).map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+    } else {
+        shown.to_string()
+    };
     format!(
-        "{endpoint} did not answer the RPC greeting (it sent `{}`): it is not a `bmoe rpc-server`; is the port right?",
-        shown.trim_end_matches('.')
+        "{endpoint} did not answer the RPC greeting (it sent `{shown}`): it is not a `bmoe rpc-server`; is the port right?"
     )
 }
 
@@ -687,6 +700,14 @@ mod tests {
         let v6 = parse_proc_addr("00000000000000000000000001000000:0035").unwrap();
         assert_eq!(v6, "[::1]:53".parse().unwrap());
         assert_eq!(parse_proc_addr("zz:1"), None);
+    }
+
+    #[test]
+    fn what_a_wrong_service_sent_is_shown_as_text_or_else_in_hex() {
+        let text = not_rpc("h:1", b"HTTP/1.1 400 Bad Request\r\nServer: x");
+        assert!(text.contains("(it sent `HTTP/1.1 400 Bad Request`)"), "{text}");
+        let binary = not_rpc("h:1", &[14, 24, 0, 0, 0, 0, 0, 0]);
+        assert!(binary.contains("(it sent `0e 18 00 00 00 00 00 00`)"), "{binary}");
     }
 
     #[test]

@@ -167,6 +167,11 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
     engine.register_fn("config", Session::config);
     engine.register_fn("info", Session::info);
     engine.register_fn("max_abs_diff", |a: Array, b: Array| session::max_abs_diff(&a, &b));
+    engine.register_type_with_name::<session::Scores>("Scores");
+    engine.register_fn("score", |s: &mut Session, text: &str, n: i64| s.score(text, n));
+    engine.register_get("positions", session::Scores::len);
+    engine.register_fn("kl", session::kl);
+    engine.register_fn("sample_text", || crate::eval::text::SAMPLE.to_string());
     let o = out.clone();
     engine.register_fn("make_model", move |path: &str, spec: Map| make_model(&o, path, &spec));
     let o = out.clone();

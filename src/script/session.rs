@@ -7,7 +7,10 @@ use std::rc::Rc;
 
 use rhai::{Array, Dynamic, EvalAltResult, Map};
 
+mod scoring;
 mod tool_loop;
+
+pub use scoring::{Scores, kl};
 
 use super::sandbox::OutDir;
 use crate::config::RunConfig;

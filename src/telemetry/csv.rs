@@ -35,6 +35,8 @@ pub const COLUMNS: &[&str] = &[
     "accepted",
     "dropped",
     "avoided_bytes",
+    "threads",
+    "read_ahead",
 ];
 
 /// Writes the metrics CSV.
@@ -129,7 +131,7 @@ impl CsvSink {
 }
 
 /// The fields of one CSV row, in [`COLUMNS`] order, as the file writes them.
-pub fn row_fields(r: &StepReport) -> [String; 24] {
+pub fn row_fields(r: &StepReport) -> [String; 26] {
     let t = &r.trace;
     [
         r.turn.to_string(),
@@ -156,5 +158,7 @@ pub fn row_fields(r: &StepReport) -> [String; 24] {
         r.accepted.to_string(),
         t.dropped.to_string(),
         t.avoided_bytes.to_string(),
+        r.threads.to_string(),
+        u8::from(r.read_ahead).to_string(),
     ]
 }

@@ -2,6 +2,7 @@
 //! readings and the end-of-run summary. All consume engine events.
 
 pub mod csv;
+pub mod digest;
 pub mod mem;
 pub mod summary;
 pub mod trace;

@@ -197,13 +197,16 @@ pub struct Server {
     pub child: Child,
     /// `127.0.0.1:PORT`.
     pub endpoint: String,
+    /// Where its output goes.
+    log: PathBuf,
 }
 
 impl Server {
     /// Starts a server on a free port and waits until it accepts connections.
     pub fn start(dir: &Path) -> Server {
         let port = free_port();
-        let log = std::fs::File::create(dir.join(format!("server-{port}.log"))).unwrap();
+        let log_path = dir.join(format!("server-{port}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
         // Not while another test opens a session: a fork in the moment
         // between ggml opening a connection and bmoe marking it
         // close-on-exec would hand the connection to the server.
@@ -214,7 +217,7 @@ impl Server {
             .stderr(log)
             .spawn()
             .expect("start bmoe rpc-server");
-        let mut server = Server { child, endpoint: format!("127.0.0.1:{port}") };
+        let mut server = Server { child, endpoint: format!("127.0.0.1:{port}"), log: log_path };
         // Ready when it accepts a connection (the server takes the probe as
         // a client that left, and waits for the next). Waits as long as the
         // process runs, with a generous bound against a server that never binds.
@@ -224,7 +227,7 @@ impl Server {
                 return server;
             }
             if let Some(status) = server.child.try_wait().unwrap() {
-                let log = std::fs::read_to_string(dir.join(format!("server-{port}.log"))).unwrap_or_default();
+                let log = std::fs::read_to_string(&server.log).unwrap_or_default();
                 panic!("bmoe rpc-server exited with {status} before listening:\n{log}");
             }
             assert!(Instant::now() < deadline, "bmoe rpc-server on {} never listened", server.endpoint);
@@ -235,6 +238,15 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A test that failed shows what its servers said.
+        if std::thread::panicking() {
+            let state = match self.child.try_wait() {
+                Ok(Some(status)) => format!("exited with {status}"),
+                _ => "still running".to_string(),
+            };
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("--- bmoe rpc-server on {} ({state}):\n{log}---", self.endpoint);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

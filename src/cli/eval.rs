@@ -1,0 +1,230 @@
+//! `bmoe eval`: what lossy settings cost. The exact run and each setting
+//! are teacher-forced over the same text (`bmoe::eval`), and each setting
+//! is summed up as its KL divergence from the exact run per position (mean,
+//! median, 99th percentile, max) and how often both put the same token
+//! first, beside its decode speed and bytes read per token.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow, bail};
+use clap::{Args, Parser};
+
+use super::generate::{RunFlags, open_host, resolve_config};
+use crate::eval::{self, KlStats, Position, Reference};
+use crate::interrupt::{self, Forward};
+use crate::telemetry::summary::RunSummary;
+
+/// `bmoe eval`
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// The text to score, teacher-forced (UTF-8 file) [default: a bundled sample of English prose].
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
+    /// Positions to score from the start of the text (fewer if the text or the context is shorter).
+    #[arg(long, default_value_t = 256)]
+    pub tokens: usize,
+    /// A setting to measure against the exact run: `generate` flags added to the others,
+    /// optionally named, `[NAME=]FLAGS` (repeatable), e.g. "top2=--n-expert-used 2" or
+    /// "--drop-plugin drop-cold --drop-param T=0.6".
+    #[arg(long, value_name = "[NAME=]FLAGS", required = true, allow_hyphen_values = true)]
+    pub against: Vec<String>,
+    /// Write every position's KL divergence and top-1 agreement per setting to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// The exact run's model and settings (each setting starts from them).
+    #[command(flatten)]
+    pub run: RunFlags,
+}
+
+/// A setting's flags parsed on top of the exact run's.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true)]
+struct SettingFlags {
+    #[command(flatten)]
+    run: RunFlags,
+}
+
+/// One setting to measure.
+#[derive(Debug)]
+struct Setting {
+    name: String,
+    flags: RunFlags,
+}
+
+/// One measured run: its figures, and per position how it compared.
+struct Measured {
+    name: String,
+    positions: Vec<Position>,
+    summary: RunSummary,
+}
+
+/// Parses `[NAME=]FLAGS` on top of `base`; every setting is checked before
+/// any model runs.
+fn parse_setting(spec: &str, base: &RunFlags) -> Result<Setting> {
+    let (name, flags) = match spec.split_once('=') {
+        Some((name, flags)) if !name.is_empty() && !name.starts_with('-') && !name.contains(' ') => {
+            (name.to_string(), flags)
+        }
+        _ => (spec.trim().to_string(), spec),
+    };
+    let words: Vec<&str> = flags.split_whitespace().collect();
+    if words.is_empty() {
+        bail!("--against {spec:?}: no flags (the exact run is measured anyway)");
+    }
+    // Parsed alone, then laid over the exact run's flags (clap's own update
+    // would turn the exact run's switches off where the setting omits them).
+    let parsed = SettingFlags::try_parse_from(&words).map_err(|e| {
+        let why = e.to_string();
+        let first = why.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+        anyhow!("--against {spec:?}: {first}")
+    })?;
+    if parsed.run.model.is_some() {
+        bail!("--against {spec:?}: a setting runs the exact run's model; give -m once, outside --against");
+    }
+    Ok(Setting { name, flags: parsed.run.over(base) })
+}
+
+/// Runs `bmoe eval`.
+pub fn eval(args: EvalArgs) -> Result<()> {
+    if args.tokens < 2 {
+        bail!("--tokens {}: at least 2 (the first token has no prediction to score)", args.tokens);
+    }
+    let settings: Vec<Setting> = args.against.iter().map(|s| parse_setting(s, &args.run)).collect::<Result<_>>()?;
+    let text = eval::text::load(args.text.as_deref()).map_err(|e| anyhow!("--text {e}"))?;
+    // A CSV file that cannot be written is said before the runs.
+    let mut csv = match &args.csv {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| anyhow!("--csv {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
+
+    let mut host = open_host(resolve_config(&args.run)?, false)?;
+    let session = host.session_mut();
+    let mut tokens = session.model().tokenize(&text, true);
+    tokens.truncate(args.tokens.saturating_add(1).min(session.n_ctx() as usize));
+    if tokens.len() < 2 {
+        bail!("the text is a single token: nothing to score");
+    }
+    let scored = tokens.len() - 1;
+    let source = args.text.as_ref().map_or_else(|| "the bundled sample text".to_string(), |p| p.display().to_string());
+    eprintln!(
+        "eval: {scored} positions of {source}, teacher-forced; {} setting(s) against the exact run",
+        settings.len()
+    );
+
+    let mut reference: Vec<Reference> = Vec::with_capacity(scored);
+    let exact = score(&mut host, &tokens, "exact run", &mut |_, logits| reference.push(Reference::new(logits)))?;
+    drop(host);
+    let mut results = vec![Measured {
+        name: "exact".into(),
+        positions: vec![Position { kl: 0.0, same_top1: true }; reference.len()],
+        summary: exact,
+    }];
+    for setting in &settings {
+        let mut host = open_host(resolve_config(&setting.flags)?, false)?;
+        let mut positions = Vec::with_capacity(scored);
+        let summary = score(&mut host, &tokens, &setting.name, &mut |i, logits| {
+            positions.push(eval::compare(&reference[i], logits))
+        })?;
+        results.push(Measured { name: setting.name.clone(), positions, summary });
+    }
+    print_table(&results)?;
+    if let (Some(out), Some(path)) = (csv.as_mut(), &args.csv) {
+        write_csv(out, &results).map_err(|e| anyhow!("--csv {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Scores `tokens` on `host`'s session with a progress bar, handing each
+/// position's logits to `on_logits`; Ctrl-C stops the whole evaluation.
+fn score(
+    host: &mut crate::host::Host,
+    tokens: &[i32],
+    what: &str,
+    on_logits: &mut dyn FnMut(usize, &[f32]),
+) -> Result<RunSummary> {
+    let _forward = Forward::to(host.abort_handle().flag())?;
+    let bar = crate::progress::count_bar((tokens.len() - 1) as u64, what);
+    let scored = host.session_mut().score(tokens, &mut |i, logits| {
+        on_logits(i, logits);
+        bar.inc(1);
+        ControlFlow::Continue(())
+    });
+    bar.finish_and_clear();
+    let scored = scored.map_err(|e| anyhow!("{what}: {e}"))?;
+    interrupt::check()?;
+    if scored.stopped {
+        bail!("{what}: stopped before the end of the text");
+    }
+    Ok(scored.summary)
+}
+
+/// The table on stdout: a row per run, the exact one first.
+fn print_table(results: &[Measured]) -> Result<()> {
+    let width = results.iter().map(|r| r.name.len()).max().unwrap_or(5).max(7);
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>7}  {:>8}  {:>7}",
+        "setting", "mean KL", "median", "p99", "max", "top-1", "MiB/tok", "tok/s"
+    )?;
+    for r in results {
+        let Some(s) = KlStats::of(&r.positions) else { continue };
+        let num = |v: Option<f64>, digits: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"));
+        writeln!(
+            out,
+            "{:width$}  {:>9.5}  {:>9.5}  {:>9.5}  {:>9.5}  {:>6.1}%  {:>8}  {:>7}",
+            r.name,
+            s.mean,
+            s.median,
+            s.p99,
+            s.max,
+            100.0 * s.top1_agreement,
+            num(r.summary.mib_per_token(), 2),
+            num(r.summary.decode_tps(), 1)
+        )?;
+    }
+    writeln!(out, "KL in nats per position (exact run ‖ setting); top-1: both put the same token first")?;
+    Ok(())
+}
+
+/// One line per setting and position: `setting,position,kl,same_top1`.
+fn write_csv(out: &mut impl Write, results: &[Measured]) -> std::io::Result<()> {
+    writeln!(out, "setting,position,kl,same_top1")?;
+    for r in results {
+        for (i, p) in r.positions.iter().enumerate() {
+            writeln!(out, "{},{i},{:.9},{}", r.name.replace(',', ";"), p.kl, u8::from(p.same_top1))?;
+        }
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_is_parsed_on_top_of_the_exact_runs_flags() {
+        let base = RunFlags { moe_stream: true, n_expert_used: None, ..RunFlags::default() };
+        let s = parse_setting("top2=--n-expert-used 2", &base).unwrap();
+        assert_eq!(s.name, "top2");
+        assert_eq!(s.flags.n_expert_used, Some(2));
+        assert!(s.flags.moe_stream, "the exact run's flags carry over");
+        // A list given in the setting replaces the exact run's; other lists stay.
+        let base = RunFlags { draft_params: vec!["N=3".into()], drop_params: vec!["T=1".into()], ..base };
+        let s = parse_setting("--drop-param T=2 --no-predict", &base).unwrap();
+        assert_eq!((s.flags.draft_params, s.flags.drop_params), (vec!["N=3".to_string()], vec!["T=2".to_string()]));
+        assert!(s.flags.no_predict && s.flags.moe_stream);
+        // Unnamed: the flags are the name.
+        let s = parse_setting("--n-expert-used 4", &base).unwrap();
+        assert_eq!(s.name, "--n-expert-used 4");
+        let e = parse_setting("--no-such-flag", &base).unwrap_err().to_string();
+        assert!(e.contains("--no-such-flag"), "{e}");
+        assert!(parse_setting("x=", &base).unwrap_err().to_string().contains("no flags"));
+        let e = parse_setting("-m other.gguf --n-expert-used 2", &base).unwrap_err().to_string();
+        assert!(e.contains("exact run's model"), "{e}");
+    }
+}
