@@ -14,7 +14,10 @@
 //! before probes could find a busy core.
 //! The tuner measures the wall time of single-token decode steps with the
 //! current setting and, now and then, with a neighbouring one (one thread
-//! fewer or more, read-ahead toggled), and keeps whichever is faster. It
+//! fewer or more, read-ahead toggled), and keeps whichever is faster. A
+//! setting that lost is tried again only once probing it would cost at most
+//! 5% of the decode time (four steps at two threads on a tiny model cost
+//! as much as nine at one), and steps under 2 ms try a thread fewer at once. It
 //! tries giving cores up (a thread fewer, read-ahead off) only while the
 //! process's threads wait for a CPU a large share of each step
 //! ([`super::contention`]): quiet, on two cores, they queue for 5-10% of a
@@ -45,6 +48,9 @@ const MIN_INTERVAL: u32 = 12;
 const MAX_INTERVAL: u32 = 192;
 /// A probe wins when its median is at least this much faster.
 const MARGIN: f64 = 0.93;
+/// Share of decode time that probing a slower setting may cost (see
+/// [`StepTuner::wait_after`]).
+const PROBE_BUDGET: f64 = 0.05;
 /// A step is compute-bound when it waited for reads less than this
 /// fraction (1/N) of its time.
 const COMPUTE_BOUND_WAIT: u64 = 4;
@@ -200,13 +206,15 @@ impl StepTuner {
                     // What was measured with this setting before is history now.
                     let window = &mut self.recent[Self::slot(probe)];
                     window.drain(..window.len() - PROBE_STEPS);
+                    // The setting left behind is the slower one now.
+                    self.until_probe = self.wait_after(now, tried);
                 } else {
                     self.lost += 1;
                     if self.lost >= self.neighbours().len() {
                         self.interval = (self.interval * 2).min(MAX_INTERVAL);
                     }
+                    self.until_probe = self.wait_after(tried, now);
                 }
-                self.until_probe = self.interval;
             }
             None => {
                 let neighbours = self.neighbours();
@@ -214,6 +222,12 @@ impl StepTuner {
                     return;
                 }
                 self.until_probe = self.until_probe.saturating_sub(1);
+                // Short steps try a thread fewer at once: a tiny model's
+                // reply is over before four steps at every thread pay back.
+                let fewer = Setting { threads: self.current.threads.saturating_sub(1), ..self.current };
+                if self.last_probe.is_none() && neighbours.contains(&fewer) && self.short_steps() {
+                    self.until_probe = 0;
+                }
                 if self.until_probe == 0 {
                     // Compute-bound steps try one more thread first (a cache that
                     // came to hold what decode routes, read-ahead then idle).
@@ -229,6 +243,22 @@ impl StepTuner {
                 }
             }
         }
+    }
+
+    /// Steps to wait before the next probe after one where `slower` (a
+    /// median step time) lost to `faster`: long enough that probing costs at
+    /// most [`PROBE_BUDGET`] of the decode time, and at least the interval.
+    /// On a tiny model two threads took 0.3 ms a step against one's 0.14: a
+    /// probe every 12 steps cost it 20% of its speed.
+    fn wait_after(&self, slower: f64, faster: f64) -> u32 {
+        let cost = PROBE_STEPS as f64 * (slower - faster).max(0.0);
+        let wait = (cost / (PROBE_BUDGET * faster.max(1.0))).ceil().min(f64::from(MAX_INTERVAL));
+        (wait as u32).max(self.interval)
+    }
+
+    /// Whether the current setting's recent steps are short (see [`SHORT_STEP_NS`]).
+    fn short_steps(&self) -> bool {
+        median(self.recent[Self::slot(self.current)].iter()) < SHORT_STEP_NS as f64
     }
 
     /// Whether the tuner still wants [`Self::start_with_load`] before its
@@ -313,7 +343,7 @@ impl StepTuner {
     fn neighbours(&self) -> Vec<Setting> {
         let c = self.current;
         let contended = self.contended();
-        let short = median(self.recent[Self::slot(c)].iter()) < SHORT_STEP_NS as f64;
+        let short = self.short_steps();
         let mut out = Vec::with_capacity(3);
         if c.threads > self.min && (contended || short) {
             out.push(Setting { threads: c.threads - 1, ..c });
@@ -409,9 +439,29 @@ mod tests {
         let used = run(&mut t, 200, threads(|n| if n == 2 { 50 } else { 80 }));
         assert_eq!(t.settled().threads, 2);
         assert_eq!(t.switches(), 0);
-        // Probes back off: after 4 steps, then 24 and 48 more (each failure doubles
-        // the wait from 12), then 96: four probes of four steps in 200 steps.
-        assert_eq!(used.iter().filter(|s| s.threads == 1).count(), 4 * PROBE_STEPS);
+        // Probes back off: at once (short steps), then twice 48 steps later
+        // (four steps 60% slower cost 5% of 48), then after 96 (the interval
+        // doubled past that): three probes of four steps in 200 steps.
+        assert_eq!(used.iter().filter(|s| s.threads == 1).count(), 3 * PROBE_STEPS);
+        assert!(used[1..1 + PROBE_STEPS].iter().all(|s| s.threads == 1));
+    }
+
+    #[test]
+    fn a_tiny_models_reply_pays_few_probes() {
+        // Quiet cores, a tiny model: one thread 0.14 ms a step, two 0.3 ms
+        // (measured). It tries one thread after the first step, and two
+        // again only once in a 128-token reply.
+        let mut t = StepTuner::new(1, 2, false);
+        let steps: Vec<Setting> = (0..128)
+            .map(|_| {
+                let s = t.setting();
+                t.record(if s.threads == 2 { 300_000 } else { 140_000 }, 0, Some(0));
+                s
+            })
+            .collect();
+        assert_eq!(t.settled().threads, 1);
+        assert!(steps[1..1 + PROBE_STEPS].iter().all(|s| s.threads == 1), "{steps:?}");
+        assert!(steps.iter().filter(|s| s.threads == 2).count() <= 1 + PROBE_STEPS, "{steps:?}");
     }
 
     #[test]
@@ -538,15 +588,17 @@ mod tests {
         let used = run(&mut t, 100, threads(|n| if n == 2 { 50 } else { 90 }));
         assert!(used.iter().all(|s| !s.read_ahead));
         assert_eq!(t.settled(), Setting { threads: 2, read_ahead: false });
-        assert_eq!(used.iter().filter(|s| s.threads == 2).count(), 100 - 3 * PROBE_STEPS);
+        // At most three probes of one thread (45% slower) in 100 steps.
+        assert!(used.iter().filter(|s| s.threads == 2).count() >= 100 - 3 * PROBE_STEPS);
     }
 
     #[test]
     fn compute_bound_steps_try_one_more_thread_first() {
-        // Down at one thread while reads were the bottleneck.
+        // Down at one thread while reads were the bottleneck (its first
+        // probe, a thread fewer, won; the next is due at step 29).
         let mut t = StepTuner::new(1, 2, true);
         let read_bound = |s: Setting| if s.read_ahead { 100 } else { 140 } + if s.threads == 2 { 30 } else { 0 };
-        run(&mut t, 40, read_bound);
+        run(&mut t, 28, read_bound);
         assert_eq!(t.settled(), Setting { threads: 1, read_ahead: true });
         // Then the cache holds what decode routes: nothing left to wait for.
         let cost = threads(|n| if n == 2 { 50 } else { 90 });
@@ -557,12 +609,15 @@ mod tests {
     }
 
     #[test]
-    fn every_neighbour_is_tried_before_the_wait_grows() {
-        // Both neighbours lose: one thread fewer at step 4, read-ahead off
-        // 12 steps after that probe (not 24), and only then the wait doubles.
+    fn every_neighbour_is_tried_and_a_costly_loser_waits_longer() {
+        // Steps of 80 ms at the best setting, contended cores (run-queue
+        // delay unknown): one thread fewer (25% slower) is tried at step 4,
+        // read-ahead off (63% slower) 20 steps after that probe, then the
+        // wait is 50 steps, so probing costs at most 5% of the time.
+        const MS: u64 = 1_000_000;
         let mut t = StepTuner::new(1, 2, true);
         let cost = |s: Setting| {
-            if !s.read_ahead {
+            MS * if !s.read_ahead {
                 130
             } else if s.threads == 2 {
                 80
@@ -570,16 +625,18 @@ mod tests {
                 100
             }
         };
-        let used = run(&mut t, 60, cost);
+        let used = run(&mut t, 100, cost);
         let first = FIRST_PROBE as usize;
-        let second = first + PROBE_STEPS + MIN_INTERVAL as usize;
-        let third = second + PROBE_STEPS + 2 * MIN_INTERVAL as usize;
+        let second = first + PROBE_STEPS + 20;
+        let third = second + PROBE_STEPS + 50;
         assert!(used[first..first + PROBE_STEPS].iter().all(|s| *s == Setting { threads: 1, read_ahead: true }));
         assert!(used[second..second + PROBE_STEPS].iter().all(|s| *s == Setting { threads: 2, read_ahead: false }));
         let settled = Setting { threads: 2, read_ahead: true };
         assert!(used[second + PROBE_STEPS..third].iter().all(|s| *s == settled));
-        assert_ne!(used[third], settled, "the third probe comes after twice the interval");
+        assert_ne!(used[third], settled, "the third probe comes 50 steps later");
         assert_eq!(t.settled(), settled);
+        let extra: u64 = used.iter().map(|&s| cost(s) - 80 * MS).sum();
+        assert!(extra as f64 <= PROBE_BUDGET * 2.0 * (100 * 80 * MS) as f64, "probes cost {extra}");
     }
 
     #[test]
