@@ -48,13 +48,15 @@ struct SettingFlags {
 
 /// One setting to measure.
 #[derive(Debug)]
-struct Setting {
-    name: String,
-    flags: RunFlags,
+pub(super) struct Setting {
+    /// Its name in the table.
+    pub name: String,
+    /// The flags it runs with (the exact run's and its own).
+    pub flags: RunFlags,
 }
 
 /// One measured run: its figures, and per position how it compared.
-struct Measured {
+pub(super) struct Measured {
     name: String,
     positions: Vec<Position>,
     summary: RunSummary,
@@ -101,15 +103,34 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         None => None,
     };
 
-    let mut host = open_host(resolve_config(&args.run)?, false)?;
+    let results =
+        measure(&args.run, &settings, &text, args.tokens, args.text.as_ref().map(|p| p.display().to_string()))?;
+    print_table(&results)?;
+    if let (Some(out), Some(path)) = (csv.as_mut(), &args.csv) {
+        write_csv(out, &results).map_err(|e| anyhow!("--csv {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs the exact run (`base`) and then each setting over the first
+/// `positions` tokens of `text` (`source` names it; `None`: the bundled
+/// sample), one model open at a time; the exact run comes first.
+pub(super) fn measure(
+    base: &RunFlags,
+    settings: &[Setting],
+    text: &str,
+    positions: usize,
+    source: Option<String>,
+) -> Result<Vec<Measured>> {
+    let mut host = open_host(resolve_config(base)?, false)?;
     let session = host.session_mut();
-    let mut tokens = session.model().tokenize(&text, true);
-    tokens.truncate(args.tokens.saturating_add(1).min(session.n_ctx() as usize));
+    let mut tokens = session.model().tokenize(text, true);
+    tokens.truncate(positions.saturating_add(1).min(session.n_ctx() as usize));
     if tokens.len() < 2 {
         bail!("the text is a single token: nothing to score");
     }
     let scored = tokens.len() - 1;
-    let source = args.text.as_ref().map_or_else(|| "the bundled sample text".to_string(), |p| p.display().to_string());
+    let source = source.unwrap_or_else(|| "the bundled sample text".to_string());
     eprintln!(
         "eval: {scored} positions of {source}, teacher-forced; {} setting(s) against the exact run",
         settings.len()
@@ -123,7 +144,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         positions: vec![Position { kl: 0.0, same_top1: true }; reference.len()],
         summary: exact,
     }];
-    for setting in &settings {
+    for setting in settings {
         let mut host = open_host(resolve_config(&setting.flags)?, false)?;
         let mut positions = Vec::with_capacity(scored);
         let summary = score(&mut host, &tokens, &setting.name, &mut |i, logits| {
@@ -131,11 +152,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         })?;
         results.push(Measured { name: setting.name.clone(), positions, summary });
     }
-    print_table(&results)?;
-    if let (Some(out), Some(path)) = (csv.as_mut(), &args.csv) {
-        write_csv(out, &results).map_err(|e| anyhow!("--csv {}: {e}", path.display()))?;
-    }
-    Ok(())
+    Ok(results)
 }
 
 /// Scores `tokens` on `host`'s session with a progress bar, handing each
@@ -163,18 +180,21 @@ fn score(
 }
 
 /// The table on stdout: a row per run, the exact one first.
-fn print_table(results: &[Measured]) -> Result<()> {
+pub(super) fn print_table(results: &[Measured]) -> Result<()> {
     let width = results.iter().map(|r| r.name.len()).max().unwrap_or(5).max(7);
+    // Reads a drop policy avoided, where one ran.
+    let avoided = results.iter().any(|r| r.summary.avoided_bytes > 0);
     let mut out = std::io::stdout().lock();
-    writeln!(
+    write!(
         out,
         "{:width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>7}  {:>8}  {:>7}",
         "setting", "mean KL", "median", "p99", "max", "top-1", "MiB/tok", "tok/s"
     )?;
+    writeln!(out, "{}", if avoided { "  avoided MiB/tok" } else { "" })?;
     for r in results {
         let Some(s) = KlStats::of(&r.positions) else { continue };
         let num = |v: Option<f64>, digits: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"));
-        writeln!(
+        write!(
             out,
             "{:width$}  {:>9.5}  {:>9.5}  {:>9.5}  {:>9.5}  {:>6.1}%  {:>8}  {:>7}",
             r.name,
@@ -186,6 +206,11 @@ fn print_table(results: &[Measured]) -> Result<()> {
             num(r.summary.mib_per_token(), 2),
             num(r.summary.decode_tps(), 1)
         )?;
+        if avoided {
+            let per_token = r.summary.avoided_bytes as f64 / 1048576.0 / r.summary.decode_tokens.max(1) as f64;
+            write!(out, "  {per_token:>16.2}")?;
+        }
+        writeln!(out)?;
     }
     writeln!(out, "KL in nats per position (exact run ‖ setting); top-1: both put the same token first")?;
     Ok(())

@@ -36,6 +36,14 @@ pub enum PluginCommand {
         /// Parameters, name=value.
         #[arg(long = "param", value_name = "NAME=VALUE")]
         params: Vec<String>,
+        /// For a drop plugin: also run it on this model (streamed, cache off, so every routed
+        /// expert is a read it may avoid) and report the reads it avoided against the KL
+        /// divergence from the exact run, teacher-forced over the bundled sample text.
+        #[arg(short, long)]
+        model: Option<PathBuf>,
+        /// Positions of the sample text scored with --model.
+        #[arg(long, default_value_t = 128)]
+        tokens: usize,
     },
     /// Wrap a core module built with wit-bindgen into a component and check that it loads.
     Wrap {
@@ -63,7 +71,19 @@ pub fn run(cmd: PluginCommand) -> Result<()> {
     match cmd {
         PluginCommand::List => list(),
         PluginCommand::Check { plugin, params } => check(&plugin, &params),
-        PluginCommand::Bench { plugin, calls, context, params } => bench(&plugin, calls, context, &params),
+        PluginCommand::Bench { plugin, calls, context, params, model, tokens } => {
+            if model.is_some() && matches!(load(&plugin, &self::params(&params)?)?, Loaded::Drafter(_)) {
+                bail!(
+                    "--model measures what a drop plugin costs; a draft plugin changes no output (`bmoe generate \
+                     --draft-plugin` reports how many drafts it gets accepted)"
+                );
+            }
+            bench(&plugin, calls, context, &params)?;
+            match model {
+                Some(model) => quality(&plugin, &params, model, tokens),
+                None => Ok(()),
+            }
+        }
         PluginCommand::Wrap { core, output } => wrap(&core, &output),
         PluginCommand::New { name, kind, dir } => new(&name, &kind, dir),
     }
@@ -249,6 +269,26 @@ fn bench(spec: &str, calls: usize, context: usize, raw: &[String]) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// What a drop plugin costs on a model: the exact streamed run against
+/// the same run with the plugin, by `bmoe eval`'s measure.
+fn quality(spec: &str, raw: &[String], model: PathBuf, tokens: usize) -> Result<()> {
+    let base = super::generate::RunFlags {
+        model: Some(model),
+        moe_stream: true,
+        cache_mb: Some(crate::config::CacheMb::Mib(0.0)),
+        ..Default::default()
+    };
+    let with_plugin = super::generate::RunFlags {
+        drop_plugin: Some(spec.to_string()),
+        drop_params: raw.to_vec(),
+        ..Default::default()
+    }
+    .over(&base);
+    let settings = [super::eval::Setting { name: spec.to_string(), flags: with_plugin }];
+    let results = super::eval::measure(&base, &settings, crate::eval::text::SAMPLE, tokens, None)?;
+    super::eval::print_table(&results)
 }
 
 fn new(name: &str, kind: &str, dir: Option<PathBuf>) -> Result<()> {
