@@ -196,12 +196,12 @@ pub(super) fn print_table(results: &[Measured]) -> Result<()> {
         let num = |v: Option<f64>, digits: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"));
         write!(
             out,
-            "{:width$}  {:>9.5}  {:>9.5}  {:>9.5}  {:>9.5}  {:>6.1}%  {:>8}  {:>7}",
+            "{:width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>6.1}%  {:>8}  {:>7}",
             r.name,
-            s.mean,
-            s.median,
-            s.p99,
-            s.max,
+            kl_text(s.mean),
+            kl_text(s.median),
+            kl_text(s.p99),
+            kl_text(s.max),
             100.0 * s.top1_agreement,
             num(r.summary.mib_per_token(), 2),
             num(r.summary.decode_tps(), 1)
@@ -214,6 +214,18 @@ pub(super) fn print_table(results: &[Measured]) -> Result<()> {
     }
     writeln!(out, "KL in nats per position (exact run ‖ setting); top-1: both put the same token first")?;
     Ok(())
+}
+
+/// A KL divergence for the table: `0` only when exactly zero, small ones
+/// in scientific notation so they do not read as zero.
+fn kl_text(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v < 1e-3 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.5}")
+    }
 }
 
 /// One line per setting and position: `setting,position,kl,same_top1`.
@@ -230,6 +242,13 @@ fn write_csv(out: &mut impl Write, results: &[Measured]) -> std::io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_exact_zero_reads_as_zero() {
+        assert_eq!(kl_text(0.0), "0");
+        assert_eq!(kl_text(2.1e-6), "2.10e-6");
+        assert_eq!(kl_text(0.0123), "0.01230");
+    }
 
     #[test]
     fn a_setting_is_parsed_on_top_of_the_exact_runs_flags() {
