@@ -28,25 +28,19 @@ pub fn write_model_with_progress(spec: &ModelSpec, path: &Path, what: &str) -> R
 
 /// A byte-progress bar on stderr (hidden when stderr is not a terminal).
 pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(what.to_string());
-    bar
+    bar_with(total, what, "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
 }
 
 /// A progress bar of `total` items (tokens, runs) on stderr, hidden when
 /// stderr is not a terminal.
 pub fn count_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+    bar_with(total, what, "{msg} [{bar:30}] {pos}/{len} eta {eta}")
+}
+
+/// A bar of `total` drawn with `template`, labelled `what`.
+fn bar_with(total: u64, what: &str, template: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    bar.set_style(indicatif::ProgressStyle::with_template(template).expect("valid template").progress_chars("=> "));
     bar.set_message(what.to_string());
     bar
 }
