@@ -59,13 +59,19 @@ pub fn maps(rows: &Array, call: &str) -> Result<Vec<Map>, String> {
         .collect()
 }
 
-/// A value as a CSV or table cell (floats with up to 6 significant decimals).
+/// A value as a CSV or table cell: floats with up to 6 decimals, trailing
+/// zeros dropped, and below 0.001 in scientific notation with 4 significant
+/// digits (a KL divergence of 3e-5 must not read as 0).
 fn cell(v: Option<&Dynamic>) -> String {
     match v {
         None => String::new(),
         Some(v) if v.is_unit() => String::new(),
         Some(v) => match v.as_float() {
-            Ok(f) if f.fract() != 0.0 => format!("{f:.4}").trim_end_matches('0').to_string(),
+            Ok(f) if f.fract() != 0.0 && f.abs() < 1e-3 => format!("{f:.3e}"),
+            Ok(f) if f.fract() != 0.0 => {
+                let fixed = format!("{f:.6}");
+                fixed.trim_end_matches('0').trim_end_matches('.').to_string()
+            }
             _ => v.to_string(),
         },
     }
@@ -369,6 +375,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "hit,policy,extra\n0.5,lru,\n0.25,\"a,b\",3\n");
         let t = table(&rows);
         assert_eq!(t, " hit  policy  extra\n----  ------  -----\n 0.5  lru\n0.25  a,b         3\n");
+        // Small values keep their digits; others keep six decimals at most.
+        let small = [row(&[("kl", Dynamic::from_float(3.25e-5))]), row(&[("kl", Dynamic::from_float(1.0 / 3.0))])];
+        write_csv(&p, &small).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "kl\n3.250e-5\n0.333333\n");
     }
 
     #[test]
