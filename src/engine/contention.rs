@@ -106,8 +106,8 @@ impl Default for OtherLoad {
 /// holds a core. The fewest, because the two counts are read one after the
 /// other: a compute thread of this process that goes to sleep between them
 /// (as ggml's do just after a graph) counts as another process's in that
-/// sample, and on a quiet machine every second sample was off by one that
-/// way; a busy loop elsewhere is runnable in every sample.
+/// sample (on a quiet machine, one of five samples in one of three demo
+/// runs); a busy loop elsewhere is runnable in every sample.
 pub fn others_running_now() -> Option<f64> {
     const SAMPLES: u32 = 5;
     let mut fewest = u64::MAX;
