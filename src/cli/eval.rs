@@ -28,8 +28,12 @@ pub struct EvalArgs {
     /// A setting to measure against the exact run: `generate` flags added to the others,
     /// optionally named, `[NAME=]FLAGS` (repeatable), e.g. "top2=--n-expert-used 2" or
     /// "--drop-plugin drop-cold --drop-param T=0.6".
-    #[arg(long, value_name = "[NAME=]FLAGS", required = true, allow_hyphen_values = true)]
+    #[arg(long, value_name = "[NAME=]FLAGS", required_unless_present = "branches", allow_hyphen_values = true)]
     pub against: Vec<String>,
+    /// Print, per layer, how large the MoE branch's output is against the residual stream it is
+    /// added to (RMS of each, and their ratio), over the same text on the exact run's model.
+    #[arg(long)]
+    pub branches: bool,
     /// Write every position's KL divergence and top-1 agreement per setting to this CSV file.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
@@ -103,6 +107,13 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         None => None,
     };
 
+    if args.branches {
+        print_branches(&args.run, &text, args.tokens)?;
+        if settings.is_empty() {
+            return Ok(());
+        }
+        println!();
+    }
     let results =
         measure(&args.run, &settings, &text, args.tokens, args.text.as_ref().map(|p| p.display().to_string()))?;
     print_table(&results)?;
@@ -153,6 +164,41 @@ pub(super) fn measure(
         results.push(Measured { name: setting.name.clone(), positions, summary });
     }
     Ok(results)
+}
+
+/// Measures and prints each MoE layer's branch and residual sizes over the
+/// first `positions` tokens of `text` on `base`'s model, run resident.
+fn print_branches(base: &RunFlags, text: &str, positions: usize) -> Result<()> {
+    let config = resolve_config(base)?;
+    // 0 means tuned while decoding; this measurement runs at one per core.
+    let threads = match config.generate.threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
+        n => n,
+    };
+    let mut host = open_host(config, false)?;
+    let model = host.session_mut().model();
+    let path = model.path().to_path_buf();
+    let mut tokens = model.tokenize(text, true);
+    tokens.truncate(positions.saturating_add(1));
+    drop(host);
+    eprintln!("eval: MoE branch against the residual stream over {} tokens, resident", tokens.len());
+    let layers = eval::branches::measure(&path, &tokens, threads).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{:>5}  {:>12}  {:>12}  {:>7}", "layer", "MoE out RMS", "residual RMS", "ratio")?;
+    let mut ratios = Vec::new();
+    for (l, layer) in layers.iter().enumerate() {
+        let Some(b) = layer else { continue };
+        ratios.push(b.ratio);
+        writeln!(out, "{l:>5}  {:>12.4}  {:>12.4}  {:>7.3}", b.moe_rms, b.residual_rms, b.ratio)?;
+    }
+    if ratios.is_empty() {
+        bail!(
+            "{}: no layer showed an ffn_moe_out node (an architecture whose graph names it otherwise)",
+            path.display()
+        );
+    }
+    writeln!(out, "{:>5}  {:>12}  {:>12}  {:>7.3}", "mean", "", "", ratios.iter().sum::<f64>() / ratios.len() as f64)?;
+    Ok(())
 }
 
 /// Scores `tokens` on `host`'s session with a progress bar, handing each

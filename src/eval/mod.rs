@@ -5,6 +5,7 @@
 //! the same tokens ([`crate::engine::Session::score`]), so every position
 //! compares the two models on the same context.
 
+pub mod branches;
 pub mod text;
 
 /// The exact run's next-token distribution at one position.

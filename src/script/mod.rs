@@ -246,6 +246,7 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         skew: float("skew")?,
         skew_first: float("skew_first")?,
         mix: float("mix")?,
+        expert_mix: float("expert_mix")?,
         chat_template: text("chat_template"),
         mtp_head: text("mtp_head"),
     };

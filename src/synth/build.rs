@@ -130,6 +130,21 @@ impl<'a> Builder<'a> {
         self.tensor(name, &dims, ty, proj(fan_in, scale));
     }
 
+    /// An expert bank's down projection `[fan_in, d, n_expert]` in the
+    /// expert type: random rows for the residual stream's expert band
+    /// ([`super::expert_band`]), zero rows for the rest. `scale` sizes its
+    /// output as [`Builder::experts`]'s does (the band's rows are larger so
+    /// that the output's total size is the same), times the architecture's
+    /// `expert_gain`.
+    pub fn expert_outputs(&mut self, name: impl Into<String>, fan_in: u64, scale: f32) {
+        let (ty, d) = (self.spec.expert_type, self.spec.embd as usize);
+        let band = super::expert_band(d);
+        let dims = [fan_in, d as u64, u64::from(self.spec.experts)];
+        let gain = self.spec.arch.generator().expert_gain;
+        let std = gain * scale / (fan_in as f32).sqrt() * (d as f32 / band as f32).sqrt();
+        self.tensor(name, &dims, ty, Fill::Band { std, live: band, period: d });
+    }
+
     /// `token_embd`, `output_norm` and `output` with the structured fills.
     pub fn embeddings(&mut self) {
         self.embeddings_with_norm("output_norm.weight");

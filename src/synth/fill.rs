@@ -21,6 +21,17 @@ pub enum Fill {
         /// Target standard deviation of the dequantized values.
         std: f32,
     },
+    /// Random rows like [`Fill::Random`] for the first `live` of every
+    /// `period` rows, zero rows for the rest: an expert's down projection
+    /// that writes only to the residual stream's expert band.
+    Band {
+        /// Target standard deviation of the live rows' values.
+        std: f32,
+        /// Live rows at the start of each period.
+        live: usize,
+        /// Rows per period (the residual stream's width).
+        period: usize,
+    },
     /// Exact values, row-major in ggml order (`ne[0]` fastest).
     Values(Arc<Vec<f32>>),
     /// Exact leading rows, then every later row one of `filler`'s rows
@@ -109,7 +120,7 @@ pub fn render_into(
     let block_elems = spec.ty.block_elems() as usize;
     let n_per_row = spec.dims.first().copied().unwrap_or(1) as usize;
     // ggml quantizes whole rows: those types are rendered in row-aligned chunks.
-    let unit = if encodes_natively(spec.ty) {
+    let unit = if encodes_natively(spec.ty) && !matches!(fill, Fill::Band { .. }) {
         block_bytes
     } else {
         spec.ty
@@ -123,12 +134,23 @@ pub fn render_into(
     // the tensor then fills at memory speed instead of the quantizer's.
     let rows = size / unit;
     let pool = match fill {
-        Fill::Random { std } if !encodes_natively(spec.ty) && rows > POOL_ROWS => {
+        Fill::Random { std } | Fill::Band { std, .. } if !encodes_natively(spec.ty) && rows > POOL_ROWS => {
             Some(pools.get(spec.ty, n_per_row, *std).map_err(|e| format!("{}: {e}", spec.name))?)
         }
         _ => None,
     };
     let pool = pool.as_deref();
+    // A band's dead rows are all one encoded zero row.
+    let zero_row = match fill {
+        Fill::Band { .. } => {
+            let mut row = vec![0u8; unit];
+            encode_rows(spec.ty, &vec![0.0; n_per_row], n_per_row, &mut row)
+                .map_err(|e| format!("{}: {e}", spec.name))?;
+            Some(row)
+        }
+        _ => None,
+    };
+    let zero_row = zero_row.as_deref();
     let chunks: Vec<(usize, &mut [u8])> = out.chunks_mut(chunk).enumerate().collect();
     let per_thread = chunks.len().div_ceil(threads.max(1));
     let mut groups: Vec<Vec<(usize, &mut [u8])>> = Vec::new();
@@ -144,9 +166,23 @@ pub fn render_into(
                     for (index, bytes) in group {
                         let first_elem = index * (chunk / block_bytes) * block_elems;
                         let mut rng = ChaCha8Rng::seed_from_u64(mix(tensor_seed ^ index as u64));
-                        match pool {
-                            Some(pool) => fill_from_pool(pool, unit, bytes, &mut rng),
-                            None => fill_chunk(spec.ty, fill, first_elem, n_per_row, bytes, &mut rng)?,
+                        match (fill, zero_row) {
+                            (&Fill::Band { std, live, period }, Some(zero)) => {
+                                let first_row = index * (chunk / unit);
+                                for (i, row) in bytes.chunks_exact_mut(unit).enumerate() {
+                                    if (first_row + i) % period.max(1) >= live {
+                                        row.copy_from_slice(zero);
+                                    } else if let Some(pool) = pool {
+                                        fill_from_pool(pool, unit, row, &mut rng);
+                                    } else {
+                                        fill_chunk(spec.ty, &Fill::Random { std }, 0, n_per_row, row, &mut rng)?;
+                                    }
+                                }
+                            }
+                            _ => match pool {
+                                Some(pool) => fill_from_pool(pool, unit, bytes, &mut rng),
+                                None => fill_chunk(spec.ty, fill, first_elem, n_per_row, bytes, &mut rng)?,
+                            },
                         }
                     }
                     Ok(())
@@ -214,6 +250,7 @@ fn fill_chunk(
         Fill::Const(c) => encode_rows(ty, &vec![*c; n], n_per_row, out),
         Fill::Values(values) => encode_rows(ty, &values[first_elem..first_elem + n], n_per_row, out),
         Fill::Rows { .. } => unreachable!("rendered by render_rows"),
+        Fill::Band { .. } => unreachable!("rendered row by row in render_into"),
     }
 }
 
@@ -377,6 +414,30 @@ mod tests {
             let mut reused = vec![7u8; 3 * bytes.len()];
             render_into(&spec, &fill, 3, 2, &mut RowPools::new(3), &mut reused).unwrap();
             assert_eq!(reused, bytes, "{ty}: a reused buffer");
+        }
+    }
+
+    /// A band renders random rows for the first `live` of every period and
+    /// one encoded zero row for the others, natively and through ggml's
+    /// quantizer (pooled or not), the same on any number of threads.
+    #[test]
+    fn a_band_is_random_inside_and_zero_outside() {
+        let (width, period, live, experts) = (256u64, 16usize, 2usize, 40u64);
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::from_name("q4_K").unwrap(), GgmlType::F16] {
+            let spec = TensorSpec::new("blk.0.ffn_down_exps.weight", &[width, period as u64, experts], ty);
+            let fill = Fill::Band { std: 0.5, live, period };
+            let bytes = render(&spec, &fill, 9, 1).unwrap();
+            assert_eq!(bytes, render(&spec, &fill, 9, 3).unwrap(), "{ty}: thread count");
+            let row = ty.row_bytes(width).unwrap() as usize;
+            let mut zero = vec![0u8; row];
+            encode_rows(ty, &vec![0.0; width as usize], width as usize, &mut zero).unwrap();
+            for (r, bytes) in bytes.chunks(row).enumerate() {
+                if r % period < live {
+                    assert_ne!(bytes, &zero[..], "{ty}: live row {r} is zero");
+                } else {
+                    assert_eq!(bytes, &zero[..], "{ty}: row {r} outside the band");
+                }
+            }
         }
     }
 

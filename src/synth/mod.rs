@@ -46,8 +46,16 @@ pub const EXPERT_TYPES: &[&str] = &[
     "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq4_xs", "iq4_nl", "mxfp4",
 ];
 
+/// The width of the expert band: routed experts write only to the residual
+/// stream's first `expert_band(d)` coordinates, which the routers and the
+/// token embeddings leave out, so what the experts add changes the output
+/// head's choice without moving any router's ranking.
+pub fn expert_band(d: usize) -> usize {
+    (d / 8).max(1)
+}
+
 /// Changes whenever the same spec would produce different bytes.
-pub const GENERATOR_VERSION: u32 = 4;
+pub const GENERATOR_VERSION: u32 = 5;
 
 /// Named model sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,13 +100,17 @@ pub struct RoutingShape {
     pub skew: f32,
     /// Router logit scale (softmax sharpness; does not change the ranking).
     pub gain: f32,
-    /// Size of each attention and expert output relative to the residual stream.
+    /// Size of each attention and dense FFN output relative to the residual stream.
     pub mix: f32,
+    /// Size of each layer's routed-expert output relative to the residual
+    /// stream entering the layer's first MoE layer (`bmoe eval --branches`
+    /// measures it; see `docs/architecture.md`, "Synthetic models").
+    pub experts: f32,
 }
 
 impl Default for RoutingShape {
     fn default() -> RoutingShape {
-        RoutingShape { token_corr: 0.3, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03 }
+        RoutingShape { token_corr: 0.3, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03, experts: 0.25 }
     }
 }
 
@@ -317,6 +329,12 @@ impl ModelSpec {
         let r = &self.routing;
         if !(0.0..1.0).contains(&r.token_corr) {
             return Err(format!("token correlation must be in [0, 1) (got {})", r.token_corr));
+        }
+        if !(0.0..=4.0).contains(&r.experts) {
+            return Err(format!("expert mix must be in [0, 4] (got {})", r.experts));
+        }
+        if !(0.0..=4.0).contains(&r.mix) {
+            return Err(format!("mix must be in [0, 4] (got {})", r.mix));
         }
         if self.quant_mix.is_none() {
             // A mix falls back to a type whose blocks fit, as llama.cpp's quantizer does.

@@ -73,9 +73,13 @@ pub struct ModelOptions {
     /// Routing shape: spread of per-expert popularity in the first MoE layer.
     #[arg(long, help_heading = "Routing shape")]
     pub skew_first: Option<f32>,
-    /// Routing shape: size of attention and expert outputs relative to the residual stream.
+    /// Routing shape: size of attention and dense FFN outputs relative to the residual stream.
     #[arg(long, help_heading = "Routing shape")]
     pub mix: Option<f32>,
+    /// Size of the routed experts' output relative to the residual stream (0 makes experts that
+    /// change nothing; trained models' layers add about 0.2-0.3).
+    #[arg(long, help_heading = "Routing shape")]
+    pub expert_mix: Option<f32>,
     /// Write a chat template: a bundled family (qwen3, qwen3.5, gpt-oss, gemma-4, ...) or a .jinja file.
     /// Its markers become special tokens of the vocabulary.
     #[arg(long, value_name = "FAMILY|FILE")]
@@ -191,6 +195,7 @@ fn build_spec(a: &ModelOptions) -> Result<ModelSpec> {
         (&mut r.skew, a.skew),
         (&mut r.skew_first, a.skew_first),
         (&mut r.mix, a.mix),
+        (&mut r.experts, a.expert_mix),
     ] {
         if let Some(v) = v {
             *dst = v;

@@ -107,7 +107,7 @@ pub struct Moe {
     /// A shared expert, if any.
     pub shared: Option<Shared>,
     /// Scale of the down projection's output; `None`: the routing shape's
-    /// `mix` times 2.5 (k experts' outputs add up).
+    /// `experts` times [`EXPERT_DOWN_GAIN`].
     pub down_scale: Option<f32>,
 }
 
@@ -122,6 +122,12 @@ impl Moe {
         down_scale: None,
     };
 }
+
+/// The down projection's scale per unit of the routing shape's `experts`:
+/// measured with `bmoe eval --branches` on the demo model (qwen3moe, 8 of
+/// 64 experts, softmax weights), whose first MoE layer then adds an expert
+/// output of `experts` times the residual stream's RMS.
+pub const EXPERT_DOWN_GAIN: f32 = 4.7;
 
 /// The shared experts' total width: `shared_experts` experts of `expert_ff`.
 pub fn shared_width(b: &Builder) -> u64 {
@@ -142,7 +148,7 @@ pub fn moe(b: &mut Builder, l: u32, m: Moe) {
         // keeps the structured router's popularity curve.
         b.zeros(format!("blk.{l}.exp_probs_b.bias"), &[ne]);
     }
-    let down = m.down_scale.unwrap_or(b.spec.routing.mix * 2.5);
+    let down = m.down_scale.unwrap_or(b.spec.routing.experts * EXPERT_DOWN_GAIN);
     match m.experts {
         Experts::Split => {
             b.experts(blk(l, "ffn_gate_exps"), d, ff, 1.0);
@@ -157,15 +163,17 @@ pub fn moe(b: &mut Builder, l: u32, m: Moe) {
         Experts::Fused => b.experts(blk(l, "ffn_gate_up_exps"), d, 2 * ff, 1.0),
         Experts::UpDown => b.experts(blk(l, "ffn_up_exps"), d, ff, 1.0),
     }
-    b.experts(blk(l, "ffn_down_exps"), ff, d, down);
+    b.expert_outputs(blk(l, "ffn_down_exps"), ff, down);
     if m.expert_bias {
         b.zeros(blk_bias(l, "ffn_down_exps"), &[d, ne]);
     }
     if let Some(shared) = m.shared {
         if shared.gated {
             // Random, never zero: qwen2moe computes the sigmoid as silu(g) / g.
-            let ty = b.spec.dense_type;
-            b.tensor(blk(l, "ffn_gate_inp_shexp"), &[d], ty, super::Fill::Random { std: 1.0 / (d as f32).sqrt() });
+            // One row, so f32 as converters write 1-D tensors (and bmoe's
+            // file check expects).
+            let fill = super::Fill::Random { std: 1.0 / (d as f32).sqrt() };
+            b.tensor(blk(l, "ffn_gate_inp_shexp"), &[d], crate::gguf::GgmlType::F32, fill);
         }
         if m.experts == Experts::UpDown {
             // The shared expert takes the experts' ungated form.

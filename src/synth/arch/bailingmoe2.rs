@@ -8,8 +8,15 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Moe, Shared};
 
-pub(super) const GENERATOR: Generator =
-    Generator { name: "bailingmoe2", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator = Generator {
+    name: "bailingmoe2",
+    defaults,
+    derive: super::head_from_embedding,
+    check,
+    build,
+    expert_gain: 0.55,
+    ..Generator::BASE
+};
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

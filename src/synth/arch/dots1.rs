@@ -7,7 +7,8 @@ use crate::synth::ModelSpec;
 use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 
-pub(super) const GENERATOR: Generator = Generator { name: "dots1", defaults, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "dots1", defaults, check, build, expert_gain: 0.55, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 2;

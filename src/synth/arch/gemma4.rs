@@ -39,6 +39,11 @@ fn build(b: &mut Builder) {
     // of mix * |residual entry| gives the same relative size as qwen's scaling.
     // (Gemma scales embeddings by sqrt(d), so a residual entry has std sqrt(2d).)
     let post = mix * (2.0 * d as f32).sqrt();
+    // The FFN branch is the dense FFN (normalized to `mix`) plus the routed
+    // experts (normalized to `experts`), normalized together again: its
+    // weight keeps each part at its size relative to the residual.
+    let experts = s.routing.experts;
+    let ffn_post = (mix * mix + experts * experts).sqrt() * (2.0 * d as f32).sqrt();
     for l in 0..s.layers {
         b.norm(blk(l, "attn_norm"), d);
         pieces::attention(b, l, Attention { qk_norm: true, full_out: true, ..Attention::default() });
@@ -47,16 +52,16 @@ fn build(b: &mut Builder) {
         b.matrix(blk(l, "ffn_gate"), d, dff);
         b.matrix(blk(l, "ffn_up"), d, dff);
         b.matrix(blk(l, "ffn_down"), dff, d);
-        b.constant(blk(l, "post_ffw_norm"), &[d], post);
+        b.constant(blk(l, "post_ffw_norm"), &[d], if l < s.dense_layers { post } else { ffn_post });
         if l < s.dense_layers {
             continue;
         }
         b.router(blk(l, "ffn_gate_inp"), l);
         b.constant(format!("blk.{l}.ffn_gate_inp.scale"), &[d], (d as f32).sqrt());
         b.norm(blk(l, "pre_ffw_norm_2"), d);
-        b.norm(blk(l, "post_ffw_norm_1"), d);
-        b.norm(blk(l, "post_ffw_norm_2"), d);
+        b.constant(blk(l, "post_ffw_norm_1"), &[d], mix);
+        b.constant(blk(l, "post_ffw_norm_2"), &[d], experts);
         b.experts(blk(l, "ffn_gate_up_exps"), d, 2 * u64::from(s.expert_ff), 1.0);
-        b.experts(blk(l, "ffn_down_exps"), u64::from(s.expert_ff), d, 1.0);
+        b.expert_outputs(blk(l, "ffn_down_exps"), u64::from(s.expert_ff), 1.0);
     }
 }

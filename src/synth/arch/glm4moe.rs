@@ -8,7 +8,8 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 
-pub(super) const GENERATOR: Generator = Generator { name: "glm4moe", defaults, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "glm4moe", defaults, check, build, expert_gain: 1.4, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

@@ -6,7 +6,7 @@ use super::Generator;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe};
 
-pub(super) const GENERATOR: Generator = Generator { name: "gpt-oss", build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator = Generator { name: "gpt-oss", build, expert_gain: 0.71, ..Generator::BASE };
 
 fn build(b: &mut Builder) {
     pieces::common_keys(b);

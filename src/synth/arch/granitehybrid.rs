@@ -9,8 +9,15 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 use crate::synth::recurrent;
 
-pub(super) const GENERATOR: Generator =
-    Generator { name: "granitehybrid", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator = Generator {
+    name: "granitehybrid",
+    defaults,
+    derive: super::head_from_embedding,
+    check,
+    build,
+    expert_gain: 57.0,
+    ..Generator::BASE
+};
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

@@ -8,8 +8,15 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe};
 use crate::synth::recurrent;
 
-pub(super) const GENERATOR: Generator =
-    Generator { name: "lfm2moe", defaults, derive: super::head_from_embedding, check, build, ties_embeddings: true };
+pub(super) const GENERATOR: Generator = Generator {
+    name: "lfm2moe",
+    defaults,
+    derive: super::head_from_embedding,
+    check,
+    build,
+    ties_embeddings: true,
+    expert_gain: 1.4,
+};
 
 fn defaults(spec: &mut ModelSpec) {
     spec.dense_layers = 2;

@@ -8,7 +8,8 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 
-pub(super) const GENERATOR: Generator = Generator { name: "llama4", defaults, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "llama4", defaults, check, build, expert_gain: 0.2, ..Generator::BASE };
 
 /// MoE on layers 1, 3, 5, ... (Maverick's interleave step).
 const MOE_STEP: u32 = 2;

@@ -7,7 +7,8 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe};
 
-pub(super) const GENERATOR: Generator = Generator { name: "minimax-m2", check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "minimax-m2", check, build, expert_gain: 1.4, ..Generator::BASE };
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
     super::partial_rope(spec, 2)?;

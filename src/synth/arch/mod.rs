@@ -44,6 +44,12 @@ pub struct Generator {
     /// Whether the loader takes `token_embd` as the output head when a file
     /// has no `output.weight` (tied embeddings, as some releases ship).
     pub ties_embeddings: bool,
+    /// Scales the routed experts' down projections so that the first MoE
+    /// layer's branch measures about the routing shape's `experts` of the
+    /// residual stream (`bmoe eval --branches` on the demo shape): the
+    /// architectures weight and sum their experts differently (softmax or
+    /// sigmoid weights, renormalized or scaled, residual multipliers).
+    pub expert_gain: f32,
 }
 
 impl Generator {
@@ -55,6 +61,7 @@ impl Generator {
         check: no_extras,
         build: |_| {},
         ties_embeddings: false,
+        expert_gain: 1.0,
     };
 }
 

@@ -9,7 +9,8 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Experts, Moe, Shared};
 use crate::synth::recurrent;
 
-pub(super) const GENERATOR: Generator = Generator { name: "nemotron_h_moe", defaults, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "nemotron_h_moe", defaults, check, build, expert_gain: 0.55, ..Generator::BASE };
 
 /// What one block mixes.
 #[derive(Clone, Copy, PartialEq, Eq)]

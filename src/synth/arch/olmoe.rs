@@ -7,8 +7,15 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention, Moe};
 
-pub(super) const GENERATOR: Generator =
-    Generator { name: "olmoe", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator = Generator {
+    name: "olmoe",
+    defaults,
+    derive: super::head_from_embedding,
+    check,
+    build,
+    expert_gain: 1.5,
+    ..Generator::BASE
+};
 
 fn defaults(spec: &mut ModelSpec) {
     spec.kv_heads = spec.heads;

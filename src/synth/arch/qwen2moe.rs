@@ -7,8 +7,15 @@ use crate::synth::ModelSpec;
 use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe, Shared};
 
-pub(super) const GENERATOR: Generator =
-    Generator { name: "qwen2moe", defaults, derive: super::head_from_embedding, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator = Generator {
+    name: "qwen2moe",
+    defaults,
+    derive: super::head_from_embedding,
+    check,
+    build,
+    expert_gain: 1.5,
+    ..Generator::BASE
+};
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

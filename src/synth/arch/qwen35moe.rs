@@ -10,7 +10,8 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Moe, Shared};
 use crate::synth::recurrent::{self, BetaAlpha};
 
-pub(super) const GENERATOR: Generator = Generator { name: "qwen35moe", defaults, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "qwen35moe", defaults, check, build, expert_gain: 0.92, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.shared_experts = 1;

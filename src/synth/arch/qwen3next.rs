@@ -8,7 +8,8 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Moe, Shared};
 use crate::synth::recurrent::{self, BetaAlpha};
 
-pub(super) const GENERATOR: Generator = Generator { name: "qwen3next", defaults, check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "qwen3next", defaults, check, build, expert_gain: 0.92, ..Generator::BASE };
 
 /// Every fourth layer has full attention, the rest a delta-net.
 pub(super) const FULL_ATTENTION_INTERVAL: u32 = 4;

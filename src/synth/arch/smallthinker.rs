@@ -8,7 +8,8 @@ use crate::synth::ModelSpec;
 use crate::synth::build::Builder;
 use crate::synth::pieces::{self, Attention, Moe};
 
-pub(super) const GENERATOR: Generator = Generator { name: "smallthinker", check, build, ..Generator::BASE };
+pub(super) const GENERATOR: Generator =
+    Generator { name: "smallthinker", check, build, expert_gain: 0.6, ..Generator::BASE };
 
 fn check(spec: &ModelSpec) -> Result<(), String> {
     super::only(spec, false, false, false)
