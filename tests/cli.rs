@@ -57,6 +57,20 @@ fn make_tiny(dir: &Path, name: &str, extra: &[&str]) -> String {
     p
 }
 
+/// Runs `bmoe generate ARGS --logits-digest FILE` (FILE under `dir`) and
+/// returns its text with the digest of every step's logits: a setting that
+/// claims to be exact must match both, since the synthetic models' text
+/// alone can hide a difference.
+fn text_and_logits(dir: &Path, args: &[&str]) -> (String, String) {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = dir.join(format!("logits-{n}.txt"));
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--logits-digest", file.to_str().unwrap()]);
+    let out = ok(&all);
+    (stdout(&out), std::fs::read_to_string(&file).unwrap())
+}
+
 #[test]
 fn tiny_model_is_small_and_deterministic() {
     let dir = tempdir();
@@ -74,8 +88,8 @@ fn streamed_and_resident_print_the_same_text() {
     let dir = tempdir();
     let m = make_tiny(dir.path(), "m.gguf", &[]);
     let base = ["generate", "-m", m.as_str(), "-p", "hello", "-n", "32"];
-    let resident = ok(&base);
-    let text = stdout(&resident);
+    let resident = text_and_logits(dir.path(), &base);
+    let text = resident.0.clone();
     assert!(text.trim_end().chars().count() >= 16, "{text:?}");
     for extra in [
         &["--moe-stream"][..],
@@ -84,8 +98,8 @@ fn streamed_and_resident_print_the_same_text() {
     ] {
         let mut args = base.to_vec();
         args.extend_from_slice(extra);
+        assert_eq!(text_and_logits(dir.path(), &args), resident, "{extra:?}: text and logits");
         let out = ok(&args);
-        assert_eq!(stdout(&out), text, "{extra:?}");
         assert!(stderr(&out).contains("MiB/token read"), "summary on stderr: {}", stderr(&out));
         // The RPC line belongs to runs with layers on servers only.
         assert!(!stderr(&out).contains("rpc:"), "{}", stderr(&out));
@@ -97,8 +111,8 @@ fn streamed_and_resident_print_the_same_text() {
     let refused = bmoe(&args);
     assert!(!refused.status.success() && stderr(&refused).contains("below one token's working set (0.38 MiB)"));
     args.push("--force-cache");
+    assert_eq!(text_and_logits(dir.path(), &args), resident, "evicting cache: text and logits");
     let out = ok(&args);
-    assert_eq!(stdout(&out), text, "evicting cache");
     let evictions: u64 = stderr(&out)
         .split_once(" evictions")
         .and_then(|(before, _)| before.rsplit(' ').next()?.parse().ok())
@@ -345,7 +359,8 @@ fn plugin_list_check_and_bench() {
 fn generate_with_plugins_and_refused_plugins() {
     let dir = tempdir();
     let m = make_tiny(dir.path(), "m.gguf", &[]);
-    let plain = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "24"]));
+    let exact = text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "24"]);
+    let plain = exact.0.clone();
     let out = ok(&["generate", "-m", &m, "-p", "hello", "-n", "24", "--draft-plugin", "suffix", "--draft", "4"]);
     assert_eq!(stdout(&out), plain);
     assert!(stderr(&out).contains("draft plugin suffix") && stderr(&out).contains("tokens per verify step"));
@@ -366,6 +381,9 @@ fn generate_with_plugins_and_refused_plugins() {
         "F=0",
     ]);
     assert_eq!(stdout(&out), plain, "F=0 drops nothing");
+    let keep_all = ["--moe-stream", "--cache-mb", "0.5", "--drop-plugin", "drop-cold", "--drop-param", "F=0"];
+    let args: Vec<&str> = ["generate", "-m", &m, "-p", "hello", "-n", "24"].iter().chain(&keep_all).copied().collect();
+    assert_eq!(text_and_logits(dir.path(), &args), exact, "F=0 drops nothing: text and logits");
     assert!(stderr(&out).contains("0 of ") && stderr(&out).contains("routings dropped"), "{}", stderr(&out));
     // A hostile plugin is disabled with one note naming it; the text is unchanged.
     let hostile = bmoe::policy::wasm::fixture("hostile-drafter");
@@ -397,6 +415,9 @@ fn generate_with_plugins_and_refused_plugins() {
     {
         let out = ok(&["generate", "-m", &m, "-p", "hello", "-n", "24", "--draft-plugin", file]);
         assert_eq!(stdout(&out), plain, "{file}");
+        let refused =
+            text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "24", "--draft-plugin", file]);
+        assert_eq!(refused, exact, "{file}: text and logits");
         assert!(stderr(&out).contains("plugin refused") && stderr(&out).contains(expect), "{}", stderr(&out));
     }
     // A name that is neither bundled nor a file is a usage error.
@@ -457,10 +478,12 @@ fn scaffolded_plugins_build_and_load() {
         let wrapped = stdout(&ok(&["plugin", "wrap", wasm.to_str().unwrap(), "-o", component.to_str().unwrap()]));
         assert!(wrapped.contains(&format!("{kind} plugin component")), "{wrapped}");
         let m = make_tiny(dir.path(), "m.gguf", &[]);
-        let plain = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream"]));
-        let with =
-            ok(&["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream", flag, component.to_str().unwrap()]);
-        assert_eq!(stdout(&with), plain, "{kind}: the template policy keeps the output");
+        let plain = text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream"]);
+        let with = text_and_logits(
+            dir.path(),
+            &["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream", flag, component.to_str().unwrap()],
+        );
+        assert_eq!(with, plain, "{kind}: the template policy keeps the text and the logits");
     }
     let out = bmoe(&["plugin", "new", "Bad Name", "--kind", "drafter"]);
     assert!(!out.status.success());

@@ -7,6 +7,7 @@
 
 pub mod cgroup;
 pub mod probe;
+pub mod quality;
 mod report;
 
 use std::collections::BTreeMap;
@@ -209,15 +210,7 @@ fn run_one(plan: &Plan, config: &Config, rep: usize, cgroup: Option<&Cgroup>) ->
     ];
     args.extend(plan.common.iter().cloned());
     args.extend(config.flags.iter().cloned());
-    // The run joins the cgroup before it becomes bmoe, so all of it is capped.
-    let mut command = match cgroup {
-        Some(cg) => {
-            let mut c = Command::new("sh");
-            c.arg("-c").arg("echo $$ > \"$0\" && exec \"$@\"").arg(cg.procs_file()).arg(&plan.bmoe);
-            c
-        }
-        None => Command::new(&plan.bmoe),
-    };
+    let mut command = bmoe_command(&plan.bmoe, cgroup);
     command.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     match run_stoppable(command) {
         Err(e) => result.error = Some(format!("starting {}: {e}", plan.bmoe.display())),
@@ -236,6 +229,19 @@ fn run_one(plan: &Plan, config: &Config, rep: usize, cgroup: Option<&Cgroup>) ->
         result.fields = csv_fields(&text);
     }
     result
+}
+
+/// A command that runs `bmoe` inside `cgroup` (when given): it joins the
+/// cgroup before it becomes bmoe, so all of it is capped.
+fn bmoe_command(bmoe: &Path, cgroup: Option<&Cgroup>) -> Command {
+    match cgroup {
+        Some(cg) => {
+            let mut c = Command::new("sh");
+            c.arg("-c").arg("echo $$ > \"$0\" && exec \"$@\"").arg(cg.procs_file()).arg(bmoe);
+            c
+        }
+        None => Command::new(bmoe),
+    }
 }
 
 /// Runs `command` to its end, like `Command::output`, except that a stop

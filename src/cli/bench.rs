@@ -45,6 +45,11 @@ pub struct BenchArgs {
     /// Run the matrix a second time with a CPU hog on one core.
     #[arg(long)]
     pub hog: bool,
+    /// Also measure each configuration's quality: `bmoe eval` over this many positions of the bundled
+    /// sample text under the same cap, every configuration with flags of its own against the exact
+    /// run (streamed with only --common's flags): KL divergence and top-1 agreement beside the speed.
+    #[arg(long, value_name = "POSITIONS", num_args = 0..=1, default_missing_value = "128")]
+    pub kl: Option<usize>,
     /// Per-run results as CSV.
     #[arg(long, default_value = "bench-results.csv")]
     pub csv: PathBuf,
@@ -61,6 +66,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     super::interrupt::also_on_sigterm()?;
     if !args.model.is_file() {
         bail!("{}: no such model file", args.model.display());
+    }
+    if let Some(positions) = args.kl.filter(|&p| p < 2) {
+        bail!("--kl {positions}: at least 2 positions (the first token has no prediction to score)");
     }
     let fixed = args.fixed_mb.unwrap_or(if args.cap_mb > 0 { args.cap_mb / 2 } else { 1000 });
     let mut configs = if args.configs.is_empty() {
@@ -111,6 +119,12 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     let summaries = bench::summarize(&results);
     print!("{}", bench::table(&summaries, &probes));
+    if let Some(positions) = args.kl.filter(|_| !super::interrupt::requested()) {
+        eprintln!("bench: quality of each configuration against the exact run ({positions} positions)");
+        plan.pass = "quiet".into();
+        let quality = bench::quality::measure(&plan, positions).map_err(|e| anyhow!("--kl: {e}"))?;
+        print!("{}", bench::quality::table(&quality, &summaries, "quiet", positions));
+    }
     bench::write_csv(&args.csv, &results)?;
     eprintln!("bench: per-run results in {}", args.csv.display());
     super::interrupt::check()?;

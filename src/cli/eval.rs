@@ -12,7 +12,7 @@ use anyhow::{Result, anyhow, bail};
 use clap::{Args, Parser};
 
 use super::generate::{RunFlags, open_host, resolve_config};
-use crate::eval::{self, KlStats, Position, Reference};
+use crate::eval::{self, KlStats, Position, Reference, kl_text};
 use crate::interrupt::{self, Forward};
 use crate::telemetry::summary::RunSummary;
 
@@ -262,18 +262,6 @@ pub(super) fn print_table(results: &[Measured]) -> Result<()> {
     Ok(())
 }
 
-/// A KL divergence for the table: `0` only when exactly zero, small ones
-/// in scientific notation so they do not read as zero.
-fn kl_text(v: f64) -> String {
-    if v == 0.0 {
-        "0".into()
-    } else if v < 1e-3 {
-        format!("{v:.2e}")
-    } else {
-        format!("{v:.5}")
-    }
-}
-
 /// One line per setting and position: `setting,position,kl,same_top1`.
 fn write_csv(out: &mut impl Write, results: &[Measured]) -> std::io::Result<()> {
     writeln!(out, "setting,position,kl,same_top1")?;
@@ -288,13 +276,6 @@ fn write_csv(out: &mut impl Write, results: &[Measured]) -> std::io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_an_exact_zero_reads_as_zero() {
-        assert_eq!(kl_text(0.0), "0");
-        assert_eq!(kl_text(2.1e-6), "2.10e-6");
-        assert_eq!(kl_text(0.0123), "0.01230");
-    }
 
     #[test]
     fn a_setting_is_parsed_on_top_of_the_exact_runs_flags() {

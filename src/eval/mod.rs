@@ -64,6 +64,18 @@ pub fn compare_references(exact: &Reference, run: &Reference) -> Position {
     Position { kl: kl.max(0.0), same_top1: run.top1 == exact.top1 }
 }
 
+/// A KL divergence for the table: `0` only when exactly zero, small ones
+/// in scientific notation so they do not read as zero.
+pub fn kl_text(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v < 1e-3 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.5}")
+    }
+}
+
 /// Log-softmax in f64 (stable: the largest logit is subtracted first).
 pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -125,6 +137,13 @@ impl KlStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_exact_zero_reads_as_zero() {
+        assert_eq!(kl_text(0.0), "0");
+        assert_eq!(kl_text(2.1e-6), "2.10e-6");
+        assert_eq!(kl_text(0.0123), "0.01230");
+    }
 
     #[test]
     fn the_same_logits_diverge_by_nothing() {

@@ -10,8 +10,12 @@
 //!   the `u` part gives each expert a fixed popularity bias `B` (spread
 //!   `skew`), the random part a per-token preference that consecutive tokens
 //!   share through the AR(1) embeddings.
-//! - Attention and expert outputs are scaled down (`mix`) so the residual
+//! - Attention and dense outputs are scaled down (`mix`) so the residual
 //!   stream keeps that structure through every layer.
+//! - Routed experts write only to the expert band ([`expert_band`]), which
+//!   embeddings and routers leave out and the output head reads: the experts
+//!   chosen change the text (`experts`: about a quarter of the residual
+//!   stream per layer) without moving any routing decision.
 
 pub mod arch;
 pub mod build;
