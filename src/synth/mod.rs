@@ -14,7 +14,7 @@
 //!   stream keeps that structure through every layer.
 //! - Routed experts write only to the expert band ([`expert_band`]), which
 //!   embeddings and routers leave out and the output head reads: the experts
-//!   chosen change the text (`experts`: about a quarter of the residual
+//!   chosen change the text (`experts`: about a fifth of the residual
 //!   stream per layer) without moving any routing decision.
 
 pub mod arch;
@@ -114,7 +114,7 @@ pub struct RoutingShape {
 
 impl Default for RoutingShape {
     fn default() -> RoutingShape {
-        RoutingShape { token_corr: 0.3, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03, experts: 0.25 }
+        RoutingShape { token_corr: 0.3, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03, experts: 0.2 }
     }
 }
 

@@ -77,7 +77,7 @@ pub struct ModelOptions {
     #[arg(long, help_heading = "Routing shape")]
     pub mix: Option<f32>,
     /// Size of the routed experts' output relative to the residual stream (0 makes experts that
-    /// change nothing; trained models' layers add about 0.2-0.3).
+    /// change nothing; trained models' layers add about 0.2) [default: 0.2].
     #[arg(long, help_heading = "Routing shape")]
     pub expert_mix: Option<f32>,
     /// Write a chat template: a bundled family (qwen3, qwen3.5, gpt-oss, gemma-4, ...) or a .jinja file.

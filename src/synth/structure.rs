@@ -67,7 +67,7 @@ impl Structure {
         // every text token's logit, so the experts chosen decide between the
         // successor and the tokens closest behind it.
         let mut reads = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x5eed_0003));
-        let read_scale = HEAD_READ / sqrt_d;
+        let read_scale = HEAD_READ * depth_factor(spec) / sqrt_d;
         for w in 0..cycle.len() {
             let prev = cycle[(w + cycle.len() - 1) % cycle.len()] as usize;
             let row = &mut output[cycle[w] as usize * d..][..d];
@@ -137,13 +137,28 @@ impl Structure {
 
 /// Scale of the output head's reads of the expert band: each text token's
 /// logit moves with what the experts wrote by about this much times the
-/// band's share of the final hidden state (a standard deviation). Chosen on
-/// the demo model (`bmoe eval` over 1,000 tokens of prose): at 1.1 one
-/// expert fewer per layer changes the top token at 0.6% of positions, half
-/// the experts at 7% and a single expert at 66%, and greedy text stays free
-/// of loops over 160 tokens; at 1.25 it falls into loops, at 1.0 one expert
-/// fewer changes the top token at 0.1%.
+/// band's share of the final hidden state (a standard deviation). It trades
+/// sensitivity against loops (`docs/architecture.md`, "Experts that
+/// matter"): on the demo model at 1.1 one expert fewer per layer changes
+/// the top token at about 3% of positions and greedy text stays free of
+/// loops; at 1.25 greedy text looped, at 1.0 one expert fewer changed the
+/// top token at 0.1% of positions.
 const HEAD_READ: f32 = 1.1;
+
+/// MoE layers the head's band reads are set for ([`HEAD_READ`]: the demo's).
+const READS_SET_FOR_LAYERS: f32 = 8.0;
+
+/// How much weaker the head reads the band in a model with more MoE layers
+/// than the demo's: each layer adds its experts' output to the band, so the
+/// band's size against the embedding's grows with the square root of their
+/// number, and so would the experts' sway over the head, until greedy text
+/// follows the experts alone into loops (the 16-layer bench preset did at
+/// the demo's reads). Scaling the reads by sqrt(8 / MoE layers) keeps that
+/// sway at the demo's for any depth; shallower models keep the demo's reads.
+fn depth_factor(spec: &ModelSpec) -> f32 {
+    let moe_layers = spec.layers.saturating_sub(spec.dense_layers).max(1) as f32;
+    (READS_SET_FOR_LAYERS / moe_layers).sqrt().min(1.0)
+}
 
 /// `v` with the expert band's coordinates (the first `band`) zeroed.
 fn outside(mut v: Vec<f32>, band: usize) -> Vec<f32> {

@@ -8,7 +8,12 @@ use crate::synth::ModelSpec;
 use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention};
 
-pub(super) const GENERATOR: Generator = Generator { name: "gemma4", defaults, check, build, ..Generator::BASE };
+/// Gemma sizes the experts' output by a norm weight, not the down
+/// projection: the gain scales that weight (1.5: with the routing shape's
+/// `experts` alone, one expert per layer left the demo's greedy text
+/// unchanged over 64 tokens).
+pub(super) const GENERATOR: Generator =
+    Generator { name: "gemma4", defaults, check, build, expert_gain: 1.5, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.dense_layers = 1;
@@ -42,7 +47,7 @@ fn build(b: &mut Builder) {
     // The FFN branch is the dense FFN (normalized to `mix`) plus the routed
     // experts (normalized to `experts`), normalized together again: its
     // weight keeps each part at its size relative to the residual.
-    let experts = s.routing.experts;
+    let experts = s.routing.experts * GENERATOR.expert_gain;
     let ffn_post = (mix * mix + experts * experts).sqrt() * (2.0 * d as f32).sqrt();
     for l in 0..s.layers {
         b.norm(blk(l, "attn_norm"), d);

@@ -10,7 +10,7 @@ use crate::synth::pieces::{self, Attention, Experts, Moe, Shared};
 use crate::synth::recurrent;
 
 pub(super) const GENERATOR: Generator =
-    Generator { name: "nemotron_h_moe", defaults, check, build, expert_gain: 0.55, ..Generator::BASE };
+    Generator { name: "nemotron_h_moe", defaults, check, build, expert_gain: 0.4, ..Generator::BASE };
 
 /// What one block mixes.
 #[derive(Clone, Copy, PartialEq, Eq)]
