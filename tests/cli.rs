@@ -906,9 +906,9 @@ fn eval_scores_an_exact_setting_at_zero_and_a_lossy_one_above() {
 
 /// The generator's experts decide the text: on the demo model a single
 /// expert per layer changes greedy text within 16 tokens, one expert fewer
-/// changes the top token somewhere in 1,000 positions (at about 0.6% of
-/// them), and each MoE layer
-/// adds a branch of about a quarter of the residual stream. With
+/// changes the top token somewhere in 400 positions (at about 4% of them),
+/// and each MoE layer adds a branch of about a fifth of the residual
+/// stream. With
 /// `--expert-mix 0` (the negative control) the experts write nothing, and
 /// one expert gives the same logits bit for bit.
 #[test]
@@ -929,7 +929,7 @@ fn experts_decide_the_text() {
         "--text",
         prose,
         "--tokens",
-        "600",
+        "400",
         "--branches",
         "--against",
         "k7=--n-expert-used 7",

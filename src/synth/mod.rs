@@ -114,7 +114,7 @@ pub struct RoutingShape {
 
 impl Default for RoutingShape {
     fn default() -> RoutingShape {
-        RoutingShape { token_corr: 0.3, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03, experts: 0.2 }
+        RoutingShape { token_corr: 0.42, skew_first: 0.6, skew: 1.35, gain: 2.0, mix: 0.03, experts: 0.2 }
     }
 }
 

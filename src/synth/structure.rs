@@ -57,27 +57,28 @@ impl Structure {
         for s in &specific {
             embedding.extend(s.iter().zip(&common).map(|(a, u)| a + sqrt_d * u));
         }
-        // Output row of a text token = its predecessor's specific part, so the
-        // argmax after token t is the token that follows t on the cycle.
-        let out_scale = 8.0 / d as f32;
+        // Output row of a text token = the sum of its two predecessors'
+        // specific parts, so after token t the two tokens that follow t on
+        // the cycle tie for first place: greedy decoding walks the cycle in
+        // steps of one or two tokens, which never loops, and what decides
+        // each step is the experts (below).
+        let out_scale = 8.0 / d as f32 / (1.0 + rho);
         // Rows of non-text tokens point against `u`, so they are never chosen.
         let mut output: Vec<f32> = (0..n).flat_map(|_| common.iter().map(|u| -8.0 / sqrt_d * u)).collect();
         // A text token's row also reads the expert band along a random
         // direction of its own: what the routed experts wrote there moves
-        // every text token's logit, so the experts chosen decide between the
-        // successor and the tokens closest behind it.
+        // every text token's logit, which breaks the tie between the two
+        // successors (and, teacher-forced over other text, decides between
+        // any close tokens).
         let mut reads = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x5eed_0003));
         let read_scale = HEAD_READ * depth_factor(spec) / sqrt_d;
-        for w in 0..cycle.len() {
-            let prev = cycle[(w + cycle.len() - 1) % cycle.len()] as usize;
+        let len = cycle.len();
+        for w in 0..len {
+            let prev = cycle[(w + len - 1) % len] as usize;
+            let prev2 = cycle[(w + len - 2) % len] as usize;
             let row = &mut output[cycle[w] as usize * d..][..d];
-            // Less `rho` times the token's own part: consecutive tokens'
-            // parts correlate by `rho`, so without it the token just read
-            // would come second after its successor, and a nudge from the
-            // experts would make the text repeat it.
-            let own = cycle[w] as usize;
-            for ((x, a), b) in row.iter_mut().zip(&specific[prev]).zip(&specific[own]) {
-                *x = out_scale * (a - rho * b);
+            for ((x, a), b) in row.iter_mut().zip(&specific[prev]).zip(&specific[prev2]) {
+                *x = out_scale * (a + b);
             }
             for x in &mut row[..band] {
                 *x = read_scale * gaussian(&mut reads);

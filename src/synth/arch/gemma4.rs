@@ -9,11 +9,8 @@ use crate::synth::build::{Builder, blk};
 use crate::synth::pieces::{self, Attention};
 
 /// Gemma sizes the experts' output by a norm weight, not the down
-/// projection: the gain scales that weight (1.5: with the routing shape's
-/// `experts` alone, one expert per layer left the demo's greedy text
-/// unchanged over 64 tokens).
-pub(super) const GENERATOR: Generator =
-    Generator { name: "gemma4", defaults, check, build, expert_gain: 1.5, ..Generator::BASE };
+/// projection: the architecture's `expert_gain` scales that weight.
+pub(super) const GENERATOR: Generator = Generator { name: "gemma4", defaults, check, build, ..Generator::BASE };
 
 fn defaults(spec: &mut ModelSpec) {
     spec.dense_layers = 1;
