@@ -397,14 +397,20 @@ fn read_ahead_is_lossless() {
                 assert!(peak <= budget, "{what}: the cache held {peak} bytes");
                 let scores: Vec<_> = decode.iter().flat_map(|r| &r.trace.predictions).collect();
                 if read_ahead.router > 0 {
-                    // Every streamed layer is predicted every step while the cache does not hold
-                    // the whole bank (1.5 MiB): the first from the token's embedding, the others
-                    // from the layer before.
+                    // Every streamed layer is predicted while the cache does not hold the whole
+                    // bank (1.5 MiB): the first from the token's embedding, the others from the
+                    // layer before. At 200 KiB that is every step; a larger cache may hold all
+                    // that a stretch of steps routes, and the prediction then rests (after 64
+                    // layers in a row found everything resident) for every layer alike.
                     if budget < 1 << 20 {
                         let mut per_layer = std::collections::BTreeMap::new();
                         scores.iter().for_each(|s| *per_layer.entry(s.layer).or_insert(0) += 1);
                         assert_eq!(per_layer.len(), streamed_layers, "{what}: layers predicted {per_layer:?}");
-                        assert!(per_layer.values().all(|&n| n == decode.len()), "{what}: {per_layer:?}");
+                        let (fewest, most) = (per_layer.values().min(), per_layer.values().max());
+                        assert!(fewest.zip(most).is_some_and(|(f, m)| m - f <= 1), "{what}: {per_layer:?}");
+                        if budget == 200 << 10 {
+                            assert!(per_layer.values().all(|&n| n == decode.len()), "{what}: {per_layer:?}");
+                        }
                     }
                     assert!(scores.iter().all(|s| s.right <= s.routed && s.routed >= 2), "{what}");
                 } else {
