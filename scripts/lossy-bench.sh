@@ -2,8 +2,11 @@
 # What the lossy settings cost on the bench model under a memory cap of a
 # third of the file: decode speed and MiB read per token (bmoe bench) beside
 # the KL divergence from the exact run and top-1 agreement (bmoe bench --kl),
-# for --n-expert-used 8..2 and the drop-cold plugin's thresholds, the exact
-# streamed run as the zero point. Needs root (the cap is a cgroup).
+# the exact streamed run as the zero point. Two matrices: --n-expert-used 8..2
+# and the drop-cold plugin's thresholds with the automatic cache, then
+# drop-cold again with a cache of a quarter of the cap (drop-cold drops only
+# cache misses, which the automatic cache leaves few of). Needs root (the cap
+# is a cgroup).
 #
 # usage: sudo scripts/lossy-bench.sh [WORKDIR] [TOKENS] [REPS] [KL_POSITIONS]
 set -euo pipefail
@@ -19,3 +22,10 @@ for k in 6 4 3 2; do configs+=(--config "top$k=--moe-stream --n-expert-used $k")
 for f in 0.25 0.5 0.75 1; do configs+=(--config "cold-F$f=--moe-stream --drop-plugin drop-cold --drop-param F=$f"); done
 $bmoe bench -m "$model" --cap-mb "$cap" --reps "$reps" -n "$tokens" --kl "$positions" \
   --csv "$work/lossy-bench.csv" --work "$work/lossy-runs" "${configs[@]}"
+small=$(( cap / 4 ))
+configs=(--config "c$small=--moe-stream --cache-mb $small")
+for f in 0.25 0.5 0.75 1; do
+  configs+=(--config "c$small-F$f=--moe-stream --cache-mb $small --drop-plugin drop-cold --drop-param F=$f")
+done
+$bmoe bench -m "$model" --cap-mb "$cap" --reps "$reps" -n "$tokens" --kl "$positions" \
+  --csv "$work/lossy-bench-small-cache.csv" --work "$work/lossy-runs" "${configs[@]}"

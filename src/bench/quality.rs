@@ -20,15 +20,18 @@ pub struct Quality {
     /// Configuration name.
     pub config: String,
     /// Its KL figures; `None` for a configuration with no flags of its own
-    /// (the exact run itself).
+    /// (the exact run itself) or none of whose timed runs finished.
     pub stats: Option<KlStats>,
+    /// None of its timed runs finished, so it was not scored.
+    pub failed: bool,
 }
 
 /// Runs `bmoe eval` over `positions` tokens of the bundled sample text,
 /// under the plan's cap, with one `--against` per configuration that has
-/// flags of its own (its progress shows on stderr), and reads its
-/// per-position CSV back.
-pub fn measure(plan: &Plan, positions: usize) -> Result<Vec<Quality>, String> {
+/// flags of its own and is not in `failed` (configurations none of whose
+/// timed runs finished; their error is in the table above), its progress
+/// on stderr, and reads its per-position CSV back.
+pub fn measure(plan: &Plan, positions: usize, failed: &[String]) -> Result<Vec<Quality>, String> {
     let csv = plan.work.join(format!("{}-quality.csv", plan.pass));
     let _ = std::fs::remove_file(&csv);
     let mut args: Vec<String> = vec![
@@ -43,7 +46,7 @@ pub fn measure(plan: &Plan, positions: usize) -> Result<Vec<Quality>, String> {
     ];
     args.extend(plan.common.iter().cloned());
     let mut seen = Vec::new();
-    for c in plan.configs.iter().filter(|c| !c.flags.is_empty()) {
+    for c in plan.configs.iter().filter(|c| !c.flags.is_empty() && !failed.contains(&c.name)) {
         if !seen.contains(&c.name) {
             seen.push(c.name.clone());
             args.push("--against".into());
@@ -72,7 +75,7 @@ pub fn measure(plan: &Plan, positions: usize) -> Result<Vec<Quality>, String> {
             continue;
         }
         let stats = per_setting.get(&c.name).and_then(|p| KlStats::of(p));
-        out.push(Quality { config: c.name.clone(), stats });
+        out.push(Quality { config: c.name.clone(), stats, failed: failed.contains(&c.name) });
     }
     Ok(out)
 }
@@ -112,6 +115,7 @@ pub fn table(quality: &[Quality], summaries: &[Summary], pass: &str, positions: 
         let mib = summary.and_then(|s| s.mib_per_token).map_or_else(|| "-".into(), |m| format!("{m:.1}"));
         let (mean, p99, max, top1) = match &q.stats {
             Some(s) => (kl_text(s.mean), kl_text(s.p99), kl_text(s.max), format!("{:.1}%", 100.0 * s.top1_agreement)),
+            None if q.failed => ("failed".into(), "".into(), "".into(), "".into()),
             None => ("exact".into(), "".into(), "".into(), "".into()),
         };
         let _ = writeln!(out, "  {:<18} {mean:>9} {p99:>9} {max:>9} {top1:>7} {decode:>12} {mib:>8}", q.config);

@@ -122,7 +122,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if let Some(positions) = args.kl.filter(|_| !super::interrupt::requested()) {
         eprintln!("bench: quality of each configuration against the exact run ({positions} positions)");
         plan.pass = "quiet".into();
-        let quality = bench::quality::measure(&plan, positions).map_err(|e| anyhow!("--kl: {e}"))?;
+        let failed: Vec<String> =
+            summaries.iter().filter(|s| s.pass == "quiet" && s.ok == 0).map(|s| s.config.clone()).collect();
+        let quality = bench::quality::measure(&plan, positions, &failed).map_err(|e| anyhow!("--kl: {e}"))?;
         print!("{}", bench::quality::table(&quality, &summaries, "quiet", positions));
     }
     bench::write_csv(&args.csv, &results)?;
