@@ -138,12 +138,13 @@ impl Structure {
 
 /// Scale of the output head's reads of the expert band: each text token's
 /// logit moves with what the experts wrote by about this much times the
-/// band's share of the final hidden state (a standard deviation). It trades
-/// sensitivity against loops (`docs/architecture.md`, "Experts that
-/// matter"): on the demo model at 1.1 one expert fewer per layer changes
-/// the top token at about 3% of positions and greedy text stays free of
-/// loops; at 1.25 greedy text looped, at 1.0 one expert fewer changed the
-/// top token at 0.1% of positions.
+/// band's share of the final hidden state (a standard deviation). Any read
+/// breaks the tie between a token's two successors; it must stay well below
+/// their margin over every other token, or the experts' choice reaches past
+/// them and greedy text can loop (as it did at 1.25 with the one-successor
+/// head this replaced). Set on the demo model, where at 1.1 one expert fewer
+/// per layer changes the top token at about 4% of positions and greedy text
+/// does not loop (`docs/architecture.md`, "Experts that matter").
 const HEAD_READ: f32 = 1.1;
 
 /// MoE layers the head's band reads are set for ([`HEAD_READ`]: the demo's).
@@ -152,9 +153,9 @@ const READS_SET_FOR_LAYERS: f32 = 8.0;
 /// How much weaker the head reads the band in a model with more MoE layers
 /// than the demo's: each layer adds its experts' output to the band, so the
 /// band's size against the embedding's grows with the square root of their
-/// number, and so would the experts' sway over the head, until greedy text
-/// follows the experts alone into loops (the 16-layer bench preset did at
-/// the demo's reads). Scaling the reads by sqrt(8 / MoE layers) keeps that
+/// number, and so would the experts' sway over the head, until it reaches
+/// past the two successors (with the one-successor head, the 16-layer bench
+/// preset's greedy text then followed the experts into loops). Scaling the reads by sqrt(8 / MoE layers) keeps that
 /// sway at the demo's for any depth; shallower models keep the demo's reads.
 fn depth_factor(spec: &ModelSpec) -> f32 {
     let moe_layers = spec.layers.saturating_sub(spec.dense_layers).max(1) as f32;
