@@ -45,15 +45,13 @@ pub fn measure(plan: &Plan, positions: usize, failed: &[String]) -> Result<Vec<Q
         "--moe-stream".into(),
     ];
     args.extend(plan.common.iter().cloned());
-    let mut seen = Vec::new();
-    for c in plan.configs.iter().filter(|c| !c.flags.is_empty() && !failed.contains(&c.name)) {
-        if !seen.contains(&c.name) {
-            seen.push(c.name.clone());
-            args.push("--against".into());
-            args.push(format!("{}={}", c.name, c.flags.join(" ")));
-        }
+    // Configuration names are unique (`bmoe bench` refuses two alike).
+    let scored: Vec<_> = plan.configs.iter().filter(|c| !c.flags.is_empty() && !failed.contains(&c.name)).collect();
+    for c in &scored {
+        args.push("--against".into());
+        args.push(format!("{}={}", c.name, c.flags.join(" ")));
     }
-    if !seen.is_empty() {
+    if !scored.is_empty() {
         let cgroup = plan.cap.map(Cgroup::create).transpose()?;
         let status = super::bmoe_command(&plan.bmoe, cgroup.as_ref())
             .args(&args)
@@ -65,19 +63,19 @@ pub fn measure(plan: &Plan, positions: usize, failed: &[String]) -> Result<Vec<Q
             return Err(format!("bmoe eval failed ({status}); its message is above"));
         }
     }
-    let per_setting = match seen.is_empty() {
+    let per_setting = match scored.is_empty() {
         true => BTreeMap::new(),
         false => read_csv(&std::fs::read_to_string(&csv).map_err(|e| format!("{}: {e}", csv.display()))?)?,
     };
-    let mut out = Vec::new();
-    for c in &plan.configs {
-        if out.iter().any(|q: &Quality| q.config == c.name) {
-            continue;
-        }
-        let stats = per_setting.get(&c.name).and_then(|p| KlStats::of(p));
-        out.push(Quality { config: c.name.clone(), stats, failed: failed.contains(&c.name) });
-    }
-    Ok(out)
+    Ok(plan
+        .configs
+        .iter()
+        .map(|c| Quality {
+            config: c.name.clone(),
+            stats: per_setting.get(&c.name).and_then(|p| KlStats::of(p)),
+            failed: failed.contains(&c.name),
+        })
+        .collect())
 }
 
 /// Parses `bmoe eval --csv` (`setting,position,kl,same_top1`) into each

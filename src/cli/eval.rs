@@ -175,18 +175,14 @@ fn print_branches(base: &RunFlags, text: &str, positions: usize) -> Result<()> {
         0 => std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
         n => n,
     };
-    let mut host = open_host(config, false)?;
-    let model = host.session_mut().model();
-    let path = model.path().to_path_buf();
-    let mut tokens = model.tokenize(text, true);
-    tokens.truncate(positions.saturating_add(1));
-    drop(host);
-    eprintln!("eval: MoE branch against the residual stream over {} tokens, resident", tokens.len());
-    let layers = eval::branches::measure(&path, &tokens, threads).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let path = super::resolve_model(&config)?;
+    let measured =
+        eval::branches::measure(&path, text, positions, threads).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    eprintln!("eval: MoE branch against the residual stream over {} tokens, resident", measured.tokens);
     let mut out = std::io::stdout().lock();
     writeln!(out, "{:>5}  {:>12}  {:>12}  {:>7}", "layer", "MoE out RMS", "residual RMS", "ratio")?;
     let mut ratios = Vec::new();
-    for (l, layer) in layers.iter().enumerate() {
+    for (l, layer) in measured.layers.iter().enumerate() {
         let Some(b) = layer else { continue };
         ratios.push(b.ratio);
         writeln!(out, "{l:>5}  {:>12.4}  {:>12.4}  {:>7.3}", b.moe_rms, b.residual_rms, b.ratio)?;

@@ -2,8 +2,9 @@
 //! the branch's output (`ffn_moe_out-<il>` in llama.cpp's graph) against the
 //! RMS of the residual entering the FFN (`ffn_inp-<il>`, or where an
 //! architecture's graph does not name it, the previous layer's output
-//! `l_out-<il-1>`), per token, as the model runs over a text. This is the figure a trained model's experts are
-//! compared on (see `docs/synthetic-models.md`).
+//! `l_out-<il-1>`), per token, as the model runs over a text. This is the
+//! figure the synthetic models' experts are sized by (`docs/architecture.md`,
+//! "Experts that matter").
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -94,11 +95,22 @@ impl EvalHook for BranchHook {
     }
 }
 
-/// Runs `tokens` through the model at `path` (resident, `threads` threads)
-/// and returns each layer's branch sizes; layers without an MoE branch
-/// (dense layers, recurrent ones) are `None`.
-pub fn measure(path: &std::path::Path, tokens: &[i32], threads: u32) -> Result<Vec<Option<LayerBranch>>, String> {
+/// The branch sizes a model run showed: per layer (`None` for layers
+/// without an MoE branch: dense, recurrent), over `tokens` tokens.
+pub struct Branches {
+    /// Tokens the model ran over.
+    pub tokens: usize,
+    /// Per layer, by index.
+    pub layers: Vec<Option<LayerBranch>>,
+}
+
+/// Runs the first `positions + 1` tokens of `text` through the model at
+/// `path`, resident on `threads` threads, and returns each layer's branch
+/// sizes.
+pub fn measure(path: &std::path::Path, text: &str, positions: usize, threads: u32) -> Result<Branches, String> {
     let model = Arc::new(Model::load(path, &[], &[], false, &RemoteLayers::default()).map_err(|e| e.to_string())?);
+    let mut tokens = model.tokenize(text, true);
+    tokens.truncate(positions.saturating_add(1));
     let n_ctx = (tokens.len() as u32 + 8).max(64);
     let params = ContextParams { n_ctx, n_batch: 64, n_ubatch: 64, n_threads: threads.max(1), n_seq: 1 };
     let mut ctx = Context::new(model, params, Some(Box::new(BranchHook::default())), Arc::new(AtomicBool::new(false)))?;
@@ -106,7 +118,7 @@ pub fn measure(path: &std::path::Path, tokens: &[i32], threads: u32) -> Result<V
         ctx.decode(chunk, (i * 64) as i32, Logits::Last).map_err(|e| e.to_string())?;
     }
     let hook = ctx.hook_mut().ok_or("the context lost its hook")?;
-    Ok(hook
+    let layers = hook
         .sums
         .iter()
         .map(|s| {
@@ -120,7 +132,8 @@ pub fn measure(path: &std::path::Path, tokens: &[i32], threads: u32) -> Result<V
                 }
             })
         })
-        .collect())
+        .collect();
+    Ok(Branches { tokens: tokens.len(), layers })
 }
 
 #[cfg(test)]

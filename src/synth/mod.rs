@@ -106,9 +106,9 @@ pub struct RoutingShape {
     pub gain: f32,
     /// Size of each attention and dense FFN output relative to the residual stream.
     pub mix: f32,
-    /// Size of each layer's routed-expert output relative to the residual
-    /// stream entering the layer's first MoE layer (`bmoe eval --branches`
-    /// measures it; see `docs/architecture.md`, "Synthetic models").
+    /// Size of the routed experts' output relative to the residual stream
+    /// entering the first MoE layer (`bmoe eval --branches` measures it; see
+    /// `docs/architecture.md`, "Experts that matter").
     pub experts: f32,
 }
 

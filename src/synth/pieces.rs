@@ -106,21 +106,12 @@ pub struct Moe {
     pub expert_bias: bool,
     /// A shared expert, if any.
     pub shared: Option<Shared>,
-    /// Scale of the down projection's output; `None`: the routing shape's
-    /// `experts` times [`EXPERT_DOWN_GAIN`].
-    pub down_scale: Option<f32>,
 }
 
 impl Moe {
     /// Split experts, nothing else.
-    pub const SPLIT: Moe = Moe {
-        experts: Experts::Split,
-        router_bias: false,
-        selection_bias: false,
-        expert_bias: false,
-        shared: None,
-        down_scale: None,
-    };
+    pub const SPLIT: Moe =
+        Moe { experts: Experts::Split, router_bias: false, selection_bias: false, expert_bias: false, shared: None };
 }
 
 /// The down projection's scale per unit of the routing shape's `experts`:
@@ -148,7 +139,9 @@ pub fn moe(b: &mut Builder, l: u32, m: Moe) {
         // keeps the structured router's popularity curve.
         b.zeros(format!("blk.{l}.exp_probs_b.bias"), &[ne]);
     }
-    let down = m.down_scale.unwrap_or(b.spec.routing.experts * EXPERT_DOWN_GAIN);
+    // Sized by the routing shape's `experts`; the architecture's
+    // `expert_gain` evens out how it weights and sums its experts.
+    let down = b.spec.routing.experts * EXPERT_DOWN_GAIN;
     match m.experts {
         Experts::Split => {
             b.experts(blk(l, "ffn_gate_exps"), d, ff, 1.0);
