@@ -908,9 +908,10 @@ fn eval_scores_an_exact_setting_at_zero_and_a_lossy_one_above() {
 /// expert per layer changes greedy text within 16 tokens, one expert fewer
 /// changes the top token somewhere in 400 positions (at about 4% of them),
 /// and each MoE layer adds a branch of about a fifth of the residual
-/// stream. With
-/// `--expert-mix 0` (the negative control) the experts write nothing, and
-/// one expert gives the same logits bit for bit.
+/// stream. A tied model (its head the token embedding) walks varied text
+/// that one expert changes too. With `--expert-mix 0` (the negative
+/// control) the experts write nothing, and one expert gives the same logits
+/// bit for bit.
 #[test]
 fn experts_decide_the_text() {
     let dir = tempdir();
@@ -948,6 +949,16 @@ fn experts_decide_the_text() {
         .parse()
         .unwrap();
     assert!((0.1..0.5).contains(&mean), "the MoE branch is {mean} of the residual stream:\n{table}");
+
+    // A tied head (the token embedding, with its successor lookup) too.
+    let tied = make_tiny(dir.path(), "tied.gguf", &["--arch", "lfm2moe", "--tied-embeddings"]);
+    let tied_greedy = |k: &str| {
+        stdout(&ok(&["generate", "-m", &tied, "-p", "The history of the river", "-n", "16", "--n-expert-used", k]))
+    };
+    let text = tied_greedy("2");
+    assert_ne!(text, tied_greedy("1"), "one expert per layer left the tied model's greedy text unchanged");
+    let distinct: std::collections::HashSet<char> = text.chars().collect();
+    assert!(distinct.len() > 8, "the tied model's greedy text repeats itself: {text:?}");
 
     let silent = make_tiny(dir.path(), "silent.gguf", &["--expert-mix", "0"]);
     let digest = |k: &str| {

@@ -153,6 +153,7 @@ fn listed_attention_layers_and_tied_embeddings_stream_bit_identical() {
         s.layers = 6;
         s.widths.attention_layers = Some(1 << 2 | 1 << 5);
         s.tied_embeddings = true;
+        s.fit_tied_head();
         // More rows than the context has positions: only a tied head keeps them all counted.
         s.vocab = 20_000;
     });

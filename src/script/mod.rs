@@ -203,8 +203,9 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
 }
 
 /// `make_model(path, #{preset, arch, layers, embd, experts, experts_used,
-/// expert_ff, shared_experts, dense_layers, mtp_layers, vocab, quant,
-/// quant_mix, seed, chat_template, token_corr, skew, skew_first, mix})`: what `bmoe make-model` writes, under the output directory;
+/// expert_ff, shared_experts, dense_layers, mtp_layers, vocab,
+/// tied_embeddings, quant, quant_mix, seed, chat_template, token_corr,
+/// skew, skew_first, mix, expert_mix, mtp_head})`: what `bmoe make-model` writes, under the output directory;
 /// returns its path.
 fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
     let full = out.resolve(path).map_err(|e| fail("make_model", e))?;
@@ -238,6 +239,12 @@ fn make_model(out: &OutDir, path: &str, spec: &Map) -> Fallible<String> {
         dense_layers: int("dense_layers")?,
         mtp_layers: int("mtp_layers")?,
         vocab: int("vocab")?,
+        tied_embeddings: match spec.get("tied_embeddings") {
+            None => false,
+            Some(v) => {
+                v.as_bool().map_err(|_| fail("make_model", format!("tied_embeddings = {v}: want true or false")))?
+            }
+        },
         quant: text("quant"),
         quant_mix: text("quant_mix"),
         seed: int("seed")?.map(u64::from),

@@ -113,6 +113,30 @@ impl<'a> Builder<'a> {
         self.tensor(name, &[fan_in, fan_out], ty, proj(fan_in, mix));
     }
 
+    /// A dense FFN of `width` at layer `l` (`ffn_gate`, `ffn_up`,
+    /// `ffn_down` with `suffix`): random, except a tied model's first layer,
+    /// which holds its successor lookup (see [`super::tied`]).
+    pub fn dense_ffn(&mut self, l: u32, suffix: &str, width: u64) {
+        let d = self.d();
+        let names = ["ffn_gate", "ffn_up", "ffn_down"].map(|n| blk(l, &format!("{n}{suffix}")));
+        let [gate, up, down] = names;
+        match &self.structure.tied {
+            Some(tied) if l == 0 && suffix.is_empty() && width == u64::from(self.spec.dense_ff) => {
+                let ty = self.spec.dense_type;
+                let fills = [tied.gate.clone(), tied.up.clone(), tied.down.clone()];
+                let [g, u, o] = fills;
+                self.tensor(gate, &[d, width], ty, g);
+                self.tensor(up, &[d, width], ty, u);
+                self.tensor(down, &[width, d], ty, o);
+            }
+            _ => {
+                self.matrix(gate, d, width);
+                self.matrix(up, d, width);
+                self.out_matrix(down, width, d);
+            }
+        }
+    }
+
     /// Layer `l`'s router `[d, n_expert]` with the structured fill.
     pub fn router(&mut self, name: impl Into<String>, l: u32) {
         let first = *self.first_moe.get_or_insert(l);
@@ -155,7 +179,10 @@ impl<'a> Builder<'a> {
     pub fn embeddings_with_norm(&mut self, norm: &str) {
         let (d, ty) = (self.d(), self.spec.dense_type);
         self.tensor("token_embd.weight", &[d, self.n_vocab], ty, self.structure.embedding.clone());
-        self.norm(norm, d);
+        match &self.structure.tied {
+            Some(tied) => self.tensor(norm, &[d], GgmlType::F32, tied.final_norm.clone()),
+            None => self.norm(norm, d),
+        }
         if !self.spec.tied_embeddings {
             self.tensor("output.weight", &[d, self.n_vocab], ty, self.structure.output.clone());
         }

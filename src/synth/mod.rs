@@ -4,8 +4,10 @@
 //! The shaping (see `docs/architecture.md`, "Synthetic models"):
 //! - Text tokens form one long cycle; each token's embedding is an AR(1) step
 //!   from its predecessor's (correlation `token_corr`) plus a shared direction
-//!   `u`. The output head maps a token to its successor, so greedy decoding
-//!   walks the cycle instead of collapsing into a short loop.
+//!   `u`. The output head puts a token's two successors on the cycle first,
+//!   so greedy decoding walks the cycle instead of collapsing into a short
+//!   loop (a tied head, the embedding itself, through a successor lookup in
+//!   the first dense layer: `tied.rs`).
 //! - Router row `e` of layer `l` is `gain * (B[l][e] * u / sqrt(d) + r[l][e])`:
 //!   the `u` part gives each expert a fixed popularity bias `B` (spread
 //!   `skew`), the random part a per-token preference that consecutive tokens
@@ -27,6 +29,7 @@ mod plan;
 pub mod presets;
 pub mod recurrent;
 mod structure;
+mod tied;
 mod vocab;
 mod write;
 
@@ -174,9 +177,9 @@ pub struct ModelSpec {
     /// derived from the heads, as the generators always have).
     pub widths: Widths,
     /// No `output.weight`: the output head is `token_embd` (tied
-    /// embeddings). The synthetic token walk needs its own output head, so
-    /// a tied model's greedy output repeats itself; presets of releases that
-    /// tie set it for their size.
+    /// embeddings), and the first dense layer a lookup of each token's
+    /// successors that makes it one (see `tied.rs`); presets of releases
+    /// that tie set it.
     pub tied_embeddings: bool,
     /// Type of the expert tensors.
     pub expert_type: GgmlType,
@@ -276,6 +279,24 @@ impl ModelSpec {
         (self.arch.generator().derive)(self);
     }
 
+    /// Tokens the structure shapes one by one: bytes, letters, specials and
+    /// the chat template's markers (not the fillers).
+    pub fn natural_tokens(&self) -> usize {
+        let markers = self.chat_template.as_deref().map(vocab::template_markers).unwrap_or_default();
+        vocab::Vocab::new(self.pieces, &markers, 0).natural_len()
+    }
+
+    /// Widens a tied model's leading dense layers to hold its successor
+    /// lookup (one unit per natural token, rounded up to 256) if they are
+    /// narrower, and gives it one if it has none.
+    pub fn fit_tied_head(&mut self) {
+        if self.tied_embeddings {
+            self.dense_layers = self.dense_layers.max(1);
+            let need = self.natural_tokens().next_multiple_of(256) as u32;
+            self.dense_ff = self.dense_ff.max(need);
+        }
+    }
+
     /// Checks the shape for values llama.cpp or the generator cannot take.
     pub fn validate(&self) -> Result<(), String> {
         let blocks = |what: &str, n: u32, ty: GgmlType| {
@@ -321,8 +342,19 @@ impl ModelSpec {
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(format!("head width must be even and positive (got {})", self.head_dim));
         }
-        if self.tied_embeddings && !self.arch.generator().ties_embeddings {
-            return Err(format!("{} files carry their own output head (no tied embeddings)", self.arch.name()));
+        if self.tied_embeddings {
+            if !self.arch.generator().ties_embeddings {
+                return Err(format!("{} files carry their own output head (no tied embeddings)", self.arch.name()));
+            }
+            // The first dense layer holds the tied head's successor lookup.
+            let natural = self.natural_tokens();
+            if self.dense_layers == 0 || (self.dense_ff as usize) < natural {
+                return Err(format!(
+                    "tied embeddings need a leading dense layer at least {natural} wide (one unit per natural token: \
+                     the lookup that makes the head; got {} dense layers of {})",
+                    self.dense_layers, self.dense_ff
+                ));
+            }
         }
         if self.vocab > vocab::Vocab::MAX_SIZE {
             return Err(format!("vocabulary must be at most {} tokens (got {})", vocab::Vocab::MAX_SIZE, self.vocab));

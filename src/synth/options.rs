@@ -58,6 +58,10 @@ pub struct ModelOptions {
     /// (the full-size presets use their model's real size).
     #[arg(long)]
     pub vocab: Option<u32>,
+    /// No output head: the head is the token embedding, as LFM2 releases ship (architectures that tie;
+    /// the first dense layer is widened to the natural vocabulary if narrower).
+    #[arg(long)]
+    pub tied_embeddings: bool,
     /// Random seed (same seed, same bytes).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -185,6 +189,7 @@ fn build_spec(a: &ModelOptions) -> Result<ModelSpec> {
     set(&mut spec.dense_layers, a.dense_layers);
     set(&mut spec.mtp_layers, a.mtp_layers);
     set(&mut spec.vocab, a.vocab);
+    spec.tied_embeddings |= a.tied_embeddings;
     spec.derive();
     if let Some(s) = a.seed {
         spec.seed = s;
@@ -215,5 +220,6 @@ fn build_spec(a: &ModelOptions) -> Result<ModelSpec> {
         crate::chat::ChatTemplate::new(t, &source).map_err(|e| anyhow!(e))?;
         spec.chat_template = Some(source);
     }
+    spec.fit_tied_head();
     Ok(spec)
 }

@@ -67,10 +67,7 @@ pub fn attention(b: &mut Builder, l: u32, a: Attention) {
 /// A gated dense FFN `ffn_{gate,up,down}<suffix>` of hidden width `width`
 /// (`suffix` is empty for a layer's own FFN, `_shexp` for a shared expert).
 pub fn dense_ffn(b: &mut Builder, l: u32, suffix: &str, width: u64) {
-    let d = b.d();
-    b.matrix(blk(l, &format!("ffn_gate{suffix}")), d, width);
-    b.matrix(blk(l, &format!("ffn_up{suffix}")), d, width);
-    b.out_matrix(blk(l, &format!("ffn_down{suffix}")), width, d);
+    b.dense_ffn(l, suffix, width);
 }
 
 /// How an architecture lays out its expert projections.

@@ -9,6 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::ModelSpec;
 use super::fill::{Fill, mix};
+use super::tied::{Layout, TiedHead, Tokens, tie};
 use super::vocab::{EOS_ID, Vocab};
 
 /// The structured tensors: embeddings, output head and routers.
@@ -18,14 +19,20 @@ use super::vocab::{EOS_ID, Vocab};
 /// vocabulary of 150-260k tokens costs no more memory or time than the
 /// natural one, and its matrices render at memory speed.
 pub(super) struct Structure {
-    /// Shared unit direction `u` (zero on the expert band).
+    /// Shared unit direction `u` (zero on the reserved coordinates).
     common: Vec<f32>,
-    /// The expert band's width ([`super::expert_band`]).
-    band: usize,
+    /// Coordinates the embeddings' input parts and the routers leave out:
+    /// the expert band ([`super::expert_band`]) and a tied head's own.
+    reserved: usize,
     /// `token_embd`: the natural tokens' rows, then a pool of filler rows.
     pub(super) embedding: Fill,
     /// `output`: the natural tokens' rows, then the one filler row.
     pub(super) output: Fill,
+    /// A tied-embedding model's successor lookup and final norm.
+    pub(super) tied: Option<TiedHead>,
+    /// The text tokens in cycle order: each one's successors are the next two.
+    #[cfg(test)]
+    pub(super) cycle: Vec<u32>,
 }
 
 /// Distinct embedding rows the filler tokens draw from.
@@ -35,14 +42,16 @@ impl Structure {
     pub(super) fn new(spec: &ModelSpec, vocab: &Vocab) -> Structure {
         let d = spec.embd as usize;
         let band = super::expert_band(d);
+        let layout = Layout::new(d, band, spec.tied_embeddings);
+        let reserved = layout.reserved();
         let n = vocab.natural_len();
         let mut rng = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x5eed_0001));
         // Embeddings and routers leave the expert band out: only the
         // experts write there, and only the output head reads it.
-        let common = unit_outside(&mut rng, d, band);
+        let common = unit_outside(&mut rng, d, reserved);
         // Token-specific parts: independent for specials and bytes, an AR(1)
         // chain along a random cycle through the text tokens.
-        let mut specific: Vec<Vec<f32>> = (0..n).map(|_| outside(gaussian_vec(&mut rng, d), band)).collect();
+        let mut specific: Vec<Vec<f32>> = (0..n).map(|_| outside(gaussian_vec(&mut rng, d), reserved)).collect();
         let mut cycle = vocab.text_tokens();
         shuffle(&mut rng, &mut cycle);
         let rho = spec.routing.token_corr;
@@ -92,18 +101,29 @@ impl Structure {
         // plus `u`), and an output row that, like end-of-sequence's, is never
         // preferred, so fillers neither steer routing nor get sampled.
         let mut rng = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x5eed_0002));
-        let embedding_filler: Vec<f32> = (0..FILLER_POOL)
+        let mut embedding_filler: Vec<f32> = (0..FILLER_POOL)
             .flat_map(|_| {
-                let own = outside(gaussian_vec(&mut rng, d), band);
+                let own = outside(gaussian_vec(&mut rng, d), reserved);
                 own.into_iter().zip(&common).map(|(a, u)| a + sqrt_d * u).collect::<Vec<_>>()
             })
             .collect();
         let output_filler: Vec<f32> = common.iter().map(|u| -16.0 / sqrt_d * u).collect();
+        // A tied model's head is its embedding: the embedding rows gain the
+        // head's parts, and the first dense layer the lookup that reads them.
+        let tied = spec.tied_embeddings.then(|| {
+            let is_text = |t: usize| vocab.is_text(t);
+            let tokens = Tokens { cycle: &cycle, natural: n, is_text: &is_text, eos: EOS_ID as usize };
+            let width = spec.dense_ff as usize;
+            tie(layout, rho, spec.seed, &tokens, &common, &output, &mut embedding, &mut embedding_filler, width)
+        });
         Structure {
             embedding: Fill::Rows { head: Arc::new(embedding), filler: Arc::new(embedding_filler) },
             output: Fill::Rows { head: Arc::new(output), filler: Arc::new(output_filler) },
             common,
-            band,
+            reserved,
+            tied,
+            #[cfg(test)]
+            cycle,
         }
     }
 
@@ -117,15 +137,15 @@ impl Structure {
         let skew = r.skew_first + (r.skew - r.skew_first) * depth.min(1.0);
         let mut rng = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x0007_0000 ^ u64::from(l)));
         let sqrt_d = (d as f32).sqrt();
-        // The random part spans d - band coordinates: scaled up so its
+        // The random part spans d - reserved coordinates: scaled up so its
         // logits spread as a full-width one's would.
-        let widen = (d as f32 / (d - self.band).max(1) as f32).sqrt();
+        let widen = (d as f32 / (d - self.reserved).max(1) as f32).sqrt();
         let mut w = Vec::with_capacity(d * spec.experts as usize);
         for _ in 0..spec.experts {
             let bias = skew * gaussian(&mut rng);
             // The random part must not lean on `u`, or it adds a hidden bias.
             let mut random: Vec<f32> =
-                outside(gaussian_vec(&mut rng, d), self.band).iter().map(|z| z * widen).collect();
+                outside(gaussian_vec(&mut rng, d), self.reserved).iter().map(|z| z * widen).collect();
             let along: f32 = random.iter().zip(&self.common).map(|(z, u)| z * u).sum();
             for (z, u) in random.iter_mut().zip(&self.common) {
                 *z -= along * u;
@@ -162,16 +182,17 @@ fn depth_factor(spec: &ModelSpec) -> f32 {
     (READS_SET_FOR_LAYERS / moe_layers).sqrt().min(1.0)
 }
 
-/// `v` with the expert band's coordinates (the first `band`) zeroed.
-fn outside(mut v: Vec<f32>, band: usize) -> Vec<f32> {
-    let band = band.min(v.len());
-    v[..band].fill(0.0);
+/// `v` with the reserved coordinates (the first `reserved`: the expert band
+/// and a tied head's) zeroed.
+fn outside(mut v: Vec<f32>, reserved: usize) -> Vec<f32> {
+    let reserved = reserved.min(v.len());
+    v[..reserved].fill(0.0);
     v
 }
 
-/// A random unit vector that is zero on the expert band.
-fn unit_outside(rng: &mut ChaCha8Rng, d: usize, band: usize) -> Vec<f32> {
-    let v = outside(gaussian_vec(rng, d), band);
+/// A random unit vector that is zero on the reserved coordinates.
+fn unit_outside(rng: &mut ChaCha8Rng, d: usize, reserved: usize) -> Vec<f32> {
+    let v = outside(gaussian_vec(rng, d), reserved);
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.into_iter().map(|x| x / norm).collect()
 }
@@ -183,7 +204,7 @@ fn gaussian(rng: &mut ChaCha8Rng) -> f32 {
     ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
 }
 
-fn gaussian_vec(rng: &mut ChaCha8Rng, d: usize) -> Vec<f32> {
+pub(super) fn gaussian_vec(rng: &mut ChaCha8Rng, d: usize) -> Vec<f32> {
     (0..d).map(|_| gaussian(rng)).collect()
 }
 

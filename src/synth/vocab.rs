@@ -106,7 +106,13 @@ impl Vocab {
     /// Ids of the tokens a generated sequence should walk through: every
     /// normal (text) token before the fillers.
     pub fn text_tokens(&self) -> Vec<u32> {
-        (0..self.natural as u32).filter(|&i| self.types[i as usize] == NORMAL).collect()
+        (0..self.natural).filter(|&i| self.is_text(i)).map(|i| i as u32).collect()
+    }
+
+    /// Whether token `t` is a natural text token (neither special, byte
+    /// nor filler).
+    pub fn is_text(&self, t: usize) -> bool {
+        t < self.natural && self.types[t] == NORMAL
     }
 
     /// The `tokenizer.ggml.*` metadata entries.
