@@ -80,7 +80,7 @@ impl Structure {
         // successors (and, teacher-forced over other text, decides between
         // any close tokens).
         let mut reads = ChaCha8Rng::seed_from_u64(mix(spec.seed ^ 0x5eed_0003));
-        let read_scale = HEAD_READ * depth_factor(spec) / sqrt_d;
+        let read_scale = HEAD_READ * depth_factor(spec) * band_factor(band) / sqrt_d;
         let len = cycle.len();
         for w in 0..len {
             let prev = cycle[(w + len - 1) % len] as usize;
@@ -180,6 +180,21 @@ const READS_SET_FOR_LAYERS: f32 = 8.0;
 fn depth_factor(spec: &ModelSpec) -> f32 {
     let moe_layers = spec.layers.saturating_sub(spec.dense_layers).max(1) as f32;
     (READS_SET_FOR_LAYERS / moe_layers).sqrt().min(1.0)
+}
+
+/// Band width the head's reads are set for ([`HEAD_READ`]: the demo's).
+const READS_SET_FOR_BAND: f32 = 64.0;
+
+/// How much weaker the head reads a band narrower than the demo's: the
+/// experts' output in a few coordinates lines up with some token's read
+/// direction almost fully (of a hundred random directions in 8 dimensions,
+/// one lies within about 25 degrees of any vector; in 64, none comes near),
+/// so their sway over the best-placed token grows as the band narrows, and
+/// on the 64-wide tiny model it pulled greedy text into a two-token loop.
+/// Scaling the reads by sqrt(band / 64) keeps that sway near the demo's;
+/// wider bands keep the demo's reads.
+fn band_factor(band: usize) -> f32 {
+    (band as f32 / READS_SET_FOR_BAND).sqrt().min(1.0)
 }
 
 /// `v` with the reserved coordinates (the first `reserved`: the expert band
