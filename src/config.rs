@@ -364,6 +364,9 @@ pub struct MoeConfig {
     /// stored repacked in the cache directory (written once) rather than
     /// repacking each expert as it is read.
     pub repacked_copy: bool,
+    /// Most GiB a new repacked copy may take on disk (0: half the free
+    /// space of the cache directory's file system).
+    pub repacked_copy_max_gb: f64,
 }
 
 impl Default for MoeConfig {
@@ -385,6 +388,7 @@ impl Default for MoeConfig {
             lean_open: true,
             recycle_pages: true,
             repacked_copy: true,
+            repacked_copy_max_gb: 0.0,
         }
     }
 }
@@ -420,7 +424,7 @@ pub const LEAN_MIN_EXPERT_BYTES: u64 = 1 << 30;
 
 /// Where lean copies of models are kept: the user's cache directory.
 pub fn lean_dir() -> PathBuf {
-    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe").join("lean")
+    crate::moe::copies::cache_root().join("lean")
 }
 
 impl RunConfig {
@@ -565,6 +569,12 @@ impl RunConfig {
                 format!("must be 0 (none) or a positive number of MiB (got {})", m.cache_ceil_mb),
             ));
         }
+        if !(m.repacked_copy_max_gb.is_finite() && m.repacked_copy_max_gb >= 0.0) {
+            return Err(bad(
+                "moe.repacked_copy_max_gb",
+                format!("must be 0 (half the free space) or a positive number of GiB (got {})", m.repacked_copy_max_gb),
+            ));
+        }
         let p = &self.plugins;
         if !(1..=16).contains(&p.draft) {
             return Err(bad("plugins.draft", format!("must be between 1 and 16 (got {})", p.draft)));
@@ -649,6 +659,8 @@ impl RunConfig {
                 }),
                 recycle_pages: m.recycle_pages,
                 repacked_copy: m.repacked_copy.then(repacked_dir),
+                repacked_copy_max_bytes: (m.repacked_copy_max_gb > 0.0)
+                    .then_some((m.repacked_copy_max_gb * (1u64 << 30) as f64) as u64),
             }),
             repack: Repack::from_name(&self.model.repack).unwrap_or_default(),
             mtp: self.plugins.mtp.then_some(MtpParams {

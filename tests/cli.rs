@@ -986,3 +986,45 @@ fn logits_digests_match_for_exact_settings_and_differ_for_lossy_ones() {
     assert_eq!(digest("streamed.txt", &["--moe-stream", "--cache-mb", "0"]), resident);
     assert_ne!(digest("one-expert.txt", &["--n-expert-used", "1"]), resident);
 }
+
+/// A repacked copy over its disk budget is not written; `bmoe cache` lists
+/// the copies streamed runs wrote, with their models, and removes only what
+/// it is told to: a copy whose model is gone, then everything; without a
+/// filter it removes nothing.
+#[test]
+fn cache_lists_and_removes_copies() {
+    let dir = tempdir();
+    let home = dir.path().join("cache-home");
+    let run = |args: &[&str]| {
+        let _serial = common::llama_lock();
+        Command::new(env!("CARGO_BIN_EXE_bmoe")).args(args).env("XDG_CACHE_HOME", &home).output().expect("run bmoe")
+    };
+    let kept = make_tiny(dir.path(), "kept.gguf", &["--quant", "q4_0"]);
+    let gone = make_tiny(dir.path(), "gone.gguf", &["--quant", "q4_0", "--seed", "9"]);
+    // A copy over its disk budget is not written: the run repacks as it reads, and says why.
+    let config = dir.path().join("small-copies.toml");
+    std::fs::write(&config, "[moe]\nrepacked_copy_max_gb = 0.0001\n").unwrap();
+    let config = config.to_str().unwrap();
+    let over =
+        run(&["generate", "-m", &kept, "-n", "2", "-t", "1", "--moe-stream", "--repack", "on", "--config", config]);
+    assert!(over.status.success() && stderr(&over).contains("over its budget"), "{}", stderr(&over));
+    assert!(stdout(&run(&["cache"])).contains("no copies"));
+    for m in [&kept, &gone] {
+        let out = run(&["generate", "-m", m, "-n", "2", "-t", "1", "--moe-stream", "--repack", "on"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let listing = stdout(&run(&["cache"]));
+    assert!(listing.contains("repacked") && listing.contains(&kept) && listing.contains(&gone), "{listing}");
+    assert!(listing.contains("2 entries"), "{listing}");
+
+    std::fs::remove_file(&gone).unwrap();
+    let refused = run(&["cache", "remove"]);
+    assert!(!refused.status.success() && stderr(&refused).contains("say which entries"), "{}", stderr(&refused));
+    let removed = stdout(&run(&["cache", "remove", "--gone"]));
+    assert!(removed.contains("removed 1 entries") && removed.contains("(gone)"), "{removed}");
+    let listing = stdout(&run(&["cache", "list"]));
+    assert!(listing.contains(&kept) && !listing.contains(&gone), "{listing}");
+    assert!(stdout(&run(&["cache", "remove", "--all"])).contains("removed 1 entries"));
+    assert!(stdout(&run(&["cache"])).contains("no copies"));
+    assert!(std::fs::read_dir(home.join("bmoe/repacked")).unwrap().next().is_none());
+}

@@ -295,6 +295,7 @@ fn fused_gate_up_layout() {
             lean: None,
             recycle_pages: true,
             repacked_copy: None,
+            repacked_copy_max_bytes: None,
         }),
         "gemma4 buffered",
     );

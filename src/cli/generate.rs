@@ -428,6 +428,14 @@ impl CopyBar {
         let mut bar: Option<indicatif::ProgressBar> = None;
         crate::moe::repacked::report_progress(Some(Box::new(move |done, total| {
             let b = bar.get_or_insert_with(|| {
+                crate::notes::note(
+                    "bmoe",
+                    &format!(
+                        "writing a repacked copy of the experts, once: {:.1} GiB in the cache directory (`bmoe \
+                         cache` lists and removes copies; moe.repacked_copy_max_gb caps them)",
+                        total as f64 / (1u64 << 30) as f64
+                    ),
+                );
                 crate::progress::progress_bar(total, "writing the repacked copy of the experts")
             });
             b.set_position(done);

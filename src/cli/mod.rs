@@ -2,6 +2,7 @@
 //! `inspect`, `archs`, `trace-stats`, `plugin` and `rpc-server`.
 
 mod bench;
+mod cache;
 mod eval;
 mod generate;
 mod model;
@@ -94,6 +95,13 @@ pub enum Command {
     /// Draft and drop policy plugins: list, check, bench, wrap, scaffold a new one.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// List and remove what bmoe keeps in its cache directory: the lean and repacked copies of
+    /// streamed models and the demo models, with their room on disk and last use.
+    Cache {
+        /// What to do (default: list).
+        #[command(subcommand)]
+        command: Option<cache::CacheCommand>,
+    },
     /// Lend this machine's CPU to a client that holds some of a model's layers here
     /// (`--rpc HOST:PORT` on the client; llama.cpp's RPC protocol, no authentication).
     RpcServer(rpc_server::RpcServerArgs),
@@ -120,6 +128,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run(args) => run::run(args),
         Command::Serve(args) => serve::serve(args),
         Command::RpcServer(args) => rpc_server::rpc_server(args),
+        Command::Cache { command } => cache::cache(command),
     }
 }
 

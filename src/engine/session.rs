@@ -61,6 +61,10 @@ pub struct StreamOptions {
     /// Where repacked copies of the expert banks are kept
     /// ([`crate::moe::repacked`]); `None` repacks each slice as it is read.
     pub repacked_copy: Option<PathBuf>,
+    /// Most bytes a new repacked copy may take on disk; `None`: half the
+    /// free space of its file system. Over it, each slice is repacked as it
+    /// is read.
+    pub repacked_copy_max_bytes: Option<u64>,
 }
 
 /// Where lean copies live, and for which models.

@@ -23,7 +23,7 @@ pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
         }
         return Ok(given.clone());
     }
-    let dir = dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe");
+    let dir = crate::moe::copies::cache_root();
     let path = dir.join(format!("demo-qwen3moe-v{}.gguf", synth::GENERATOR_VERSION));
     eprintln!(
         "bmoe: no model given: using the built-in demo, a synthetic qwen3moe with RANDOM weights \

@@ -80,6 +80,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         "stream repacked experts from a copy stored repacked in the cache directory, not repacked as read",
     ),
     (
+        "moe.repacked_copy_max_gb",
+        Apply::Reopen,
+        "most GiB a new repacked copy may take on disk (0 = half the free space); over it, experts are repacked as read",
+    ),
+    (
         "plugins.draft_plugin",
         Apply::Live,
         "speculative decoding plugin (ngram, ngram-multi, suffix, a .wasm; empty = off)",

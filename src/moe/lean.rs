@@ -134,7 +134,7 @@ pub(super) fn copy_home(files: &ModelFiles, dir: &Path, name: &str) -> io::Resul
 }
 
 /// The file in each copy's directory naming the model it copies.
-const SOURCE_FILE: &str = "source";
+pub(super) const SOURCE_FILE: &str = "source";
 
 /// Removes the copies of models that are gone, and older copies of
 /// `source` (the model changed since). Best effort: a copy in use by

@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod capability;
+pub mod copies;
 pub mod dense;
 pub mod evict;
 mod hook;

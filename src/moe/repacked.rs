@@ -72,16 +72,19 @@ fn tell(done: u64, total: u64) -> bool {
 
 /// Where repacked copies live by default: beside the lean copies.
 pub fn repacked_dir() -> PathBuf {
-    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("bmoe").join("repacked")
+    super::copies::cache_root().join("repacked")
 }
 
 /// Finds or writes the repacked copy of the banks `layers` (as resolved at
-/// capture, with their repackers) of `files` under `dir`.
+/// capture, with their repackers) of `files` under `dir`. A new copy may
+/// take at most `max_bytes` (`None`: half the free space of `dir`'s file
+/// system), and leaves a margin free beyond it.
 pub fn prepare(
     files: &ModelFiles,
     layers: &[Vec<Projection>],
     n_expert: usize,
     dir: &Path,
+    max_bytes: Option<u64>,
 ) -> io::Result<RepackedCopy> {
     let banks: Vec<&Projection> = layers.iter().flatten().collect();
     let home = copy_home(files, dir, &format!("{}-{:016x}", key(files)?, layout_key(files, &banks)?))?;
@@ -99,26 +102,20 @@ pub fn prepare(
         paths.push(target);
     }
     let need: u64 = banks.iter().filter(|p| todo.iter().any(|t| t.0 == p.shard)).map(|p| bank_bytes(p)).sum();
-    if need > 0 {
-        let free = rustix::fs::statvfs(&home)
-            .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
-            .map_err(|e| at(&home, io::Error::from(e)))?;
-        let margin = disk_margin(need);
-        if free < need + margin {
-            let mib = |b: u64| b as f64 / 1048576.0;
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                format!(
-                    "{} has {:.0} MiB free; the copy needs {:.0} MiB and {:.0} MiB to spare",
-                    home.display(),
-                    mib(free),
-                    mib(need),
-                    mib(margin)
-                ),
-            ));
+    if need > 0
+        && let Err(e) = check_room(&home, need, max_bytes)
+    {
+        if todo.len() == paths.len() {
+            // Nothing of this copy is on disk: leave no empty directory.
+            let _ = fs::remove_dir_all(&home);
         }
+        return Err(e);
     }
     let mut done = 0;
+    if need > 0 {
+        // Said before the first byte is written (a front end names the size).
+        tell(0, need);
+    }
     for (shard, size, target) in &todo {
         let shard_banks: Vec<&Projection> = banks.iter().copied().filter(|p| p.shard == *shard).collect();
         write_copy(&files.paths()[*shard], target, *size, &shard_banks, n_expert, &mut |n| {
@@ -132,6 +129,42 @@ pub fn prepare(
         return Err(e);
     }
     Ok(RepackedCopy { paths, written: need, bytes: banks.iter().map(|p| bank_bytes(p)).sum() })
+}
+
+/// Whether a copy of `need` bytes may be written under `home`: within its
+/// budget (`max_bytes`, or half the free space) and leaving a margin free.
+fn check_room(home: &Path, need: u64, max_bytes: Option<u64>) -> io::Result<()> {
+    let free = rustix::fs::statvfs(home)
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+        .map_err(|e| at(home, io::Error::from(e)))?;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let budget = max_bytes.unwrap_or(free / 2);
+    if need > budget {
+        let whose = match max_bytes {
+            Some(_) => "moe.repacked_copy_max_gb".to_string(),
+            None => {
+                format!("half the {:.1} MiB free on {}; moe.repacked_copy_max_gb sets it", mib(free), home.display())
+            }
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!("it would take {:.1} MiB, over its budget of {:.1} MiB ({whose})", mib(need), mib(budget)),
+        ));
+    }
+    let margin = disk_margin(need);
+    if free < need + margin {
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "{} has {:.1} MiB free; the copy needs {:.1} MiB and {:.1} MiB to spare",
+                home.display(),
+                mib(free),
+                mib(need),
+                mib(margin)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What the copy's bytes depend on besides what [`key`] names of the

@@ -81,6 +81,7 @@ pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
         lean: None,
         recycle_pages: true,
         repacked_copy: None,
+        repacked_copy_max_bytes: None,
     })
 }
 
@@ -96,6 +97,7 @@ pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
         lean: None,
         recycle_pages: true,
         repacked_copy: None,
+        repacked_copy_max_bytes: None,
     })
 }
 

@@ -213,7 +213,7 @@ fn attach_stream(
     let mut notices = Vec::new();
     let mut read_paths = files.paths().to_vec();
     if let Some(dir) = stream.repacked_copy.as_ref().filter(|_| info.repacked_banks > 0) {
-        match repacked::prepare(files, &banks.layers, banks.n_expert, dir) {
+        match repacked::prepare(files, &banks.layers, banks.n_expert, dir, stream.repacked_copy_max_bytes) {
             Ok(copy) => {
                 if copy.written > 0 {
                     notices.push(format!(
