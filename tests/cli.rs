@@ -1028,3 +1028,57 @@ fn cache_lists_and_removes_copies() {
     assert!(stdout(&run(&["cache"])).contains("no copies"));
     assert!(std::fs::read_dir(home.join("bmoe/repacked")).unwrap().next().is_none());
 }
+
+/// `bench --disk-mbps` throttles reads from the model's disk inside the
+/// harness's cgroup: the harness's own check (O_DIRECT and buffered reads
+/// by `dd` in the cgroup) and the runs' read speed stay under the limit,
+/// which this machine's disk beats many times over. Needs root, as the
+/// harness does; without it, only the refusal is checked.
+#[test]
+fn bench_throttles_the_disk() {
+    let dir = tempdir();
+    let demo = dir.path().join("demo.gguf").to_string_lossy().into_owned();
+    ok(&["make-model", "--preset", "demo", "-o", &demo]);
+    let work = dir.path().join("runs");
+    let csv = dir.path().join("bench.csv");
+    let out = bmoe(&[
+        "bench",
+        "-m",
+        &demo,
+        "--disk-mbps",
+        "50",
+        "--reps",
+        "1",
+        "-n",
+        "4",
+        "--config",
+        "c0=--moe-stream --cache-mb 0 -t 1",
+        "--work",
+        work.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    if !rustix::process::geteuid().is_root() {
+        assert!(!out.status.success() && err.contains("needs root"), "{err}");
+        return;
+    }
+    assert!(out.status.success(), "{err}");
+    let rate = |label: &str| -> f64 {
+        let at = err.find(label).unwrap_or_else(|| panic!("no {label} in {err}")) + label.len();
+        err[at..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    for label in ["O_DIRECT ", "buffered "] {
+        assert!(rate(label) < 62.5, "{label}reads ran past the 50 MB/s throttle:\n{err}");
+    }
+    assert!(!err.contains("does not hold"), "{err}");
+    // The run's own reads (the table's read MiB/s, after the read/mgmt/compute split): under
+    // 50 MB/s (47.7 MiB/s) with some slack.
+    let table = stdout(&out);
+    let row = table.lines().find(|l| l.contains(" c0 ")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("1/1"), "the throttled run failed:\n{table}\n{err}");
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    let split = fields.iter().position(|f| f.matches('/').count() == 2).unwrap_or_else(|| panic!("{table}"));
+    let read: f64 = fields[split + 1].parse().unwrap_or_else(|_| panic!("{table}"));
+    assert!(read > 0.0 && read < 60.0, "the run read at {read} MiB/s under a 50 MB/s throttle:\n{table}");
+}

@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod probe;
 pub mod quality;
 mod report;
+pub mod throttle;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -81,8 +82,11 @@ pub struct Plan {
     pub bmoe: PathBuf,
     /// The model.
     pub model: PathBuf,
-    /// Memory cap in bytes; None runs without a cgroup.
+    /// Memory cap in bytes; None runs without a cgroup (unless throttled).
     pub cap: Option<u64>,
+    /// Reads from the model's disk throttled inside the cgroup (an
+    /// emulated slower disk); None: the disk's own speed.
+    pub throttle: Option<cgroup::ReadThrottle>,
     /// Repetitions of the whole matrix.
     pub reps: usize,
     /// Tokens to generate per run.
@@ -99,6 +103,17 @@ pub struct Plan {
     pub lanes: usize,
     /// Label of this pass (`quiet`, `hog`).
     pub pass: String,
+}
+
+impl Plan {
+    /// The cgroup the capped configurations run in, if the plan caps
+    /// memory or throttles the disk.
+    pub fn cgroup(&self) -> Result<Option<Cgroup>, String> {
+        if self.cap.is_none() && self.throttle.is_none() {
+            return Ok(None);
+        }
+        Cgroup::with_limits(self.cap, self.throttle).map(Some)
+    }
 }
 
 /// What one run measured; None where the run did not report it.
@@ -165,7 +180,7 @@ pub fn drop_page_cache() -> bool {
 /// each run's result as it finishes.
 pub fn run(plan: &Plan, progress: &mut dyn FnMut(&RunResult, usize, usize)) -> Result<Vec<RunResult>, String> {
     std::fs::create_dir_all(&plan.work).map_err(|e| format!("creating {}: {e}", plan.work.display()))?;
-    let cgroup = plan.cap.map(Cgroup::create).transpose()?;
+    let cgroup = plan.cgroup()?;
     let total = plan.reps * plan.configs.len();
     let mut results = Vec::with_capacity(total);
     for rep in 1..=plan.reps {
@@ -235,13 +250,22 @@ fn run_one(plan: &Plan, config: &Config, rep: usize, cgroup: Option<&Cgroup>) ->
 /// cgroup before it becomes bmoe, so all of it is capped.
 fn bmoe_command(bmoe: &Path, cgroup: Option<&Cgroup>) -> Command {
     match cgroup {
-        Some(cg) => {
-            let mut c = Command::new("sh");
-            c.arg("-c").arg("echo $$ > \"$0\" && exec \"$@\"").arg(cg.procs_file()).arg(bmoe);
-            c
-        }
+        Some(cg) => in_cgroup(cg, bmoe.as_os_str()),
         None => Command::new(bmoe),
     }
+}
+
+/// A command that runs `program` inside `cgroup`, joined before it starts
+/// (the shell writes its own pid, then becomes the program).
+fn in_cgroup(cgroup: &Cgroup, program: &std::ffi::OsStr) -> Command {
+    let procs: Vec<String> = cgroup.procs_files().iter().map(|p| p.display().to_string()).collect();
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("for f in $BMOE_CGROUP_PROCS; do echo $$ > \"$f\" || exit 125; done; exec \"$@\"")
+        .arg("sh")
+        .arg(program)
+        .env("BMOE_CGROUP_PROCS", procs.join(" "));
+    c
 }
 
 /// Runs `command` to its end, like `Command::output`, except that a stop

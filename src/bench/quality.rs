@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::process::Stdio;
 
-use super::cgroup::Cgroup;
 use super::{Plan, Summary};
 use crate::eval::{KlStats, Position, kl_text};
 
@@ -52,7 +51,7 @@ pub fn measure(plan: &Plan, positions: usize, failed: &[String]) -> Result<Vec<Q
         args.push(format!("{}={}", c.name, c.flags.join(" ")));
     }
     if !scored.is_empty() {
-        let cgroup = plan.cap.map(Cgroup::create).transpose()?;
+        let cgroup = plan.cgroup()?;
         let status = super::bmoe_command(&plan.bmoe, cgroup.as_ref())
             .args(&args)
             .stdin(Stdio::null())

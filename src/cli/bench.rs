@@ -17,6 +17,14 @@ pub struct BenchArgs {
     /// (needs root); 0 = no cap.
     #[arg(long, default_value_t = 0)]
     pub cap_mb: u64,
+    /// Throttle reads from the model's disk to this many MB/s inside the cgroup (needs root), to
+    /// emulate a slower device; checked with O_DIRECT and buffered reads before the runs.
+    #[arg(long, value_name = "MBPS", conflicts_with = "disk_class")]
+    pub disk_mbps: Option<u64>,
+    /// Throttle reads as --disk-mbps does, at a device class's speed: ufs (2000 MB/s), nvme (800),
+    /// emmc (300) or sd (90).
+    #[arg(long, value_name = "CLASS")]
+    pub disk_class: Option<String>,
     /// Repetitions of the matrix (interleaved: A B C A B C).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -84,6 +92,19 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         bail!("two configurations are named `{}`: each needs its own name", w[0]);
     }
+    let disk = match (&args.disk_class, args.disk_mbps) {
+        (Some(name), _) => {
+            let class = bench::throttle::disk_class(name).map_err(|e| anyhow!(e))?;
+            Some((class.mbps, format!("{} MB/s, {}: {}", class.mbps, class.name, class.what)))
+        }
+        (None, Some(0)) => bail!("--disk-mbps 0: a speed in MB/s above zero"),
+        (None, Some(mbps)) => Some((mbps, format!("{mbps} MB/s"))),
+        (None, None) => None,
+    };
+    let throttle = match &disk {
+        Some((mbps, _)) => Some(bench::throttle::throttle_for(&args.model, *mbps).map_err(|e| anyhow!(e))?),
+        None => None,
+    };
     let lanes = crate::config::RunConfig::default().moe.io_threads as usize;
     eprintln!("bench: probing the disk at the model's slice size (1 and {lanes} lanes)...");
     let probes = bench::probe_disk(&args.model, lanes).map_err(|e| anyhow!(e))?;
@@ -94,6 +115,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bmoe: std::env::current_exe()?,
         model: args.model.clone(),
         cap: (args.cap_mb > 0).then_some(args.cap_mb << 20),
+        throttle,
         reps: args.reps.max(1),
         tokens: args.tokens,
         prompt: args.prompt.clone(),
@@ -103,7 +125,28 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         lanes,
         pass: "quiet".into(),
     };
-    let cap = if args.cap_mb > 0 { format!("a {} MiB cap", args.cap_mb) } else { "no cap".into() };
+    if let (Some((mbps, what)), Some(t)) = (&disk, throttle) {
+        let cgroup = plan.cgroup().map_err(|e| anyhow!(e))?.expect("a throttle makes a cgroup");
+        let check = bench::throttle::check(&cgroup, &args.model, *mbps).map_err(|e| anyhow!("--disk-mbps: {e}"))?;
+        let (major, minor) = t.device;
+        eprintln!(
+            "bench: reads from disk {major}:{minor} throttled to {what}; measured inside: O_DIRECT {:.0} MB/s, \
+             buffered {:.0} MB/s",
+            check.direct_mbps, check.buffered_mbps
+        );
+        if !check.holds(*mbps) {
+            eprintln!(
+                "bench: warning: the throttle does not hold (reads ran faster than {mbps} MB/s): the kernel's \
+                 throttle may not reach this disk's reads; the runs measure the disk's own speed"
+            );
+        }
+    }
+    let cap = match (args.cap_mb, &disk) {
+        (0, None) => "no cap".to_string(),
+        (0, Some((mbps, _))) => format!("no memory cap, the disk at {mbps} MB/s"),
+        (cap, None) => format!("a {cap} MiB cap"),
+        (cap, Some((mbps, _))) => format!("a {cap} MiB cap, the disk at {mbps} MB/s"),
+    };
     eprintln!("bench: {} configurations x {} reps, {} tokens each, {cap}", plan.configs.len(), plan.reps, plan.tokens);
     let mut progress = |r: &bench::RunResult, i: usize, n: usize| {
         let speed = r.get("decode_tok_s").map_or_else(|| "-".into(), |t| format!("{t:.2} tok/s"));
