@@ -155,6 +155,9 @@ pub struct StepTrace {
     pub read_ns: u64,
     /// Cache management time.
     pub mgmt_ns: u64,
+    /// CPU time the read lanes spent during the call (reads of this step's
+    /// layers and read-ahead alike): what reading cost the cores.
+    pub lane_cpu_ns: u64,
     /// Distinct (layer, expert) lookups.
     pub lookups: u64,
     /// Lookups that found the expert resident.
@@ -188,6 +191,7 @@ impl StepTrace {
         self.bounced_slices += other.bounced_slices;
         self.read_ns += other.read_ns;
         self.mgmt_ns += other.mgmt_ns;
+        self.lane_cpu_ns += other.lane_cpu_ns;
         self.lookups += other.lookups;
         self.hits += other.hits;
         self.evictions += other.evictions;
@@ -295,6 +299,8 @@ pub struct MoeHook {
     top_k: Option<usize>,
     /// When the current decode's first node on an RPC server was asked about.
     remote_since: Option<Instant>,
+    /// The read lanes' CPU time when the step began.
+    lane_cpu_at: u64,
     /// Capture saw nodes on RPC servers (only then does a decode look for them).
     has_remote_nodes: bool,
     /// The decodes since [`MoeHook::begin_side_batch`] are another
@@ -345,6 +351,7 @@ impl MoeHook {
             layers_all_resident: 0,
             top_k: None,
             remote_since: None,
+            lane_cpu_at: 0,
             has_remote_nodes: false,
             side_batch: false,
             draft_experts: MtpExperts::All,
@@ -491,6 +498,7 @@ impl MoeHook {
         self.side_batch = false;
         self.trace = StepTrace::default();
         self.remote_since = None;
+        self.lane_cpu_at = self.store.as_ref().map_or(0, ExpertStore::lane_cpu_ns);
         self.decode_phase = decode;
         self.predicted.iter_mut().for_each(Vec::clear);
         self.predicted_far.iter_mut().for_each(Vec::clear);
@@ -516,6 +524,9 @@ impl MoeHook {
             // the layer computed with experts that were not read.
             self.fail(format!("layer {}: its experts were never loaded (no routing-weights node came)", d.layer));
         }
+        let lanes_now = self.store.as_ref().map_or(0, ExpertStore::lane_cpu_ns);
+        self.trace.lane_cpu_ns = lanes_now.saturating_sub(self.lane_cpu_at);
+        self.lane_cpu_at = lanes_now;
         std::mem::take(&mut self.trace)
     }
 

@@ -313,11 +313,23 @@ struct Pool {
     state: Mutex<Shared>,
     work: Condvar,
     finished: Condvar,
+    /// CPU time the lanes have spent on reads (system calls, page pinning,
+    /// bounce copies, repacking), nanoseconds.
+    cpu_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Pool {
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
         self.state.lock().expect("read pool lock")
+    }
+
+    /// Runs a read on this thread, adding the CPU time it took to the
+    /// lanes' total.
+    fn timed<T>(&self, read: impl FnOnce() -> T) -> T {
+        let start = thread_cpu_ns();
+        let out = read();
+        self.cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(start), std::sync::atomic::Ordering::Relaxed);
+        out
     }
 }
 
@@ -350,7 +362,12 @@ impl ReadLanes {
             })
             .collect();
         let lane0 = Lane::open(paths, &direct)?;
-        let pool = Arc::new(Pool { state: Mutex::new(Shared::new()), work: Condvar::new(), finished: Condvar::new() });
+        let pool = Arc::new(Pool {
+            state: Mutex::new(Shared::new()),
+            work: Condvar::new(),
+            finished: Condvar::new(),
+            cpu_ns: Default::default(),
+        });
         let mut workers = Vec::new();
         for i in 1..lanes.max(1) {
             let mut lane = Lane::open(paths, &direct)?;
@@ -362,6 +379,12 @@ impl ReadLanes {
             workers.push(handle);
         }
         Ok((ReadLanes { paths: paths.to_vec(), lane0, pool, workers, direct }, notices))
+    }
+
+    /// CPU time the lanes have spent reading so far, nanoseconds: what
+    /// each read costs the machine's cores besides the wait for storage.
+    pub fn cpu_ns(&self) -> u64 {
+        self.pool.cpu_ns.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// True when every file is read with O_DIRECT.
@@ -391,7 +414,7 @@ impl ReadLanes {
         if self.workers.is_empty() || jobs.len() == 1 {
             let mut stats = ReadStats::default();
             for job in &jobs {
-                match self.lane0.read(job) {
+                match self.pool.timed(|| self.lane0.read(job)) {
                     Ok(st) => stats += st,
                     Err(e) => {
                         let e = self.explain(e, job);
@@ -459,7 +482,7 @@ impl ReadLanes {
             };
             match taken {
                 Some((t, job)) => {
-                    let r = self.lane0.read(&job).map_err(|e| self.explain(e, &job));
+                    let r = self.pool.timed(|| self.lane0.read(&job)).map_err(|e| self.explain(e, &job));
                     self.pool.lock().finish(t, r);
                 }
                 None => {
@@ -515,10 +538,16 @@ fn worker(pool: &Pool, lane: &mut Lane, paths: &[PathBuf]) {
                 s = pool.work.wait(s).expect("read pool lock");
             }
         };
-        let r = lane.read(&job).map_err(|e| explain(e, paths, &job));
+        let r = pool.timed(|| lane.read(&job)).map_err(|e| explain(e, paths, &job));
         pool.lock().finish(taken, r);
         pool.finished.notify_all();
     }
+}
+
+/// CPU time of the calling thread, nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 impl Drop for ReadLanes {
@@ -568,6 +597,7 @@ mod tests {
                 .collect();
             let st = r.read_all(jobs).unwrap();
             assert_eq!(st.bytes, 300_000);
+            assert!(r.cpu_ns() > 0, "reads on lanes={lanes} direct={direct} cost no CPU time");
             // The region maps the file linearly: O_DIRECT windows land in place.
             assert_eq!(st.bounced, 0, "lanes={lanes} direct={direct}");
             region.fill_with(0, 300_000, |s| assert!(s == &data[..], "lanes={lanes} direct={direct}")).unwrap();

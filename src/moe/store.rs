@@ -446,6 +446,11 @@ impl ExpertStore {
         Ok(report)
     }
 
+    /// CPU time the read lanes have spent so far, nanoseconds.
+    pub fn lane_cpu_ns(&self) -> u64 {
+        self.lanes.cpu_ns()
+    }
+
     /// Marks the start of a step, before its first load: the last load's
     /// layer has computed, so its entries lose their protection and read-ahead
     /// for the step's first layers may evict them (and trim a cache a

@@ -37,6 +37,7 @@ pub const COLUMNS: &[&str] = &[
     "avoided_bytes",
     "threads",
     "read_ahead",
+    "lane_cpu_ms",
 ];
 
 /// Writes the metrics CSV.
@@ -96,7 +97,7 @@ impl CsvSink {
         let f = |v: Option<f64>| v.map_or_else(|| "nan".into(), |x| format!("{x:.3}"));
         writeln!(
             self.out,
-            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3} decode_steps={} drafted={} accepted={} verify_steps={} draft_extra_mib={:.3} routings={} dropped={} avoided_mib={:.3} decode_ms={:.3} read_ms={:.3} mgmt_ms={:.3} peak_rss_mib={} major_faults={} prefetched={} prefetch_used={} predict_pct={} threads={} read_ahead_steps={} recycled_mib={:.3} remote_ms={:.3}",
+            "# summary tokens={} decode_tok_s={} prefill_tokens={} prefill_tok_s={} read_mib_per_token={} hit_pct={} evictions={} load_s={:.3} decode_steps={} drafted={} accepted={} verify_steps={} draft_extra_mib={:.3} routings={} dropped={} avoided_mib={:.3} decode_ms={:.3} read_ms={:.3} mgmt_ms={:.3} peak_rss_mib={} major_faults={} prefetched={} prefetch_used={} predict_pct={} threads={} read_ahead_steps={} recycled_mib={:.3} remote_ms={:.3} lane_cpu_ms={:.3}",
             s.decode_tokens,
             f(s.decode_tps()),
             s.prompt_tokens,
@@ -124,14 +125,15 @@ impl CsvSink {
             s.main_threads(),
             s.read_ahead_steps,
             s.recycled_bytes as f64 / 1048576.0,
-            s.decode_remote_ns as f64 / 1e6
+            s.decode_remote_ns as f64 / 1e6,
+            s.decode_lane_cpu_ns as f64 / 1e6
         )?;
         self.out.flush()
     }
 }
 
 /// The fields of one CSV row, in [`COLUMNS`] order, as the file writes them.
-pub fn row_fields(r: &StepReport) -> [String; 26] {
+pub fn row_fields(r: &StepReport) -> [String; 27] {
     let t = &r.trace;
     [
         r.turn.to_string(),
@@ -160,5 +162,6 @@ pub fn row_fields(r: &StepReport) -> [String; 26] {
         t.avoided_bytes.to_string(),
         r.threads.to_string(),
         u8::from(r.read_ahead).to_string(),
+        ms(t.lane_cpu_ns),
     ]
 }

@@ -29,6 +29,8 @@ pub struct RunSummary {
     pub decode_read_ns: u64,
     /// Cache-management time during decode steps.
     pub decode_mgmt_ns: u64,
+    /// CPU time the read lanes spent during decode steps.
+    pub decode_lane_cpu_ns: u64,
     /// Time decode steps waited for RPC servers (their compute and the network).
     pub decode_remote_ns: u64,
     /// Distinct (layer, expert) lookups during decode steps.
@@ -99,6 +101,7 @@ impl RunSummary {
                 self.decode_bytes += r.trace.bytes_read;
                 self.decode_read_ns += r.trace.read_ns;
                 self.decode_mgmt_ns += r.trace.mgmt_ns;
+                self.decode_lane_cpu_ns += r.trace.lane_cpu_ns;
                 self.decode_remote_ns += r.remote_ns;
                 self.lookups += r.trace.lookups;
                 self.hits += r.trace.hits;
@@ -209,11 +212,13 @@ impl fmt::Display for RunSummary {
             let compute = self.decode_ns.saturating_sub(self.decode_read_ns + self.decode_mgmt_ns);
             writeln!(
                 f,
-                "stream:  {} MiB/token read | per token: read {:.2} ms, cache mgmt {:.2} ms, compute {:.2} ms (residual)",
+                "stream:  {} MiB/token read | per token: read {:.2} ms, cache mgmt {:.2} ms, compute {:.2} ms \
+                 (residual); read lanes' CPU {:.2} ms",
                 opt(self.mib_per_token(), 2, ""),
                 per(self.decode_read_ns),
                 per(self.decode_mgmt_ns),
-                per(compute)
+                per(compute),
+                per(self.decode_lane_cpu_ns)
             )?;
             if self.cached {
                 writeln!(
