@@ -35,6 +35,8 @@ pub struct Summary {
     pub split_ms: Option<(f64, f64, f64)>,
     /// Expert read speed during decode, MiB/s.
     pub read_mib_s: Option<f64>,
+    /// The read lanes' CPU time per decoded token, ms.
+    pub lane_cpu_ms: Option<f64>,
     /// Peak RSS, MiB.
     pub peak_rss_mib: Option<f64>,
     /// Major page faults of the run.
@@ -110,6 +112,7 @@ pub fn summarize(results: &[RunResult]) -> Vec<Summary> {
                 hit_pct: med("hit_pct"),
                 split_ms: split,
                 read_mib_s,
+                lane_cpu_ms: median(done.iter().filter_map(|r| per_token(r, "lane_cpu_ms")).collect()),
                 peak_rss_mib: med("peak_rss_mib"),
                 major_faults: med("major_faults"),
                 open_read_mib: med("open_read_mib"),
@@ -146,7 +149,7 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
     let best_probe = probes.iter().map(|p| p.mib_s).fold(0.0, f64::max);
     let _ = writeln!(
         out,
-        "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
+        "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>12} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
         "pass",
         "config",
         "runs",
@@ -158,6 +161,7 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
         "read/mgmt/compute ms",
         "read MiB/s",
         "vs probe",
+        "lanes CPU ms",
         "peak RSS",
         "majflt",
         "open MiB",
@@ -180,7 +184,7 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
+            "{:<6} {:<18} {:>5} {:>22} {:>7} {:>8} {:>8} {:>6} {:>22} {:>9} {:>9} {:>12} {:>9} {:>9} {:>8} {:>8} {:>6} {:>6}",
             s.pass,
             if s.uncapped { format!("{} (no cap)", s.config) } else { s.config.clone() },
             format!("{}/{}", s.ok, s.runs),
@@ -192,6 +196,7 @@ pub fn table(summaries: &[Summary], probes: &[Probe]) -> String {
             split,
             num(s.read_mib_s, 0),
             vs_probe,
+            num(s.lane_cpu_ms, 2),
             num(s.peak_rss_mib, 0),
             num(s.major_faults, 0),
             num(s.open_read_mib, 0),
@@ -259,6 +264,7 @@ pub fn write_csv(path: &Path, results: &[RunResult]) -> std::io::Result<()> {
         "decode_steps",
         "drafted",
         "accepted",
+        "lane_cpu_ms",
     ];
     let mut out = String::from("pass,config,rep,ok,oom_killed,cgroup_peak_mib");
     for k in KEYS {
@@ -339,7 +345,7 @@ mod tests {
         let text = std::fs::read_to_string(&csv).unwrap();
         assert_eq!(text.lines().count(), 7);
         assert!(
-            text.starts_with("pass,config,rep,") && text.contains(",decode_steps,drafted,accepted,error\n"),
+            text.starts_with("pass,config,rep,") && text.contains(",decode_steps,drafted,accepted,lane_cpu_ms,error\n"),
             "{text}"
         );
     }
