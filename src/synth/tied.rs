@@ -13,7 +13,7 @@
 //! The residual stream's coordinates split three ways: the expert band
 //! (first), then `Q`, what the head reads, then `P`, what everything else
 //! reads (the routers, and the lookup to recognise a token). The final norm
-//! weighs `P` at zero, `Q` at [`TiedHead::gain`] and the band at one, so a
+//! weighs `P` at zero, `Q` at a gain set from [`SUCCESSOR_LOGIT`] and the band at one, so a
 //! token's logit is its embedding's `Q` part against the successors the
 //! lookup wrote, plus the experts' band reads as in an untied head.
 
@@ -86,7 +86,7 @@ pub(super) struct TiedHead {
     pub up: Fill,
     /// `ffn_down` `[width, d]`: unit `j` writes its token's successors.
     pub down: Fill,
-    /// Final norm weights: zero on `P`, [`TiedHead::gain`] on `Q`, one on
+    /// Final norm weights: zero on `P`, the head's gain on `Q`, one on
     /// the band.
     pub final_norm: Fill,
 }
