@@ -109,8 +109,10 @@ impl Structure {
             .collect();
         let output_filler: Vec<f32> = common.iter().map(|u| -16.0 / sqrt_d * u).collect();
         // A tied model's head is its embedding: the embedding rows gain the
-        // head's parts, and the first dense layer the lookup that reads them.
-        let tied = spec.tied_embeddings.then(|| {
+        // head's parts, and the first dense layer the lookup that reads them
+        // (one unit per natural token: `ModelSpec::validate` holds a tied
+        // model's dense layer to that width).
+        let tied = (spec.tied_embeddings && spec.dense_ff as usize >= n).then(|| {
             let is_text = |t: usize| vocab.is_text(t);
             let tokens = Tokens { cycle: &cycle, natural: n, is_text: &is_text, eos: EOS_ID as usize };
             let width = spec.dense_ff as usize;
