@@ -64,7 +64,12 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
     let age = args.older_than.as_deref().map(parse_age).transpose()?;
     let kind = args.kind.as_deref().map(parse_kind).transpose()?;
     let model = match &args.model {
-        Some(m) => Some(std::fs::canonicalize(m).with_context(|| format!("--model {}", m.display()))?),
+        // A deleted model's copies still name it: fall back to its absolute path.
+        Some(m) => Some(
+            std::fs::canonicalize(m)
+                .or_else(|_| std::path::absolute(m))
+                .with_context(|| format!("--model {}", m.display()))?,
+        ),
         None => None,
     };
     let now = SystemTime::now();
