@@ -73,28 +73,28 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
         None => None,
     };
     let now = SystemTime::now();
-    let chosen: Vec<&CachedCopy> = entries
+    let chosen: Vec<CachedCopy> = entries
         .iter()
         .filter(|c| age.is_none_or(|a| now.duration_since(c.last_used).unwrap_or_default() > a))
         .filter(|c| !args.gone || (c.model.is_some() && !c.model_exists))
         .filter(|c| model.as_ref().is_none_or(|m| c.model.as_ref() == Some(m)))
         .filter(|c| kind.is_none_or(|k| c.kind == k))
+        .cloned()
         .collect();
     if chosen.is_empty() {
         println!("nothing to remove ({} entries, none matches)", entries.len());
         return Ok(());
     }
-    let owned: Vec<CachedCopy> = chosen.iter().map(|c| (*c).clone()).collect();
-    print!("{}", listing(&owned, now));
+    print!("{}", listing(&chosen, now));
     if args.dry_run {
-        println!("would free {} (--dry-run: nothing removed)", gib(owned.iter().map(|c| c.disk_bytes).sum()));
+        println!("would free {} (--dry-run: nothing removed)", gib(chosen.iter().map(|c| c.disk_bytes).sum()));
         return Ok(());
     }
     let mut freed = 0;
-    for c in &owned {
+    for c in &chosen {
         freed += copies::remove(c).map_err(|e| anyhow!("removing {}: {e}", c.path.display()))?;
     }
-    println!("removed {} entries, freed {}", owned.len(), gib(freed));
+    println!("removed {} entries, freed {}", chosen.len(), gib(freed));
     Ok(())
 }
 
