@@ -113,21 +113,20 @@ impl<'a> Builder<'a> {
         self.tensor(name, &[fan_in, fan_out], ty, proj(fan_in, mix));
     }
 
-    /// A dense FFN of `width` at layer `l` (`ffn_gate`, `ffn_up`,
-    /// `ffn_down` with `suffix`): random, except a tied model's first layer,
+    /// A gated dense FFN `ffn_{gate,up,down}<suffix>` of hidden width
+    /// `width` at layer `l` (`suffix` empty for a layer's own FFN, `_shexp`
+    /// for a shared expert): random, except a tied model's first layer,
     /// which holds its successor lookup (see [`super::tied`]).
     pub fn dense_ffn(&mut self, l: u32, suffix: &str, width: u64) {
         let d = self.d();
-        let names = ["ffn_gate", "ffn_up", "ffn_down"].map(|n| blk(l, &format!("{n}{suffix}")));
-        let [gate, up, down] = names;
-        match &self.structure.tied {
-            Some(tied) if l == 0 && suffix.is_empty() && width == u64::from(self.spec.dense_ff) => {
-                let ty = self.spec.dense_type;
-                let fills = [tied.gate.clone(), tied.up.clone(), tied.down.clone()];
-                let [g, u, o] = fills;
-                self.tensor(gate, &[d, width], ty, g);
-                self.tensor(up, &[d, width], ty, u);
-                self.tensor(down, &[width, d], ty, o);
+        let [gate, up, down] = ["ffn_gate", "ffn_up", "ffn_down"].map(|n| blk(l, &format!("{n}{suffix}")));
+        match self.structure.tied.as_ref().filter(|_| l == 0 && suffix.is_empty()) {
+            Some(tied) if width == u64::from(self.spec.dense_ff) => {
+                let (ty, gate_fill, up_fill, down_fill) =
+                    (self.spec.dense_type, tied.gate.clone(), tied.up.clone(), tied.down.clone());
+                self.tensor(gate, &[d, width], ty, gate_fill);
+                self.tensor(up, &[d, width], ty, up_fill);
+                self.tensor(down, &[width, d], ty, down_fill);
             }
             _ => {
                 self.matrix(gate, d, width);

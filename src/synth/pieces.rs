@@ -64,12 +64,6 @@ pub fn attention(b: &mut Builder, l: u32, a: Attention) {
     }
 }
 
-/// A gated dense FFN `ffn_{gate,up,down}<suffix>` of hidden width `width`
-/// (`suffix` is empty for a layer's own FFN, `_shexp` for a shared expert).
-pub fn dense_ffn(b: &mut Builder, l: u32, suffix: &str, width: u64) {
-    b.dense_ffn(l, suffix, width);
-}
-
 /// How an architecture lays out its expert projections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Experts {
@@ -170,7 +164,7 @@ pub fn moe(b: &mut Builder, l: u32, m: Moe) {
             b.matrix(blk(l, "ffn_up_shexp"), d, shared.width);
             b.out_matrix(blk(l, "ffn_down_shexp"), shared.width, d);
         } else {
-            dense_ffn(b, l, "_shexp", shared.width);
+            b.dense_ffn(l, "_shexp", shared.width);
         }
     }
 }
@@ -196,7 +190,7 @@ pub fn nextn(b: &mut Builder, l: u32, own_head: bool) {
 /// layers, the MoE block `m` after them.
 pub fn ffn_or_moe(b: &mut Builder, l: u32, m: Moe) {
     if l < b.spec.dense_layers {
-        dense_ffn(b, l, "", u64::from(b.spec.dense_ff));
+        b.dense_ffn(l, "", u64::from(b.spec.dense_ff));
     } else {
         moe(b, l, m);
     }

@@ -45,7 +45,7 @@ fn build(b: &mut Builder) {
         if (l + 1) % MOE_STEP == 0 {
             pieces::moe(b, l, Moe { shared, ..Moe::SPLIT });
         } else {
-            pieces::dense_ffn(b, l, "", u64::from(s.dense_ff));
+            b.dense_ffn(l, "", u64::from(s.dense_ff));
         }
     }
 }
