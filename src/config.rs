@@ -338,6 +338,9 @@ pub struct MoeConfig {
     pub io_threads: u32,
     /// Use O_DIRECT for expert reads (verified at open).
     pub o_direct: bool,
+    /// Read through io_uring into cache memory registered at open (no page
+    /// pinned per read); falls back by itself where io_uring is refused.
+    pub io_uring: bool,
     /// Experts per token; 0 = the model's own.
     pub n_expert_used: u32,
     /// Read ahead the previous token's experts of this many next layers
@@ -380,6 +383,7 @@ impl Default for MoeConfig {
             dense_weights: "mmap".into(),
             io_threads: 4,
             o_direct: true,
+            io_uring: true,
             n_expert_used: 0,
             prefetch: 0,
             predict: true,
@@ -647,6 +651,7 @@ impl RunConfig {
                 dense: DenseWeights::from_name(&m.dense_weights).unwrap_or_default(),
                 io_threads: m.io_threads as usize,
                 o_direct: m.o_direct,
+                io_uring: m.io_uring,
                 read_ahead: ReadAhead {
                     layers: m.prefetch,
                     router: if m.predict { m.predict_layers } else { 0 },

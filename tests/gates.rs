@@ -137,6 +137,53 @@ fn recycled_pages_are_lossless() {
 }
 
 #[test]
+fn io_uring_reads_are_lossless() {
+    // Reads through io_uring into the cache's registered arena. Q8_0 slices
+    // of 4.25 pages read their partial edge pages as plain reads and their
+    // whole pages into the arena; F32 slices are exactly 4 pages. Small
+    // budgets evict every token (arena runs move between entries); a budget
+    // holding the whole bank spans several of the arena's 2 MiB chunks, so
+    // runs cross chunk boundaries. One lane reads on the compute thread;
+    // four batch their reads into shared submissions, with read-ahead too.
+    let dir = tempdir();
+    let q8 = write_tiny(dir.path(), "q8.gguf", Arch::Qwen3Moe, |s| {
+        s.expert_type = GgmlType::Q8_0;
+        s.expert_ff = 256;
+        s.experts = 64;
+    });
+    let f32 = write_tiny(dir.path(), "f32.gguf", Arch::Qwen3Moe, |_| {});
+    let bank = {
+        let _serial = llama_lock();
+        let s = bmoe::engine::Session::open(options(&q8, cached(400 << 10, 4))).unwrap();
+        let info = s.info();
+        let refused = info.details.iter().find(|d| d.contains("not io_uring"));
+        if !info.io_uring && refused.is_some_and(|d| d.contains("not permitted") || d.contains("not implemented")) {
+            eprintln!("io_uring is refused here, so its gate cannot run: {refused:?}");
+            return;
+        }
+        assert!(info.io_uring, "io_uring was not used: {:?}", info.details);
+        info.bank_bytes
+    };
+    assert!(bank > 5 << 20, "the whole bank spans several arena chunks ({bank} bytes)");
+    let ahead = ReadAhead { layers: 1, router: 2, prefill: true };
+    for (m, budget) in [(&q8, 400 << 10), (&f32, 300 << 10), (&q8, bank)] {
+        for (lanes, read_ahead) in [(1, ReadAhead::default()), (4, ReadAhead::default()), (4, ahead)] {
+            let what = format!("io_uring, {}, cache {budget} bytes, {lanes} lanes, {read_ahead:?}", m.display());
+            let stream = cached(budget, lanes).map(|s| StreamOptions { read_ahead, ..s });
+            let reports = gate(m, stream, &what);
+            let fixed: u64 = reports.iter().map(|r| r.trace.fixed_slices).sum();
+            assert!(fixed > 0, "{what}: no slice was read through io_uring");
+            if budget < bank {
+                assert!(reports.iter().map(|r| r.trace.evictions).sum::<u64>() > 0, "{what}: nothing evicted");
+            }
+        }
+    }
+    // Turned off, every read is a positioned read.
+    let reports = gate(&q8, cached(400 << 10, 4).map(|s| StreamOptions { io_uring: false, ..s }), "io_uring off");
+    assert_eq!(reports.iter().map(|r| r.trace.fixed_slices).sum::<u64>(), 0);
+}
+
+#[test]
 fn cache_holding_everything_hits() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
@@ -291,6 +338,7 @@ fn fused_gate_up_layout() {
             dense: DenseWeights::Mmap,
             io_threads: 1,
             o_direct: false,
+            io_uring: true,
             read_ahead: ReadAhead::default(),
             lean: None,
             recycle_pages: true,

@@ -107,7 +107,16 @@ fn settings_apply_live_or_reopen_and_keep_the_conversation() {
     let m = model(dir.path(), "m.gguf", "qwen3");
     let csv = dir.path().join("turns.csv");
     let _serial = llama_lock();
-    let mut host = Host::open(config(|c| c.moe.stream = true), &m).unwrap();
+    // Positioned reads: io_uring's registered cache is sized at open, so
+    // with it a budget change reopens (checked below).
+    let mut host = Host::open(
+        config(|c| {
+            c.moe.stream = true;
+            c.moe.io_uring = false;
+        }),
+        &m,
+    )
+    .unwrap();
     host.set("telemetry.csv", csv.to_str().unwrap()).unwrap();
     chat(&mut host, "Hello").unwrap();
     let set = host.set("temp", "0.5").unwrap();
@@ -137,6 +146,11 @@ fn settings_apply_live_or_reopen_and_keep_the_conversation() {
     assert!(host.set("io_threads", "0").unwrap_err().to_string().contains("moe.io_threads"));
     assert!(host.set("nonsense", "1").unwrap_err().to_string().contains("unknown setting `nonsense`"));
     assert_eq!(host.config(), &before);
+    // With io_uring the cache's memory is registered at its size: a new budget reopens.
+    assert_eq!(host.set("io_uring", "true").unwrap().applied, Apply::Reopen);
+    if host.info().io_uring {
+        assert_eq!(host.set("cache_mb", "0.5").unwrap().applied, Apply::Reopen);
+    }
     // The CSV went on through the reopens: both turns' rows, one trailer.
     host.finish().unwrap();
     let text = std::fs::read_to_string(&csv).unwrap();

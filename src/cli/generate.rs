@@ -90,6 +90,10 @@ pub struct RunFlags {
     /// Read experts through the page cache instead of O_DIRECT.
     #[arg(long)]
     pub no_odirect: bool,
+    /// Read experts with plain positioned reads instead of io_uring into cache memory
+    /// registered at open (which pins no page per read) [moe.io_uring = false].
+    #[arg(long)]
+    pub no_io_uring: bool,
     /// Experts routed per token (fewer than the model's own is lossy).
     #[arg(long)]
     pub n_expert_used: Option<u32>,
@@ -234,6 +238,7 @@ impl RunFlags {
             rpc_layers,
             io_threads,
             no_odirect,
+            no_io_uring,
             n_expert_used,
             prefetch,
             no_predict,
@@ -285,6 +290,7 @@ impl RunFlags {
             rpc_layers: rpc_layers.or_else(|| base.rpc_layers.clone()),
             io_threads: io_threads.or(base.io_threads),
             no_odirect: no_odirect || base.no_odirect,
+            no_io_uring: no_io_uring || base.no_io_uring,
             n_expert_used: n_expert_used.or(base.n_expert_used),
             prefetch: prefetch.or(base.prefetch),
             no_predict: no_predict || base.no_predict,
@@ -376,6 +382,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     }
     if args.no_odirect {
         m.o_direct = false;
+    }
+    if args.no_io_uring {
+        m.io_uring = false;
     }
     let p = &mut c.plugins;
     set!(draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin, mtp_p_min => p.mtp_p_min,

@@ -48,6 +48,11 @@ pub struct StreamOptions {
     pub io_threads: usize,
     /// Try O_DIRECT (verified at open, buffered fallback).
     pub o_direct: bool,
+    /// With the cache on and O_DIRECT, read through io_uring into an arena
+    /// of the budget's size registered at open, so no read pins pages;
+    /// where io_uring is missing or refused, today's reads (said in the
+    /// open's details).
+    pub io_uring: bool,
     /// What to read ahead for the coming layers while one computes.
     pub read_ahead: ReadAhead,
     /// Load a lean copy of the model ([`crate::moe::lean`]), whose expert
@@ -185,6 +190,8 @@ pub struct OpenReport {
     pub io_threads: usize,
     /// Whether reads use O_DIRECT.
     pub o_direct: bool,
+    /// Whether reads go through io_uring into registered memory.
+    pub io_uring: bool,
     /// Seconds to open.
     pub load_s: f64,
     /// Per-layer bytes of one expert and of the layer's other tensors.

@@ -761,7 +761,8 @@ impl Host {
         }
         let new = new.map_err(HostError::Setting)?;
         let mut applied = apply_of(&key);
-        if key == "moe.cache_mb" && !budget_change_is_live(&self.config, &new) {
+        // The io_uring arena is sized at open: a new budget reopens.
+        if key == "moe.cache_mb" && (!budget_change_is_live(&self.config, &new) || self.session.info().io_uring) {
             applied = Apply::Reopen;
         }
         let mut notices = match applied {

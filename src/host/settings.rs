@@ -48,7 +48,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         "a JSON schema the output must follow: a file, or the schema itself (empty = none)",
     ),
     ("moe.stream", Apply::Reopen, "stream routed experts from disk"),
-    ("moe.cache_mb", Apply::Live, "expert cache budget: auto or MiB (auto, or turning the cache on or off, reopens)"),
+    (
+        "moe.cache_mb",
+        Apply::Live,
+        "expert cache budget: auto or MiB (auto, turning the cache on or off, or io_uring's registered cache, reopens)",
+    ),
     ("moe.cache_ceil_mb", Apply::Reopen, "upper bound of an auto cache budget, MiB (0 = none)"),
     ("moe.cache_policy", Apply::Reopen, "which cached expert goes first: decay (fewest recent uses) or lru"),
     ("moe.force_cache", Apply::Live, "accept a fixed budget below one token's working set"),
@@ -68,6 +72,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         "moe.lean_open",
         Apply::Reopen,
         "a model larger than memory loads from a copy without its expert bytes: opening reads the dense weights only",
+    ),
+    (
+        "moe.io_uring",
+        Apply::Reopen,
+        "read through io_uring into cache memory registered at open: no page pinned per read",
     ),
     (
         "moe.recycle_pages",

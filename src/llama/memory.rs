@@ -1,6 +1,7 @@
 //! Raw memory the engine hands to llama.cpp or reads files into: reserved
 //! anonymous ranges whose pages are committed on first touch and released
-//! on demand, page-aligned bounce buffers, and read-only file maps.
+//! on demand, an arena of shared pages that can be mapped into them,
+//! page-aligned bounce buffers, and read-only file maps.
 
 use std::alloc::{self, Layout};
 use std::fs::File;
@@ -169,13 +170,15 @@ impl Region {
 
     /// Returns the whole pages inside `offset..offset+len` to the kernel
     /// (rounded inward, so pages shared with neighbouring data survive).
-    /// Returns the number of bytes released.
+    /// Where the range maps arena pages ([`Region::map_arena`]) only their
+    /// page-table entries go: the arena keeps the pages. Returns the number
+    /// of bytes released.
     pub fn release(&self, offset: usize, len: usize) -> io::Result<usize> {
         self.check(offset, len)?;
         let Some((start, len)) = Region::whole_pages(offset, len) else { return Ok(0) };
         // SAFETY: [start, start+len) is page-aligned and inside our own
         // mapping; MADV_DONTNEED on private anonymous memory only zeroes
-        // those pages.
+        // those pages, and on arena pages drops this mapping's view of them.
         let rc = unsafe { libc::madvise(self.base.as_ptr().add(start).cast(), len, libc::MADV_DONTNEED) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
@@ -242,6 +245,190 @@ impl Region {
     #[cfg(not(target_os = "linux"))]
     pub fn move_pages(&self, _offset: usize, _to: &Region, _to_offset: usize, _len: usize) -> io::Result<()> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+    /// Maps `len` bytes of `arena` from `arena_offset` at `offset` of the
+    /// region, in place of what was there: the region then shows the
+    /// arena's pages (writes through either view land in the same memory).
+    /// With `populate`, their page tables are filled now rather than by
+    /// faults when llama.cpp first reads them (for pages the arena has
+    /// already: populating new ones would allocate and zero them here).
+    /// Offsets and `len` must be page-aligned.
+    pub fn map_arena(
+        &self,
+        offset: usize,
+        arena: &Arena,
+        arena_offset: usize,
+        len: usize,
+        populate: bool,
+    ) -> io::Result<()> {
+        self.check(offset, len)?;
+        arena.check(arena_offset, len)?;
+        page_aligned(&[offset, arena_offset, len])?;
+        // SAFETY: the target range is page-aligned and inside this region's
+        // own mapping (checked), which MAP_FIXED replaces; no Rust reference
+        // into it exists while the store maps pages (the graph is paused in
+        // the hook and no read targets the range).
+        let ptr = unsafe {
+            libc::mmap(
+                self.base.as_ptr().add(offset).cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | if populate { libc::MAP_POPULATE } else { 0 },
+                std::os::fd::AsRawFd::as_raw_fd(&arena.fd),
+                arena_offset as libc::off_t,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Fills the page tables of `len` bytes at `offset` (page-aligned) for
+    /// pages the mapping has already (`MADV_POPULATE_READ`), so llama.cpp
+    /// does not fault on them; a no-op before Linux 5.14.
+    pub fn populate(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len)?;
+        page_aligned(&[offset, len])?;
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        // SAFETY: a page-aligned range inside this region's mapping; the
+        // advice only fills page tables and never changes contents.
+        let rc = unsafe { libc::madvise(self.base.as_ptr().add(offset).cast(), len, MADV_POPULATE_READ) };
+        if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Puts fresh anonymous memory back at `offset..offset+len` (page-
+    /// aligned), undoing [`Region::map_arena`]: the range reads as zeroes
+    /// with no memory behind it, and the arena's pages are no longer seen
+    /// here.
+    pub fn unmap_arena(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len)?;
+        page_aligned(&[offset, len])?;
+        // SAFETY: as in map_arena; the range is replaced by a fresh private
+        // anonymous mapping like the one `reserve` made.
+        let ptr = unsafe {
+            libc::mmap(
+                self.base.as_ptr().add(offset).cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+fn page_aligned(values: &[usize]) -> io::Result<()> {
+    match values.iter().all(|v| v.is_multiple_of(PAGE)) {
+        true => Ok(()),
+        false => Err(io::Error::other(format!("page mapping of {values:?} is not page-aligned"))),
+    }
+}
+
+/// Shared memory the expert cache's pages come from: a memfd of fixed size,
+/// mapped once as a whole (the view io_uring registers, so reads into it
+/// pin nothing) and in page runs under the entries' slices in their
+/// regions ([`Region::map_arena`]). Its pages stay allocated for its life.
+pub struct Arena {
+    fd: std::os::fd::OwnedFd,
+    view: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the arena is plain shared memory with no thread affinity; writers
+// use disjoint ranges, as for Region.
+unsafe impl Send for Arena {}
+// SAFETY: see Send.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    /// Creates an arena of `len` bytes (rounded up to whole pages), its
+    /// pages not yet committed.
+    pub fn new(len: usize) -> io::Result<Arena> {
+        let len = len.max(1).next_multiple_of(PAGE);
+        let fd = rustix::fs::memfd_create("bmoe-expert-cache", rustix::fs::MemfdFlags::CLOEXEC)?;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        // SAFETY: a shared mapping of the whole memfd at an address of the
+        // kernel's choosing; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let view = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Arena { fd, view, len })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length arena (never: `new` rounds up to a page).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start of the whole view: what io_uring registers, and where a read
+    /// into the arena's bytes at `offset` writes (`view_ptr() + offset`).
+    pub fn view_ptr(&self) -> *mut u8 {
+        self.view.as_ptr()
+    }
+
+    /// Allocates the arena's pages for `len` bytes at `offset` (zeroed),
+    /// where it has none yet. Threads may allocate ranges in parallel.
+    pub fn allocate(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len)?;
+        rustix::fs::fallocate(&self.fd, rustix::fs::FallocateFlags::empty(), offset as u64, len as u64)?;
+        Ok(())
+    }
+
+    /// Drops the view's page-table entries for `len` bytes at `offset`
+    /// (page-aligned); the arena keeps the pages. Once io_uring has
+    /// registered a range (pinning its pages) it addresses them without
+    /// the view, and the resident set then counts each page once, where a
+    /// region maps it, not twice.
+    pub fn drop_view_pages(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len)?;
+        page_aligned(&[offset, len])?;
+        // SAFETY: a page-aligned range inside the view; MADV_DONTNEED on a
+        // shared mapping only drops this mapping's page-table entries.
+        let rc = unsafe { libc::madvise(self.view.as_ptr().add(offset).cast(), len, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn check(&self, offset: usize, len: usize) -> io::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(io::Error::other(format!("range {offset}+{len} outside an arena of {} bytes", self.len))),
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the view mmap returned; the regions'
+        // own mappings of the memfd keep their pages until they go.
+        unsafe { libc::munmap(self.view.as_ptr().cast(), self.len) };
     }
 }
 

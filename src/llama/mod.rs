@@ -12,6 +12,7 @@ mod repack;
 pub mod rpc;
 mod sampler;
 mod tensor;
+pub mod uring;
 
 use std::sync::Once;
 

@@ -151,6 +151,8 @@ pub struct StepTrace {
     pub window_bytes: u64,
     /// Slices copied out of a lane's bounce buffer instead of read in place.
     pub bounced_slices: u64,
+    /// Slices read through io_uring into registered memory.
+    pub fixed_slices: u64,
     /// Time blocked on reads.
     pub read_ns: u64,
     /// Cache management time.
@@ -189,6 +191,7 @@ impl StepTrace {
         self.bytes_read += other.bytes_read;
         self.window_bytes += other.window_bytes;
         self.bounced_slices += other.bounced_slices;
+        self.fixed_slices += other.fixed_slices;
         self.read_ns += other.read_ns;
         self.mgmt_ns += other.mgmt_ns;
         self.lane_cpu_ns += other.lane_cpu_ns;
@@ -1043,6 +1046,7 @@ impl MoeHook {
         t.bytes_read += report.read.bytes;
         t.window_bytes += report.read.window_bytes;
         t.bounced_slices += report.read.bounced;
+        t.fixed_slices += report.read.fixed;
         t.read_ns += report.read_ns;
         t.mgmt_ns += report.mgmt_ns;
         t.lookups += report.experts.len() as u64;

@@ -11,6 +11,11 @@
 //! own slots, or slack), so nothing is copied. Two such windows may share
 //! an edge page and write the same bytes into it. Any other slice goes
 //! through the lane's bounce buffer and is copied out.
+//!
+//! With the expert cache's arena registered ([`ReadLanes::use_arena`]), a
+//! page window whose whole pages live in the arena ([`ReadJob::fixed`]) is
+//! read through the lane's io_uring instead ([`super::uring`]): no page of
+//! it is pinned per read.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -20,7 +25,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::llama::Repacker;
-use crate::llama::memory::{AlignedBuf, PAGE, Region};
+use crate::llama::memory::{AlignedBuf, Arena, PAGE, Region};
+use crate::llama::uring::{FixedSpan, Registrar, Ring, Window};
+
+/// Most reads a worker lane with an io_uring takes and submits together.
+const RING_BATCH: usize = 8;
 
 /// Name prefix of the worker lanes' threads.
 pub const LANE_THREAD_PREFIX: &str = "bmoe-read-";
@@ -45,6 +54,9 @@ pub struct ReadJob {
     pub linear: bool,
     /// Write the slice repacked for the CPU's kernels, not as the file has it.
     pub repack: Option<Arc<Repacker>>,
+    /// The slice's whole pages are the registered arena's, here: an
+    /// O_DIRECT read in place goes through io_uring into them.
+    pub fixed: Option<FixedSpan>,
 }
 
 /// What a batch of reads moved.
@@ -59,6 +71,9 @@ pub struct ReadStats {
     /// Of those, slices copied (or repacked) out of a bounce buffer, not
     /// read in place.
     pub bounced: u64,
+    /// Of those, slices read in place through io_uring into registered
+    /// memory (no page pinned per read).
+    pub fixed: u64,
 }
 
 impl std::ops::AddAssign for ReadStats {
@@ -67,6 +82,7 @@ impl std::ops::AddAssign for ReadStats {
         self.window_bytes += o.window_bytes;
         self.slices += o.slices;
         self.bounced += o.bounced;
+        self.fixed += o.fixed;
     }
 }
 
@@ -75,10 +91,12 @@ struct LaneFile {
     buffered: File,
 }
 
-/// One lane's private descriptors and buffer.
+/// One lane's private descriptors, buffer and ring.
 struct Lane {
     files: Vec<LaneFile>,
     bounce: AlignedBuf,
+    /// Set once the arena is registered ([`ReadLanes::use_arena`]).
+    ring: Option<Ring>,
 }
 
 impl Lane {
@@ -89,12 +107,78 @@ impl Lane {
             let direct = if d { Some(open_direct(p)?) } else { None };
             files.push(LaneFile { direct, buffered });
         }
-        Ok(Lane { files, bounce: AlignedBuf::new(1 << 20) })
+        Ok(Lane { files, bounce: AlignedBuf::new(1 << 20), ring: None })
     }
 
     fn read(&mut self, job: &ReadJob) -> io::Result<ReadStats> {
+        self.read_many(std::slice::from_ref(job)).pop().unwrap_or_else(|| Err(io::Error::other("no read result")))
+    }
+
+    /// Reads `jobs`, one result each: those io_uring serves (O_DIRECT page
+    /// windows in place, whole pages in the registered arena) together in
+    /// one submission, the rest with positioned reads.
+    fn read_many(&mut self, jobs: &[ReadJob]) -> Vec<io::Result<ReadStats>> {
+        let mut results: Vec<Option<io::Result<ReadStats>>> = jobs.iter().map(|_| None).collect();
+        let fixed = self.fixed_windows(jobs);
+        if !fixed.is_empty()
+            && let Some(ring) = &mut self.ring
+        {
+            let windows: Vec<(&Window, &FixedSpan)> = fixed.iter().map(|(_, w, span)| (w, *span)).collect();
+            let read = ring.read_windows(&windows);
+            for (i, w, _) in &fixed {
+                results[*i] = Some(match &read {
+                    Ok(()) => Ok(ReadStats {
+                        bytes: jobs[*i].len as u64,
+                        window_bytes: w.len as u64,
+                        slices: 1,
+                        fixed: 1,
+                        ..ReadStats::default()
+                    }),
+                    Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                });
+            }
+        }
+        jobs.iter().zip(results).map(|(job, r)| r.unwrap_or_else(|| self.read_plain(job))).collect()
+    }
+
+    /// The jobs the lane's ring can read, by index, with their windows: an
+    /// O_DIRECT page window in place whose whole pages are an arena run
+    /// ([`ReadJob::fixed`]), its chunks registered. If registration is
+    /// refused mid-run (locked memory ran out) the lane reads as before
+    /// from then on: the pages are mapped, so positioned reads fill them
+    /// all the same.
+    fn fixed_windows<'j>(&mut self, jobs: &'j [ReadJob]) -> Vec<(usize, Window<'j>, &'j FixedSpan)> {
+        use std::os::fd::AsRawFd;
+        let mut fixed = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let (Some(ring), Some(span), Some(direct), None) =
+                (&mut self.ring, &job.fixed, &self.files[job.shard].direct, &job.repack)
+            else {
+                continue;
+            };
+            let Some((lead, wlen)) = in_place_window(job) else { continue };
+            if ring.register_for(span).is_err() {
+                self.ring = None;
+                return Vec::new();
+            }
+            let window = Window {
+                fd: direct.as_raw_fd(),
+                file_offset: job.offset - lead as u64,
+                region: &job.region,
+                region_offset: job.region_offset - lead,
+                len: wlen,
+                need: lead + job.len,
+            };
+            fixed.push((i, window, span));
+        }
+        fixed
+    }
+
+    /// Reads a job with positioned reads.
+    fn read_plain(&mut self, job: &ReadJob) -> io::Result<ReadStats> {
         let f = &self.files[job.shard];
-        let mut stats = ReadStats { bytes: job.len as u64, window_bytes: job.len as u64, slices: 1, bounced: 0 };
+        let mut stats =
+            ReadStats { bytes: job.len as u64, window_bytes: job.len as u64, slices: 1, ..ReadStats::default() };
         if let Some(repacker) = &job.repack {
             // Repacking writes other bytes than the file's: through the
             // bounce buffer, never as a page window into the region.
@@ -111,13 +195,7 @@ impl Lane {
             job.region.fill_with(job.region_offset, job.len, |dst| f.buffered.read_exact_at(dst, job.offset))??;
             return Ok(stats);
         };
-        // The enclosing page window: `lead` bytes before the slice, `need` to its end.
-        let lead = (job.offset % PAGE as u64) as usize;
-        let wlen = (lead + job.len).next_multiple_of(PAGE);
-        let in_place = (job.linear || (lead == 0 && job.len == wlen))
-            && job.region_offset % PAGE == lead
-            && job.region_offset - lead + wlen <= job.region.len();
-        if in_place {
+        if let Some((lead, wlen)) = in_place_window(job) {
             stats.window_bytes = wlen as u64;
             job.region.read_file_at(
                 direct,
@@ -161,6 +239,17 @@ impl Lane {
         }
         Ok((wlen as u64, lead..need))
     }
+}
+
+/// The enclosing page window of an O_DIRECT job that can be read straight
+/// into place, as `(lead, window length)`: `lead` bytes before the slice.
+fn in_place_window(job: &ReadJob) -> Option<(usize, usize)> {
+    let lead = (job.offset % PAGE as u64) as usize;
+    let wlen = (lead + job.len).next_multiple_of(PAGE);
+    let in_place = (job.linear || (lead == 0 && job.len == wlen))
+        && job.region_offset % PAGE == lead
+        && job.region_offset - lead + wlen <= job.region.len();
+    in_place.then_some((lead, wlen))
 }
 
 fn open_direct(p: &Path) -> io::Result<File> {
@@ -207,6 +296,9 @@ struct Shared {
     stats: ReadStats,
     error: Option<io::Error>,
     shutdown: bool,
+    /// Rings for the worker lanes (index = lane - 1), each taken by its
+    /// lane before its next read.
+    rings: Vec<Option<Ring>>,
 }
 
 /// Which job a lane took (read-ahead by absolute index).
@@ -231,6 +323,7 @@ impl Shared {
             stats: ReadStats::default(),
             error: None,
             shutdown: false,
+            rings: Vec::new(),
         }
     }
 
@@ -248,6 +341,11 @@ impl Shared {
         let job = self.ahead.get(i).filter(|_| self.ahead_base + (i as u64) < ahead_limit)?;
         self.ahead_next += 1;
         Some((Taken::Ahead(self.ahead_base + i as u64), job.clone()))
+    }
+
+    /// Up to `limit` jobs to read together ([`Self::take`], in order).
+    fn take_many(&mut self, limit: usize) -> Vec<(Taken, ReadJob)> {
+        std::iter::from_fn(|| self.take(u64::MAX)).take(limit).collect()
     }
 
     fn finish(&mut self, taken: Taken, r: io::Result<ReadStats>) {
@@ -375,7 +473,7 @@ impl ReadLanes {
             let paths = paths.to_vec();
             let handle = std::thread::Builder::new()
                 .name(format!("{LANE_THREAD_PREFIX}{i}"))
-                .spawn(move || worker(&pool, &mut lane, &paths))?;
+                .spawn(move || worker(&pool, &mut lane, i, &paths))?;
             workers.push(handle);
         }
         Ok((ReadLanes { paths: paths.to_vec(), lane0, pool, workers, direct }, notices))
@@ -385,6 +483,30 @@ impl ReadLanes {
     /// each read costs the machine's cores besides the wait for storage.
     pub fn cpu_ns(&self) -> u64 {
         self.pool.cpu_ns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Registers `arena` with an io_uring for every lane: from then on a
+    /// job with a [`ReadJob::fixed`] span reads its whole pages through
+    /// it. Needs O_DIRECT (registered buffers serve direct reads) and
+    /// nothing in flight; on an error no lane uses io_uring.
+    pub fn use_arena(&mut self, arena: &Arc<Arena>) -> io::Result<()> {
+        if !self.o_direct() {
+            return Err(io::Error::other("reads are buffered, not O_DIRECT"));
+        }
+        let registrar = Registrar::new(arena)?;
+        let first = Ring::new(&registrar)?;
+        let mut rings = Vec::with_capacity(self.workers.len());
+        for _ in &self.workers {
+            rings.push(Some(Ring::new(&registrar)?));
+        }
+        self.lane0.ring = Some(first);
+        self.pool.lock().rings = rings;
+        Ok(())
+    }
+
+    /// True when the lanes read into registered memory through io_uring.
+    pub fn uses_io_uring(&self) -> bool {
+        self.lane0.ring.is_some()
     }
 
     /// True when every file is read with O_DIRECT.
@@ -524,22 +646,32 @@ fn explain(e: io::Error, paths: &[PathBuf], job: &ReadJob) -> io::Error {
     )
 }
 
-fn worker(pool: &Pool, lane: &mut Lane, paths: &[PathBuf]) {
+fn worker(pool: &Pool, lane: &mut Lane, index: usize, paths: &[PathBuf]) {
     loop {
-        let (taken, job) = {
+        let batch = {
             let mut s = pool.lock();
             loop {
                 if s.shutdown {
                     return;
                 }
-                if let Some(next) = s.take(u64::MAX) {
-                    break next;
+                if let Some(ring) = s.rings.get_mut(index - 1).and_then(Option::take) {
+                    lane.ring = Some(ring);
+                }
+                // A lane with a ring submits several reads at once.
+                let batch = s.take_many(if lane.ring.is_some() { RING_BATCH } else { 1 });
+                if !batch.is_empty() {
+                    break batch;
                 }
                 s = pool.work.wait(s).expect("read pool lock");
             }
         };
-        let r = pool.timed(|| lane.read(&job)).map_err(|e| explain(e, paths, &job));
-        pool.lock().finish(taken, r);
+        let jobs: Vec<ReadJob> = batch.iter().map(|(_, job)| job.clone()).collect();
+        let results = pool.timed(|| lane.read_many(&jobs));
+        let mut s = pool.lock();
+        for ((taken, job), r) in batch.into_iter().zip(results) {
+            s.finish(taken, r.map_err(|e| explain(e, paths, &job)));
+        }
+        drop(s);
         pool.finished.notify_all();
     }
 }
@@ -593,6 +725,7 @@ mod tests {
                     region_offset: o,
                     linear: true,
                     repack: None,
+                    fixed: None,
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
@@ -624,6 +757,7 @@ mod tests {
                 region_offset: at,
                 linear,
                 repack: None,
+                fixed: None,
             })
             .collect();
         let st = r.read_all(jobs).unwrap();
@@ -655,6 +789,7 @@ mod tests {
                     region_offset: at,
                     linear: false,
                     repack: None,
+                    fixed: None,
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
@@ -681,6 +816,7 @@ mod tests {
                     region_offset: i as usize * 20_000,
                     linear: false,
                     repack: None,
+                    fixed: None,
                 })
                 .collect();
             r.submit(jobs);
@@ -697,6 +833,7 @@ mod tests {
                 region_offset: 0,
                 linear: false,
                 repack: None,
+                fixed: None,
             };
             r.submit(vec![bad]);
             assert!(r.wait().unwrap_err().to_string().contains("offset 199000"));
@@ -708,6 +845,7 @@ mod tests {
                 region_offset: 0,
                 linear: false,
                 repack: None,
+                fixed: None,
             };
             assert_eq!(r.read_all(vec![good]).unwrap().bytes, 1_000);
         }
@@ -725,6 +863,7 @@ mod tests {
             region_offset: i as usize * 20_000,
             linear: false,
             repack: None,
+            fixed: None,
         };
         for lanes in [1, 2, 4] {
             let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
@@ -771,8 +910,16 @@ mod tests {
         );
         let len = expected.len().min(200);
         let region = Arc::new(Region::reserve(len).unwrap());
-        let job =
-            ReadJob { shard: 0, offset: 0, len, region: region.clone(), region_offset: 0, linear: false, repack: None };
+        let job = ReadJob {
+            shard: 0,
+            offset: 0,
+            len,
+            region: region.clone(),
+            region_offset: 0,
+            linear: false,
+            repack: None,
+            fixed: None,
+        };
         r.read_all(vec![job]).unwrap();
         region.fill_with(0, len, |s| assert!(s == &expected[..len])).unwrap();
     }
@@ -793,6 +940,7 @@ mod tests {
                     region_offset: i * 2_000,
                     linear: false,
                     repack: None,
+                    fixed: None,
                 })
                 .collect();
             let err = r.read_all(jobs).unwrap_err();

@@ -1,6 +1,7 @@
 //! Expert streaming: the recipe registry, the capture/stream eval hook, the
 //! expert store (slots or LRU cache) and the read lanes.
 
+mod arena_runs;
 pub mod budget;
 pub mod capability;
 pub mod copies;

@@ -10,14 +10,23 @@
 //! file offset modulo the page size and a page of slack after it: the
 //! region then maps the file linearly, so O_DIRECT reads whole page
 //! windows straight into place with no bounce copy (`super::lanes`).
+//!
+//! With io_uring ([`ExpertStore::use_arena`]) the cache's pages come from
+//! one arena of the budget's size, registered with the lanes' rings at
+//! open: an entry's whole pages are an arena run mapped under its slice
+//! (given back when it is evicted), and its reads land there without
+//! pinning a page each time. The partial pages at a slice's edges stay the
+//! region's own.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::arena_runs::ArenaRuns;
 use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
 use super::lanes::{ReadJob, ReadLanes, ReadStats};
-use crate::llama::memory::{self, PAGE, Region};
+use crate::llama::memory::{self, Arena, PAGE, Region};
+use crate::llama::uring::FixedSpan;
 use crate::llama::{Repacker, TensorBinding, TensorHandle};
 
 /// One projection of one layer's expert bank.
@@ -143,6 +152,21 @@ struct SpareRun {
     p: usize,
     offset: usize,
     len: usize,
+    /// The arena run these pages are, with the arena in use.
+    arena_run: Option<usize>,
+}
+
+/// What a slice's whole pages are, with the arena in use.
+#[derive(Clone, Copy, PartialEq)]
+enum ArenaPages {
+    /// The region's own anonymous pages.
+    Own,
+    /// The arena run `(offset, len)`, held by this entry; with `true`, its
+    /// page tables are still to fill (a run whose pages are new).
+    Held(usize, usize, bool),
+    /// Still mapped to a run the entry gave back when it was evicted (and
+    /// another entry may hold now): remapped before anything is read here.
+    Stale,
 }
 
 /// What happens to an entry's pages when it leaves the cache.
@@ -199,6 +223,13 @@ pub struct ExpertStore {
     /// Bytes of the entries the last load uses: stamped with its
     /// generation, no eviction touches them until the next load.
     loaded_bytes: u64,
+    /// The registered arena's free runs, once [`Self::use_arena`] set it up.
+    arena: Option<ArenaRuns>,
+    /// Per (entry, projection) (`id * n_proj + p`): what the slice's whole
+    /// pages are.
+    arena_held: Vec<ArenaPages>,
+    /// Projections per layer, at most.
+    n_proj: usize,
 }
 
 impl ExpertStore {
@@ -286,7 +317,34 @@ impl ExpertStore {
             recycle,
             recycled_bytes: 0,
             loaded_bytes: 0,
+            arena: None,
+            arena_held: Vec::new(),
+            n_proj,
         })
+    }
+
+    /// Moves the cache onto an arena of the budget's size registered with
+    /// the lanes' io_uring rings, so reads pin no pages (replacing page
+    /// moves, which the arena makes unneeded). Call once, right after
+    /// [`Self::new`]. On an error (the cache is off, io_uring is missing or
+    /// refused, the lanes are not O_DIRECT, the locked-memory limit) the
+    /// store stays as it was, and the error says why.
+    pub fn use_arena(&mut self) -> io::Result<()> {
+        let Residency::Cache(cache) = &self.residency else {
+            return Err(io::Error::other("the expert cache is off"));
+        };
+        let len = usize::try_from(cache.budget).map_err(io::Error::other)?.next_multiple_of(PAGE);
+        crate::llama::uring::check_lockable(len)?;
+        let arena = std::sync::Arc::new(Arena::new(len)?);
+        self.lanes.use_arena(&arena)?;
+        self.arena = Some(ArenaRuns::new(arena));
+        self.arena_held = vec![ArenaPages::Own; self.layers.len() * self.n_expert * self.n_proj];
+        Ok(())
+    }
+
+    /// True when reads go through io_uring into the registered arena.
+    pub fn uses_arena(&self) -> bool {
+        self.arena.is_some()
     }
 
     /// Experts per layer.
@@ -389,7 +447,6 @@ impl ExpertStore {
         }
         self.generation += 1;
         let generation = self.generation;
-        let mut jobs = Vec::new();
         let mut missed = Vec::new();
         for &raw in ids {
             let e = raw as usize;
@@ -421,7 +478,6 @@ impl ExpertStore {
             report.experts.push((e as u32, hit));
             if !hit {
                 missed.push(id);
-                jobs.extend(self.read_jobs(il, e));
             }
         }
         if let Residency::Cache(cache) = &mut self.residency {
@@ -431,6 +487,7 @@ impl ExpertStore {
         let recycled = self.recycled_bytes;
         report.evictions = self.make_room(generation, &missed)?;
         report.recycled_bytes = self.recycled_bytes - recycled;
+        let jobs = self.read_jobs_of(&missed);
         let t_read = Instant::now();
         let read = self.lanes.read_all(jobs);
         let t_after = Instant::now();
@@ -479,7 +536,6 @@ impl ExpertStore {
         let protect = self.generation;
         let n_expert = self.n_expert;
         let mut room = self.room();
-        let mut jobs = Vec::new();
         let mut incoming = Vec::new();
         for (il, experts) in targets {
             let il = *il;
@@ -504,11 +560,11 @@ impl ExpertStore {
                 incoming.push(id as u32);
                 report.entries += 1;
                 report.bytes += self.entry_bytes[il];
-                jobs.extend(self.read_jobs(il, e));
             }
         }
         let recycled = self.recycled_bytes;
         report.evictions = self.make_room(protect, &incoming)?;
+        let jobs = self.read_jobs_of(&incoming);
         let ticket = self.lanes.submit(jobs);
         self.pending.extend(incoming.into_iter().map(|id| (id, ticket)));
         report.recycled_bytes = self.recycled_bytes - recycled;
@@ -575,16 +631,38 @@ impl ExpertStore {
         Ok(())
     }
 
+    /// The reads that bring entries `ids` into their slots, in order.
+    fn read_jobs_of(&self, ids: &[u32]) -> Vec<ReadJob> {
+        ids.iter().flat_map(|&id| self.read_jobs(id as usize / self.n_expert, id as usize % self.n_expert)).collect()
+    }
+
     /// The reads that bring expert `e` of layer `il` into its slots.
     fn read_jobs(&self, il: usize, e: usize) -> impl Iterator<Item = ReadJob> + '_ {
-        self.layers[il].iter().enumerate().map(move |(p, proj)| ReadJob {
-            shard: proj.shard,
-            offset: proj.file_offset + (e * proj.slice_bytes) as u64,
-            len: proj.slice_bytes,
-            region: self.regions[il][p].clone(),
-            region_offset: proj.lead() + e * proj.slice_bytes,
-            linear: proj.repacker.is_none() || proj.stored_repacked,
-            repack: proj.repacker.clone().filter(|_| !proj.stored_repacked),
+        let id = il * self.n_expert + e;
+        self.layers[il].iter().enumerate().map(move |(p, proj)| {
+            let region_offset = proj.lead() + e * proj.slice_bytes;
+            let fixed = match (self.arena_held.get(id * self.n_proj + p), &self.arena) {
+                (Some(&ArenaPages::Held(arena_offset, len, populate)), Some(runs)) => {
+                    Region::whole_pages(region_offset, proj.slice_bytes).map(|(at, _)| FixedSpan {
+                        region_offset: at,
+                        len,
+                        arena_offset,
+                        arena: runs.arena().clone(),
+                        populate,
+                    })
+                }
+                _ => None,
+            };
+            ReadJob {
+                shard: proj.shard,
+                offset: proj.file_offset + (e * proj.slice_bytes) as u64,
+                len: proj.slice_bytes,
+                region: self.regions[il][p].clone(),
+                region_offset,
+                linear: proj.repacker.is_none() || proj.stored_repacked,
+                repack: proj.repacker.clone().filter(|_| !proj.stored_repacked),
+                fixed,
+            }
         })
     }
 
@@ -604,9 +682,28 @@ impl ExpertStore {
         cache.resident -= self.entry_bytes[il];
         for (p, proj) in self.layers[il].iter().enumerate() {
             let at = proj.lead() + e * proj.slice_bytes;
+            if let Some(held) = self.arena_held.get_mut(id as usize * self.n_proj + p)
+                && let ArenaPages::Held(run, len, _) = *held
+            {
+                // The region keeps mapping the run (nothing reads an evicted
+                // entry), as a spare run to move under an entry read next,
+                // or given back to the arena with its page-table entries
+                // dropped (so its pages count once in the resident set).
+                *held = ArenaPages::Stale;
+                let offset = at.next_multiple_of(PAGE);
+                if pages == Pages::Keep && self.recycle {
+                    self.spare.push(SpareRun { il, p, offset, len, arena_run: Some(run) });
+                } else {
+                    self.regions[il][p].release(offset, len)?;
+                    if let Some(runs) = &mut self.arena {
+                        runs.give(run, len);
+                    }
+                }
+                continue;
+            }
             match Region::whole_pages(at, proj.slice_bytes) {
                 Some((offset, len)) if pages == Pages::Keep && self.recycle => {
-                    self.spare.push(SpareRun { il, p, offset, len })
+                    self.spare.push(SpareRun { il, p, offset, len, arena_run: None })
                 }
                 _ => {
                     self.regions[il][p].release(at, proj.slice_bytes)?;
@@ -644,24 +741,57 @@ impl ExpertStore {
     /// per slice plus one, which the store checks fits at open.
     fn recycle_into(&mut self, id: u32) -> io::Result<()> {
         let (il, e) = (id as usize / self.n_expert, id as usize % self.n_expert);
-        for (p, proj) in self.layers[il].iter().enumerate() {
-            let Some((to, need)) = Region::whole_pages(proj.lead() + e * proj.slice_bytes, proj.slice_bytes) else {
-                continue;
-            };
-            let Some(pick) = self.spare.iter().rposition(|r| r.len == need) else { continue };
-            let run = self.spare.swap_remove(pick);
-            let source = &self.regions[run.il][run.p];
-            match source.move_pages(run.offset, &self.regions[il][p], to, need) {
-                Ok(()) => self.recycled_bytes += need as u64,
-                Err(err) => {
-                    // The chunk is released instead; a kernel without
-                    // mremap's DONTUNMAP turns recycling off for good.
-                    if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
-                        || err.kind() == io::ErrorKind::Unsupported
-                    {
-                        self.recycle = false;
+        let windows: Vec<(usize, usize, usize)> = (self.layers[il].iter().enumerate())
+            .filter_map(|(p, proj)| {
+                let (to, need) = Region::whole_pages(proj.lead() + e * proj.slice_bytes, proj.slice_bytes)?;
+                Some((p, to, need))
+            })
+            .collect();
+        for (p, to, need) in windows {
+            let slot = id as usize * self.n_proj + p;
+            if let Some(pick) = self.spare.iter().rposition(|r| r.len == need) {
+                let run = self.spare.swap_remove(pick);
+                let source = &self.regions[run.il][run.p];
+                match source.move_pages(run.offset, &self.regions[il][p], to, need) {
+                    Ok(()) => {
+                        self.recycled_bytes += need as u64;
+                        if let Some(held) = self.arena_held.get_mut(slot) {
+                            *held = run.arena_run.map_or(ArenaPages::Own, |at| ArenaPages::Held(at, need, false));
+                        }
+                        continue;
                     }
-                    source.release(run.offset, run.len)?;
+                    Err(err) => {
+                        // The chunk is released instead; a kernel without
+                        // mremap's DONTUNMAP turns recycling off for good.
+                        if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS))
+                            || err.kind() == io::ErrorKind::Unsupported
+                        {
+                            self.recycle = false;
+                        }
+                        self.release_run(run)?;
+                    }
+                }
+            }
+            if let Some(runs) = &mut self.arena {
+                // A free arena run, mapped with its page tables filled;
+                // with none left (a prompt's wide loads can run past the
+                // budget) the pages fault in as the region's own, read
+                // without io_uring.
+                let region = &self.regions[il][p];
+                let held = &mut self.arena_held[slot];
+                match runs.take(need) {
+                    Some((run, used)) => {
+                        if let Err(err) = region.map_arena(to, runs.arena(), run, need, used) {
+                            runs.give(run, need);
+                            return Err(err);
+                        }
+                        *held = ArenaPages::Held(run, need, !used);
+                    }
+                    None if *held == ArenaPages::Stale => {
+                        region.unmap_arena(to, need)?;
+                        *held = ArenaPages::Own;
+                    }
+                    None => {}
                 }
             }
         }
@@ -671,15 +801,26 @@ impl ExpertStore {
     /// Releases the spare runs no incoming entry took.
     fn release_spare(&mut self) -> io::Result<()> {
         for run in std::mem::take(&mut self.spare) {
-            self.regions[run.il][run.p].release(run.offset, run.len)?;
+            self.release_run(run)?;
+        }
+        Ok(())
+    }
+
+    /// Releases a spare run's pages: an arena run goes back to the arena,
+    /// its old place keeping the mapping without page-table entries.
+    fn release_run(&mut self, run: SpareRun) -> io::Result<()> {
+        self.regions[run.il][run.p].release(run.offset, run.len)?;
+        if let (Some(at), Some(runs)) = (run.arena_run, &mut self.arena) {
+            runs.give(at, run.len);
         }
         Ok(())
     }
 
     /// True while evictions hand their pages to the next entries read
-    /// (cache on, Linux, the mapping limit leaves room, and not turned off).
+    /// (cache on, Linux, the mapping limit leaves room, and not turned off),
+    /// by page moves or through the arena.
     pub fn recycles_pages(&self) -> bool {
-        self.recycle
+        self.recycle || self.arena.is_some()
     }
 
     /// Turns page recycling off (`false`) or leaves it as open found it.
@@ -696,6 +837,11 @@ impl ExpertStore {
         let Residency::Cache(cache) = &mut self.residency else {
             return Err(io::Error::other("the expert cache is off: a budget needs a reopen"));
         };
+        if self.arena.is_some() && budget != cache.budget {
+            return Err(io::Error::other(
+                "the cache's memory is registered with io_uring at its size: a new budget needs a reopen",
+            ));
+        }
         cache.budget = budget;
         self.finish_prefetch(None)?;
         // Nothing is in flight between generations: protect nothing.

@@ -31,6 +31,8 @@ pub struct RunSummary {
     pub decode_mgmt_ns: u64,
     /// CPU time the read lanes spent during decode steps.
     pub decode_lane_cpu_ns: u64,
+    /// Slices read through io_uring into registered memory during decode steps.
+    pub decode_fixed_slices: u64,
     /// Time decode steps waited for RPC servers (their compute and the network).
     pub decode_remote_ns: u64,
     /// Distinct (layer, expert) lookups during decode steps.
@@ -102,6 +104,7 @@ impl RunSummary {
                 self.decode_read_ns += r.trace.read_ns;
                 self.decode_mgmt_ns += r.trace.mgmt_ns;
                 self.decode_lane_cpu_ns += r.trace.lane_cpu_ns;
+                self.decode_fixed_slices += r.trace.fixed_slices;
                 self.decode_remote_ns += r.remote_ns;
                 self.lookups += r.trace.lookups;
                 self.hits += r.trace.hits;
@@ -213,12 +216,13 @@ impl fmt::Display for RunSummary {
             writeln!(
                 f,
                 "stream:  {} MiB/token read | per token: read {:.2} ms, cache mgmt {:.2} ms, compute {:.2} ms \
-                 (residual); read lanes' CPU {:.2} ms",
+                 (residual); read lanes' CPU {:.2} ms{}",
                 opt(self.mib_per_token(), 2, ""),
                 per(self.decode_read_ns),
                 per(self.decode_mgmt_ns),
                 per(compute),
-                per(self.decode_lane_cpu_ns)
+                per(self.decode_lane_cpu_ns),
+                if self.decode_fixed_slices > 0 { " (io_uring into registered memory)" } else { "" }
             )?;
             if self.cached {
                 writeln!(

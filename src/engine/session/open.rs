@@ -283,6 +283,16 @@ fn attach_stream(
         .recycling_pages(stream.recycle_pages);
     // An MTP layer's experts stream too, read by the draft context.
     store.set_trunk_layers(n_trunk);
+    if decision.bytes > 0 && stream.io_uring {
+        match store.use_arena() {
+            Ok(()) => details.push(format!(
+                "reads: io_uring into {:.1} MiB of cache memory registered at open (no page pinned per read)",
+                decision.bytes as f64 / 1048576.0
+            )),
+            Err(e) => details.push(format!("reads: positioned reads, not io_uring ({e})")),
+        }
+    }
+    info.io_uring = store.uses_arena();
     if decision.bytes > 0 && stream.recycle_pages && !store.recycles_pages() {
         notices.push(
             "evicted expert pages are released, not recycled: page moves need Linux and room under vm.max_map_count"
