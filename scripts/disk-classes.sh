@@ -4,7 +4,8 @@
 # MB/s), a Pi 5's NVMe (800), eMMC (300) and a microSD card (90), by the
 # harness's cgroup (bmoe bench --disk-class). Per class: mmap (with fewer
 # tokens: under the cap it re-reads the file for every token), the cache off,
-# and the default; then the replay's bytes per token at the default run's
+# the default (io_uring into registered memory) and the default with
+# positioned reads (--no-io-uring); then the replay's bytes per token at the default run's
 # cache budget for the live policies and Belady's offline optimum, on a route
 # trace of the same prompt. Needs root (the cap and the throttle are a cgroup).
 #
@@ -28,6 +29,7 @@ for class in $classes; do
     --config "mmap=" --csv "$work/disk-$class-mmap.csv" --work "$work/disk-runs"
   $bmoe bench -m "$model" --cap-mb "$cap" --reps "$reps" -n "$tokens" -p "$prompt" "${throttle[@]}" \
     --config "cache-off=--moe-stream --cache-mb 0" --config "default=--moe-stream" \
+    --config "positioned=--moe-stream --no-io-uring" \
     --csv "$work/disk-$class.csv" --work "$work/disk-runs"
 done
 # The default run's cache budget (the CSV's cache_budget_mib) and a trace of its routing.

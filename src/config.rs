@@ -894,6 +894,6 @@ mod tests {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
-        assert_eq!(pairs.len(), 4 + 11 + 17 + 10 + 4 + 5 + 6);
+        assert_eq!(pairs.len(), 4 + 11 + 18 + 10 + 4 + 5 + 6);
     }
 }

@@ -106,7 +106,8 @@ impl Table {
         }
     }
 
-    /// Pins chunk `c` into this ring's table.
+    /// Pins chunk `c` into this ring's table (allocating any of its pages
+    /// the arena lacks, zeroed, as a page fault would).
     fn pin(&mut self, c: usize) -> io::Result<()> {
         let at = c * self.chunk;
         let len = (self.arena.len() - at).min(self.chunk);
@@ -117,7 +118,10 @@ impl Table {
         unsafe { self.ring.submitter().register_buffers_update(c as u32, &[iov], None) }
             .map_err(|e| explain_registration(e, len))?;
         self.registered[c] = true;
-        Ok(())
+        // Pinned: io_uring needs no mapping of the pages now, and without
+        // the view's entries the resident set counts each page once, where
+        // a region maps it.
+        self.arena.drop_view_pages(at, len)
     }
 }
 
@@ -130,16 +134,12 @@ impl Registrar {
         Ok(Arc::new(Registrar(Mutex::new(Table::new(arena)?))))
     }
 
-    /// Pins chunk `c` if no ring has yet, allocating its pages (zeroed, as
-    /// a page fault would) and then dropping the view's page-table entries,
-    /// so the resident set counts each page once, where a region maps it.
-    /// Returns the registrar ring's descriptor, to share the chunk from.
+    /// Pins chunk `c` if no ring has yet. Returns the registrar ring's
+    /// descriptor, to share the chunk from.
     fn ensure(&self, c: usize) -> io::Result<RawFd> {
         let mut t = self.0.lock().map_err(|_| io::Error::other("io_uring registrar lock poisoned"))?;
         if !t.registered[c] {
             t.pin(c)?;
-            let at = c * t.chunk;
-            t.arena.drop_view_pages(at, (t.arena.len() - at).min(t.chunk))?;
         }
         Ok(t.ring.as_raw_fd())
     }
