@@ -780,12 +780,14 @@ impl ExpertStore {
                 let region = &self.regions[il][p];
                 let held = &mut self.arena_held[slot];
                 match runs.take(need) {
-                    Some((run, used)) => {
-                        if let Err(err) = region.map_arena(to, runs.arena(), run, need, used) {
+                    Some((run, _)) => {
+                        // Page tables are filled by the lane after the read
+                        // (`FixedSpan::populate`), off the compute thread.
+                        if let Err(err) = region.map_arena(to, runs.arena(), run, need, false) {
                             runs.give(run, need);
                             return Err(err);
                         }
-                        *held = ArenaPages::Held(run, need, !used);
+                        *held = ArenaPages::Held(run, need, true);
                     }
                     None if *held == ArenaPages::Stale => {
                         region.unmap_arena(to, need)?;
