@@ -773,7 +773,7 @@ impl ExpertStore {
                 }
             }
             if let Some(runs) = &mut self.arena {
-                // A free arena run, mapped with its page tables filled;
+                // No spare run of the size: a free arena run, mapped now;
                 // with none left (a prompt's wide loads can run past the
                 // budget) the pages fault in as the region's own, read
                 // without io_uring.
