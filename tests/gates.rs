@@ -787,6 +787,51 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// A repacked copy over its disk budget is partial: each expert repacked as
+/// it is read is also written into it while the budget lasts, and a later
+/// run reads those from the copy as stored (in place where the copy holds
+/// the neighbours too). Both runs equal the resident run bitwise.
+#[test]
+fn partial_repacked_copy_fills_as_experts_are_read() {
+    use bmoe::engine::Repack;
+    let dir = tempdir();
+    let m = write_tiny(dir.path(), "q4.gguf", Arch::Qwen3Moe, |s| s.expert_type = GgmlType::Q4_0);
+    if bmoe::llama::Repacker::new(GgmlType::Q4_0.id(), 64, 64).is_none() {
+        eprintln!("this CPU has no repacked q4_0 kernel: nothing to copy");
+        return;
+    }
+    let copies = tempdir();
+    let with = |stream: Option<StreamOptions>| SessionOptions {
+        repack: Repack::On,
+        ..options(
+            &m,
+            stream.map(|s| StreamOptions {
+                repacked_copy: Some(copies.path().into()),
+                repacked_copy_max_bytes: Some(64 << 10),
+                ..s
+            }),
+        )
+    };
+    let (reference, _) = run(SessionOptions { repack: Repack::On, ..options(&m, None) }, N);
+    let bounced = |reports: &[bmoe::engine::StepReport]| reports.iter().map(|r| r.trace.bounced_slices).sum::<u64>();
+    let notices = copy_notices(with(stream0(2, true)));
+    assert!(notices.iter().any(|n| n.contains("over its disk budget")), "{notices:?}");
+    let (first, first_reports) = run(with(cached(20 * 1024, 2)), N);
+    assert_identical(&reference, &first, "partial copy, first run");
+    let present = walk(copies.path()).into_iter().find(|p| p.file_name().is_some_and(|n| n == "present"));
+    let bits: u32 =
+        std::fs::read(present.expect("a bitmap beside the copy")).unwrap().iter().map(|b| b.count_ones()).sum();
+    // 2304-byte slices under a 64 KiB budget: the copy holds 28 of them.
+    assert_eq!(bits, (64 << 10) / 2304, "slices held");
+    for (how, stream) in [("cache off", stream0(2, true)), ("evicting cache", cached(20 * 1024, 2))] {
+        let (again, reports) = run(with(stream), N);
+        assert_identical(&reference, &again, &format!("partial copy, {how}"));
+        let read: u64 = reports.iter().map(|r| r.trace.bytes_read / 2304).sum();
+        assert!(bounced(&reports) < read, "{how}: every slice was repacked as read ({read} slices)");
+    }
+    assert!(bounced(&first_reports) > 0);
+}
+
 /// A split model streams from a repacked copy of each shard.
 #[test]
 fn split_model_streams_from_repacked_copies() {

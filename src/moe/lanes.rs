@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use super::partial::PartialCopy;
 use crate::llama::Repacker;
 use crate::llama::memory::{AlignedBuf, Arena, PAGE, Region};
 use crate::llama::uring::{FixedSpan, Registrar, Ring, Window};
@@ -57,6 +58,20 @@ pub struct ReadJob {
     /// The slice's whole pages are the registered arena's, here: an
     /// O_DIRECT read in place goes through io_uring into them.
     pub fixed: Option<FixedSpan>,
+    /// Once repacked, also write the slice into this partial copy.
+    pub copy_into: Option<CopyInto>,
+}
+
+/// Where a slice repacked as it is read goes besides the cache: expert
+/// `expert` of bank `bank` of a partial repacked copy.
+#[derive(Clone)]
+pub struct CopyInto {
+    /// The copy.
+    pub copy: Arc<PartialCopy>,
+    /// The bank's index in the copy.
+    pub bank: usize,
+    /// The expert.
+    pub expert: usize,
 }
 
 /// What a batch of reads moved.
@@ -187,7 +202,13 @@ impl Lane {
             stats.bounced = 1;
             let src = &self.bounce.as_slice()[slice];
             job.region
-                .fill_with(job.region_offset, job.len, |dst| repacker.repack(src, dst))?
+                .fill_with(job.region_offset, job.len, |dst| {
+                    repacker.repack(src, dst)?;
+                    if let Some(c) = &job.copy_into {
+                        c.copy.write(c.bank, c.expert, dst);
+                    }
+                    Ok::<(), String>(())
+                })?
                 .map_err(io::Error::other)?;
             return Ok(stats);
         }
@@ -726,6 +747,7 @@ mod tests {
                     linear: true,
                     repack: None,
                     fixed: None,
+                    copy_into: None,
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
@@ -758,6 +780,7 @@ mod tests {
                 linear,
                 repack: None,
                 fixed: None,
+                copy_into: None,
             })
             .collect();
         let st = r.read_all(jobs).unwrap();
@@ -790,6 +813,7 @@ mod tests {
                     linear: false,
                     repack: None,
                     fixed: None,
+                    copy_into: None,
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
@@ -817,6 +841,7 @@ mod tests {
                     linear: false,
                     repack: None,
                     fixed: None,
+                    copy_into: None,
                 })
                 .collect();
             r.submit(jobs);
@@ -834,6 +859,7 @@ mod tests {
                 linear: false,
                 repack: None,
                 fixed: None,
+                copy_into: None,
             };
             r.submit(vec![bad]);
             assert!(r.wait().unwrap_err().to_string().contains("offset 199000"));
@@ -846,6 +872,7 @@ mod tests {
                 linear: false,
                 repack: None,
                 fixed: None,
+                copy_into: None,
             };
             assert_eq!(r.read_all(vec![good]).unwrap().bytes, 1_000);
         }
@@ -864,6 +891,7 @@ mod tests {
             linear: false,
             repack: None,
             fixed: None,
+            copy_into: None,
         };
         for lanes in [1, 2, 4] {
             let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
@@ -919,6 +947,7 @@ mod tests {
             linear: false,
             repack: None,
             fixed: None,
+            copy_into: None,
         };
         r.read_all(vec![job]).unwrap();
         region.fill_with(0, len, |s| assert!(s == &expected[..len])).unwrap();
@@ -941,6 +970,7 @@ mod tests {
                     linear: false,
                     repack: None,
                     fixed: None,
+                    copy_into: None,
                 })
                 .collect();
             let err = r.read_all(jobs).unwrap_err();

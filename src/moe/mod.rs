@@ -11,6 +11,7 @@ mod hook;
 pub mod inspect;
 mod lanes;
 pub mod lean;
+pub mod partial;
 pub mod predict;
 pub mod recipe;
 pub mod repack;

@@ -15,6 +15,11 @@
 //! back), so its copy is written again. At every open, the first and last
 //! expert of one bank of each distinct shape, and a few experts drawn at
 //! random from all the banks, are checked against a fresh repack.
+//!
+//! A copy over its disk budget is made partial instead ([`super::partial`]):
+//! the files stay holes, and each expert repacked as it is read is written
+//! into the copy while the budget lasts, so the experts read most are the
+//! ones the copy comes to hold.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
@@ -23,11 +28,12 @@ use std::io;
 use std::ops::ControlFlow;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rand::Rng;
 
 use super::lean::{at, copy_home, key};
+use super::partial::{CopyBank, PRESENT_FILE, PartialCopy};
 use super::store::Projection;
 use crate::gguf::ModelFiles;
 use crate::llama::memory::drop_file_cache;
@@ -48,6 +54,9 @@ pub struct RepackedCopy {
     pub written: u64,
     /// Expert bytes the copy holds.
     pub bytes: u64,
+    /// Set when the copy is partial: which slices it holds, and where the
+    /// rest are written as they are read.
+    pub partial: Option<Arc<PartialCopy>>,
 }
 
 /// Told of a copy being written: (bytes written, bytes to write); `Break`
@@ -89,6 +98,14 @@ pub fn prepare(
     let banks: Vec<&Projection> = layers.iter().flatten().collect();
     let home = copy_home(files, dir, &format!("{}-{:016x}", key(files)?, layout_key(files, &banks)?))?;
     let bank_bytes = |p: &Projection| (p.slice_bytes * n_expert) as u64;
+    let whole: u64 = banks.iter().map(|p| bank_bytes(p)).sum();
+    if home.join(PRESENT_FILE).exists() && check_room(&home, whole, max_bytes).is_ok() {
+        // The budget holds the whole copy now: written whole in place of the partial one.
+        for name in files.paths().iter().filter_map(|p| p.file_name()) {
+            let _ = fs::remove_file(home.join(name));
+        }
+        fs::remove_file(home.join(PRESENT_FILE)).map_err(|e| at(&home, e))?;
+    }
     let mut paths = Vec::with_capacity(files.paths().len());
     let mut todo = Vec::new();
     for (shard, model) in files.paths().iter().enumerate() {
@@ -102,6 +119,14 @@ pub fn prepare(
         paths.push(target);
     }
     let need: u64 = banks.iter().filter(|p| todo.iter().any(|t| t.0 == p.shard)).map(|p| bank_bytes(p)).sum();
+    let partial_before = home.join(PRESENT_FILE).exists();
+    if partial_before || need > 0 && check_room(&home, need, max_bytes).is_err_and(|e| over_budget(&e)) {
+        return partial(files, &banks, n_expert, &home, paths, max_bytes).inspect_err(|_| {
+            if !partial_before {
+                let _ = fs::remove_dir_all(&home);
+            }
+        });
+    }
     if need > 0
         && let Err(e) = check_room(&home, need, max_bytes)
     {
@@ -128,7 +153,50 @@ pub fn prepare(
         let _ = fs::remove_dir_all(&home);
         return Err(e);
     }
-    Ok(RepackedCopy { paths, written: need, bytes: banks.iter().map(|p| bank_bytes(p)).sum() })
+    Ok(RepackedCopy { paths, written: need, bytes: banks.iter().map(|p| bank_bytes(p)).sum(), partial: None })
+}
+
+/// True for [`check_room`]'s refusal of a copy over its budget (as opposed
+/// to a disk too full to leave its margin).
+fn over_budget(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StorageFull && e.to_string().contains("over its budget")
+}
+
+/// Opens (or starts) the partial copy in `home`: what it holds is checked
+/// on a sample like a whole copy's, and it may grow to its budget: the
+/// copy's budget (`max_bytes`, or half the free space counting what it
+/// holds already), less the margin the disk keeps free.
+fn partial(
+    files: &ModelFiles,
+    banks: &[&Projection],
+    n_expert: usize,
+    home: &Path,
+    paths: Vec<PathBuf>,
+    max_bytes: Option<u64>,
+) -> io::Result<RepackedCopy> {
+    let sizes: Vec<u64> = files
+        .paths()
+        .iter()
+        .map(|p| fs::metadata(p).map(|m| m.len()).map_err(|e| at(p, e)))
+        .collect::<io::Result<_>>()?;
+    let held: u64 = paths.iter().filter_map(|p| fs::metadata(p).ok()).map(|m| m.blocks() * 512).sum();
+    let free = rustix::fs::statvfs(home)
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+        .map_err(|e| at(home, io::Error::from(e)))?;
+    let whole: u64 = banks.iter().map(|p| (p.slice_bytes * n_expert) as u64).sum();
+    let budget = max_bytes.unwrap_or((free + held) / 2).min((free + held).saturating_sub(disk_margin(whole)));
+    let copy_banks = banks
+        .iter()
+        .map(|p| CopyBank { shard: p.shard, file_offset: p.file_offset, slice_bytes: p.slice_bytes })
+        .collect();
+    let copy = PartialCopy::open(home, &paths, &sizes, copy_banks, n_expert, budget)?;
+    let mut rng = rand::thread_rng();
+    let held_slices: Vec<(usize, usize)> =
+        (0..banks.len()).flat_map(|b| (0..n_expert).map(move |e| (b, e))).filter(|&(b, e)| copy.holds(b, e)).collect();
+    let picks = (0..DRAWN.min(held_slices.len())).map(|_| held_slices[rng.gen_range(0..held_slices.len())]);
+    let picks: Vec<(&Projection, usize)> = picks.map(|(b, e)| (banks[b], e)).collect();
+    check_slices(files, &paths, &picks)?;
+    Ok(RepackedCopy { paths, written: 0, bytes: copy.used(), partial: Some(Arc::new(copy)) })
 }
 
 /// Whether a copy of `need` bytes may be written under `home`: within its
@@ -264,7 +332,13 @@ fn check_sample(files: &ModelFiles, paths: &[PathBuf], banks: &[&Projection]) ->
         let p = banks[rng.gen_range(0..banks.len())];
         picks.push((p, rng.gen_range(0..experts(p))));
     }
-    for (p, e) in picks {
+    check_slices(files, paths, &picks)
+}
+
+/// Compares each picked slice of the copy with a fresh repack of the
+/// model's bytes.
+fn check_slices(files: &ModelFiles, paths: &[PathBuf], picks: &[(&Projection, usize)]) -> io::Result<()> {
+    for &(p, e) in picks {
         let (model_path, copy_path) = (&files.paths()[p.shard], &paths[p.shard]);
         let model = File::open(model_path).map_err(|e| at(model_path, e))?;
         let copy = File::open(copy_path).map_err(|e| at(copy_path, e))?;

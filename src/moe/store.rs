@@ -24,7 +24,8 @@ use std::time::Instant;
 
 use super::arena_runs::ArenaRuns;
 use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
-use super::lanes::{ReadJob, ReadLanes, ReadStats};
+use super::lanes::{CopyInto, ReadJob, ReadLanes, ReadStats};
+use super::partial::PartialCopy;
 use crate::llama::memory::{self, Arena, PAGE, Region};
 use crate::llama::uring::FixedSpan;
 use crate::llama::{Repacker, TensorBinding, TensorHandle};
@@ -230,6 +231,9 @@ pub struct ExpertStore {
     arena_held: Vec<ArenaPages>,
     /// Projections per layer, at most.
     n_proj: usize,
+    /// A partial repacked copy, the lanes' shard index of its first file,
+    /// and each (layer, projection)'s bank index in it.
+    partial: Option<(std::sync::Arc<PartialCopy>, usize, Vec<Vec<usize>>)>,
 }
 
 impl ExpertStore {
@@ -320,6 +324,7 @@ impl ExpertStore {
             arena: None,
             arena_held: Vec::new(),
             n_proj,
+            partial: None,
         })
     }
 
@@ -340,6 +345,26 @@ impl ExpertStore {
         self.arena = Some(ArenaRuns::new(arena));
         self.arena_held = vec![ArenaPages::Own; self.layers.len() * self.n_expert * self.n_proj];
         Ok(())
+    }
+
+    /// Reads repacked banks through a partial repacked copy, whose files
+    /// the lanes open from shard `shard_base` on: a slice the copy holds
+    /// is read from it as stored, any other from the model, repacked as it
+    /// is read and written into the copy ([`super::partial`]). The copy's
+    /// banks are the store's, in layer and projection order.
+    pub fn use_partial_copy(&mut self, copy: std::sync::Arc<PartialCopy>, shard_base: usize) {
+        let mut next = 0;
+        let banks = (self.layers.iter())
+            .map(|l| {
+                l.iter()
+                    .map(|_| {
+                        next += 1;
+                        next - 1
+                    })
+                    .collect()
+            })
+            .collect();
+        self.partial = Some((copy, shard_base, banks));
     }
 
     /// True when reads go through io_uring into the registered arena.
@@ -653,7 +678,7 @@ impl ExpertStore {
                 }
                 _ => None,
             };
-            ReadJob {
+            let mut job = ReadJob {
                 shard: proj.shard,
                 offset: proj.file_offset + (e * proj.slice_bytes) as u64,
                 len: proj.slice_bytes,
@@ -662,7 +687,23 @@ impl ExpertStore {
                 linear: proj.repacker.is_none() || proj.stored_repacked,
                 repack: proj.repacker.clone().filter(|_| !proj.stored_repacked),
                 fixed,
+                copy_into: None,
+            };
+            if let (Some((copy, base, banks)), Some(_)) = (&self.partial, &job.repack) {
+                let bank = banks[il][p];
+                if copy.holds(bank, e) {
+                    // Stored repacked. A page window in place would also
+                    // write its neighbours' bytes from the copy, right only
+                    // where the copy holds them too.
+                    let held = |n: usize| copy.holds(bank, n);
+                    job.shard += base;
+                    job.repack = None;
+                    job.linear = (e == 0 || held(e - 1)) && (e + 1 == self.n_expert || held(e + 1));
+                } else {
+                    job.copy_into = Some(CopyInto { copy: copy.clone(), bank, expert: e });
+                }
             }
+            job
         })
     }
 

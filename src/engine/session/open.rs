@@ -212,8 +212,24 @@ fn attach_stream(
     info.repacked_banks = banks.layers.iter().flatten().filter(|p| p.repacker.is_some()).count() as u32;
     let mut notices = Vec::new();
     let mut read_paths = files.paths().to_vec();
+    let mut partial_copy = None;
     if let Some(dir) = stream.repacked_copy.as_ref().filter(|_| info.repacked_banks > 0) {
         match repacked::prepare(files, &banks.layers, banks.n_expert, dir, stream.repacked_copy_max_bytes) {
+            Ok(copy) if copy.partial.is_some() => {
+                let mib = |b: u64| b as f64 / 1048576.0;
+                let whole: u64 = banks.layers.iter().flatten().map(|p| (p.slice_bytes * banks.n_expert) as u64).sum();
+                let partial = copy.partial.clone().expect("checked");
+                notices.push(format!(
+                    "the repacked copy of the experts ({:.1} MiB) is over its disk budget of {:.1} MiB \
+                     (moe.repacked_copy_max_gb): it holds {:.1} MiB, and the experts read are added to it \
+                     as they are repacked, while the budget lasts",
+                    mib(whole),
+                    mib(partial.budget()),
+                    mib(partial.used())
+                ));
+                partial_copy = Some((partial, read_paths.len()));
+                read_paths.extend(copy.paths);
+            }
             Ok(copy) => {
                 if copy.written > 0 {
                     notices.push(format!(
@@ -283,6 +299,9 @@ fn attach_stream(
         .recycling_pages(stream.recycle_pages);
     // An MTP layer's experts stream too, read by the draft context.
     store.set_trunk_layers(n_trunk);
+    if let Some((copy, base)) = partial_copy {
+        store.use_partial_copy(copy, base);
+    }
     if decision.bytes > 0 && stream.io_uring {
         match store.use_arena() {
             Ok(()) => details.push(format!(
