@@ -91,7 +91,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     (
         "moe.repacked_copy_max_gb",
         Apply::Reopen,
-        "most GiB a new repacked copy may take on disk (0 = half the free space); over it, experts are repacked as read",
+        "most GiB a repacked copy may take on disk (0 = half the free space); over it, the copy takes the experts as read",
     ),
     (
         "plugins.draft_plugin",

@@ -24,6 +24,9 @@ const ABSENT: u8 = 0;
 const WRITING: u8 = 1;
 const HELD: u8 = 2;
 
+/// The bitmap is saved after this many slices are written (and at close).
+const SAVE_EVERY: u64 = 64;
+
 /// One bank of the copy: where its slices are.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CopyBank {
@@ -49,6 +52,8 @@ pub struct PartialCopy {
     unsaved: AtomicBool,
     /// Set once a write failed: no more are tried.
     stopped: AtomicBool,
+    /// Slices written by this process.
+    written: AtomicU64,
     bitmap: PathBuf,
     save_lock: Mutex<()>,
 }
@@ -104,6 +109,7 @@ impl PartialCopy {
             used: AtomicU64::new(used),
             unsaved: AtomicBool::new(reset),
             stopped: AtomicBool::new(false),
+            written: AtomicU64::new(0),
             bitmap,
             save_lock: Mutex::new(()),
         })
@@ -161,6 +167,10 @@ impl PartialCopy {
         let _ = drop_file_cache(file, offset, len);
         state.store(HELD, Ordering::Release);
         self.unsaved.store(true, Ordering::Release);
+        if (self.written.fetch_add(1, Ordering::AcqRel) + 1).is_multiple_of(SAVE_EVERY) {
+            // Now and then, so a killed run keeps most of what it wrote.
+            let _ = self.save();
+        }
         true
     }
 
