@@ -830,6 +830,11 @@ fn partial_repacked_copy_fills_as_experts_are_read() {
         assert!(bounced(&reports) < read, "{how}: every slice was repacked as read ({read} slices)");
     }
     assert!(bounced(&first_reports) > 0);
+    // `--repack auto` streams repacked only from a whole copy: not from this
+    // partial one, but once the budget would hold the whole copy.
+    let files = bmoe::gguf::ModelFiles::open(&m).unwrap();
+    assert!(!bmoe::moe::repacked::whole_copy_expected(&files, copies.path(), Some(64 << 10)));
+    assert!(bmoe::moe::repacked::whole_copy_expected(&files, copies.path(), None));
 }
 
 /// A split model streams from a repacked copy of each shard.

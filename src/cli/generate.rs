@@ -72,7 +72,7 @@ pub struct RunFlags {
     pub dense_weights: Option<String>,
     /// Expert banks for the CPU's faster repacked kernels (q4_0, q4_K, iq4_nl, mxfp4 with AVX2):
     /// auto (resident: when the model file fits in the memory available; streamed: when read
-    /// from the repacked copy, or the file fits), on, off [model.repack]. Output is identical
+    /// from a whole repacked copy, or the file fits), on, off [model.repack]. Output is identical
     /// streamed and resident with the same choice.
     #[arg(long, value_name = "auto|on|off")]
     pub repack: Option<String>,

@@ -13,7 +13,7 @@
 //! tens of MiB on two cores (measured in `docs/benchmarks.md`); a streamed
 //! run therefore reads from a repacked copy of the banks on disk
 //! ([`super::repacked`]) when it can. `auto` repacks resident runs whose
-//! model fits in memory and streamed runs that read from a copy (or whose
+//! model fits in memory and streamed runs that read from a whole copy (or whose
 //! model fits), so the defaults agree: a streamed run equals the resident
 //! run of a machine the model fits on.
 
@@ -55,7 +55,8 @@ impl Repack {
     }
 
     /// Whether a run repacks its experts: when on; with auto, when the model
-    /// file fits in `memory` bytes, or when it streams from a repacked copy
+    /// file fits in `memory` bytes, or when it streams from a whole repacked
+    /// copy
     /// ([`super::repacked`], which costs no CPU per read).
     pub fn applies(self, file_bytes: u64, memory: Option<u64>, from_copy: bool) -> bool {
         match self {

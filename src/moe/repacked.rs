@@ -156,6 +156,32 @@ pub fn prepare(
     Ok(RepackedCopy { paths, written: need, bytes: banks.iter().map(|p| bank_bytes(p)).sum(), partial: None })
 }
 
+/// Whether a streamed run of `files` will read a whole repacked copy from
+/// `dir`: one is there already (a copy directory of this model with no
+/// bitmap of a partial one), or one of all its repackable banks fits its
+/// budget. `--repack auto` streams repacked only then: repacking as read
+/// the experts a partial copy lacks costs the lanes more than the repacked
+/// kernels save (`docs/benchmarks.md`, "The partial copy").
+pub fn whole_copy_expected(files: &ModelFiles, dir: &Path, max_bytes: Option<u64>) -> bool {
+    let Ok(prefix) = key(files) else { return false };
+    let existing = fs::read_dir(dir).into_iter().flatten().flatten().any(|entry| {
+        let home = entry.path();
+        entry.file_name().to_string_lossy().starts_with(&format!("{prefix}-"))
+            && !home.join(PRESENT_FILE).exists()
+            && files.paths().iter().all(|m| {
+                let copy = m.file_name().map(|n| home.join(n));
+                copy.and_then(|c| fs::metadata(c).ok()).map(|c| c.len()) == fs::metadata(m).ok().map(|m| m.len())
+            })
+    });
+    if existing {
+        return true;
+    }
+    let names = super::repack::repackable_banks(files);
+    let need: u64 = files.tensors().filter(|t| names.contains(&t.info.name)).map(|t| t.info.size).sum();
+    let _ = fs::create_dir_all(dir);
+    check_room(dir, need, max_bytes).is_ok()
+}
+
 /// True for [`check_room`]'s refusal of a copy over its budget (as opposed
 /// to a disk too full to leave its margin).
 fn over_budget(e: &io::Error) -> bool {

@@ -80,7 +80,12 @@ impl Session {
             .and_then(|l| lean_copy(&files, l, &mut notices));
         let load_path = lean.as_ref().map_or(options.model.as_path(), |l| l.paths[0].as_path());
         let memory = MemoryLimits::read().tightest();
-        let from_copy = options.stream.as_ref().is_some_and(|s| s.repacked_copy.is_some());
+        // `--repack auto` streams repacked only from a whole repacked copy.
+        let from_copy = options.stream.as_ref().is_some_and(|s| {
+            s.repacked_copy
+                .as_ref()
+                .is_some_and(|dir| crate::moe::repacked::whole_copy_expected(&files, dir, s.repacked_copy_max_bytes))
+        });
         // An RPC server computes its layers' banks in the file's layout (it
         // has no repacked buffers), and a repacked kernel rounds differently:
         // with layers there, the banks here keep that layout too, so the
