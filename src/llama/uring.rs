@@ -12,11 +12,8 @@
 //! between them, which live in the arena.
 
 use std::io;
-use std::os::fd::RawFd;
-use std::sync::Arc;
-
-use std::os::fd::AsRawFd;
-use std::sync::Mutex;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
 
 use io_uring::{IoUring, opcode, types};
 

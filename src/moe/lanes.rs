@@ -14,8 +14,9 @@
 //!
 //! With the expert cache's arena registered ([`ReadLanes::use_arena`]), a
 //! page window whose whole pages live in the arena ([`ReadJob::fixed`]) is
-//! read through the lane's io_uring instead ([`super::uring`]): no page of
-//! it is pinned per read.
+//! read through the lane's io_uring instead ([`crate::llama::uring`]): no
+//! page of it is pinned per read. A worker lane with a ring takes up to
+//! [`RING_BATCH`] reads at once and submits them together.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -523,11 +524,6 @@ impl ReadLanes {
         self.lane0.ring = Some(first);
         self.pool.lock().rings = rings;
         Ok(())
-    }
-
-    /// True when the lanes read into registered memory through io_uring.
-    pub fn uses_io_uring(&self) -> bool {
-        self.lane0.ring.is_some()
     }
 
     /// True when every file is read with O_DIRECT.
