@@ -237,6 +237,25 @@ fn config_file_flags_and_bad_values() {
 }
 
 #[test]
+fn version_names_the_cpu_features_and_repacked_layouts() {
+    let out = stdout(&ok(&["--version"]));
+    let cpu = out.lines().find_map(|l| l.strip_prefix("llama.cpp CPU: ")).unwrap_or_default();
+    // Every aarch64 build has NEON; an x86 build's features depend on how it was built.
+    assert!(!cpu.is_empty() && (!cfg!(target_arch = "aarch64") || cpu.contains("NEON")), "{out}");
+    let layouts = bmoe::llama::cpu_layouts::repacked_layouts();
+    let line = out.lines().find_map(|l| l.strip_prefix("repacked layouts: ")).unwrap_or_default();
+    if layouts.is_empty() {
+        assert!(line.starts_with("none on this CPU"), "{out}");
+    } else {
+        assert!(line.starts_with(&layouts.join(", ")), "{out}");
+    }
+    // A build with dotprod repacks q4_0 in a 4-row layout on ARM, 8 rows with AVX2.
+    if cpu.contains("DOTPROD") || cpu.contains("AVX2") {
+        assert!(layouts.iter().any(|l| l.starts_with("Q4_0 ")), "{layouts:?}");
+    }
+}
+
+#[test]
 fn inspect_archs_and_split() {
     let dir = tempdir();
     let m = make_tiny(dir.path(), "m.gguf", &["--quant", "q4_0"]);
@@ -249,6 +268,9 @@ fn inspect_archs_and_split() {
     let kernel = bmoe::llama::Repacker::new(bmoe::gguf::GgmlType::Q4_0.id(), 64, 64).is_some();
     let expected = if kernel { "repacked:      12 of 12 expert banks" } else { "repacked:      0 of 12 expert banks" };
     assert!(out.contains(expected), "{out}");
+    if let Some(layout) = bmoe::llama::cpu_layouts::layout_of_type(bmoe::gguf::GgmlType::Q4_0.id()) {
+        assert!(out.contains(&format!("(q4_0 as {layout}; --repack)")), "{out}");
+    }
     let archs = stdout(&ok(&["archs"]));
     for a in ["qwen3moe", "qwen2moe", "qwen35moe", "gemma4", "gpt-oss", "lfm2moe", "deepseek4", "bailingmoe3"] {
         assert!(archs.contains(a), "{a}");

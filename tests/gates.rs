@@ -116,6 +116,12 @@ fn recycled_pages_are_lossless() {
     });
     let f32 = write_tiny(dir.path(), "f32.gguf", Arch::Qwen3Moe, |_| {});
     let ahead = ReadAhead { layers: 1, router: 1, prefill: true };
+    // Under qemu-user page moves are off (its mremap leaves the source
+    // unmapped for the guest); the runs must still be lossless.
+    let moves = bmoe::llama::memory::page_moves_work();
+    if !moves {
+        eprintln!("page moves do not work here: checking losslessness with pages released");
+    }
     for (m, budget) in [(&q8, 400 << 10), (&f32, 300 << 10)] {
         for read_ahead in [ReadAhead::default(), ahead] {
             let what = format!("{}, cache {budget} bytes, {read_ahead:?}", m.display());
@@ -123,7 +129,10 @@ fn recycled_pages_are_lossless() {
             let reports = gate(m, stream, &what);
             let recycled: u64 = reports.iter().map(|r| r.trace.recycled_bytes).sum();
             let evictions: u64 = reports.iter().map(|r| r.trace.evictions).sum();
-            assert!(evictions > 0 && recycled > 0, "{what}: {evictions} evictions, {recycled} bytes recycled");
+            assert!(
+                evictions > 0 && (recycled > 0) == moves,
+                "{what}: {evictions} evictions, {recycled} bytes recycled"
+            );
             if read_ahead.router > 0 {
                 assert!(reports.iter().any(|r| r.trace.prefetched > 0), "{what}: nothing was read ahead");
             }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 
-use crate::llama::memory::{AlignedBuf, PAGE};
+use crate::llama::memory::{AlignedBuf, page};
 
 /// One probe's result.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,11 +36,11 @@ fn open(path: &Path) -> std::io::Result<(File, bool)> {
 /// threads for `duration`.
 pub fn probe(path: &Path, slice: usize, lanes: usize, duration: Duration) -> std::io::Result<Probe> {
     let len = std::fs::metadata(path)?.len();
-    let window = slice.max(1).next_multiple_of(PAGE);
+    let window = slice.max(1).next_multiple_of(page());
     if len < window as u64 * 2 {
         return Err(std::io::Error::other(format!("{} is too small to probe", path.display())));
     }
-    let pages = (len - window as u64) / PAGE as u64;
+    let pages = (len - window as u64) / page() as u64;
     let start = Instant::now();
     let results: Vec<std::io::Result<(u64, bool)>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..lanes.max(1))
@@ -52,7 +52,7 @@ pub fn probe(path: &Path, slice: usize, lanes: usize, duration: Duration) -> std
                     let mut bytes = 0u64;
                     // At least one read per lane, however late the thread starts.
                     loop {
-                        let at = rng.gen_range(0..pages) * PAGE as u64;
+                        let at = rng.gen_range(0..pages) * page() as u64;
                         bytes += file.read_at(&mut buf.as_mut_slice()[..window], at)? as u64;
                         if start.elapsed() >= duration {
                             break;
@@ -88,7 +88,7 @@ mod tests {
         let path = dir.path().join("f.bin");
         std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
         let p = probe(&path, 10_000, 2, Duration::from_millis(20)).unwrap();
-        assert_eq!((p.lanes, p.read_bytes), (2, 12_288));
+        assert_eq!((p.lanes, p.read_bytes), (2, 10_000usize.next_multiple_of(page())));
         assert!(p.mib_s > 0.0);
         assert!(probe(&path, 900_000, 1, Duration::from_millis(1)).is_err(), "a window over half the file");
     }

@@ -70,7 +70,7 @@ pub struct RunFlags {
     /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction) [moe.dense_weights].
     #[arg(long, value_name = "mmap|warm|anon")]
     pub dense_weights: Option<String>,
-    /// Expert banks for the CPU's faster repacked kernels (q4_0, q4_K, iq4_nl, mxfp4 with AVX2):
+    /// Expert banks for the CPU's faster repacked kernels (types by CPU: `bmoe --version`):
     /// auto (resident: when the model file fits in the memory available; streamed: when read
     /// from a whole repacked copy, or the file fits), on, off [model.repack]. Output is identical
     /// streamed and resident with the same choice.

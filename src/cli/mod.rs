@@ -43,12 +43,21 @@ pub struct Cli {
 static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(long_version);
 
 fn long_version() -> String {
-    let build = match env!("BMOE_GGML_NATIVE") {
-        "ON" => "for this host's CPU (GGML_NATIVE=ON)",
-        "OFF" => "portable (GGML_NATIVE=OFF; see the README to build for the host CPU)",
-        _ => "unknown",
+    let build = match (env!("BMOE_GGML_NATIVE"), env!("BMOE_GGML_ARM_ARCH")) {
+        ("ON", _) => "for this host's CPU (GGML_NATIVE=ON)".to_string(),
+        ("OFF", "") => "portable (GGML_NATIVE=OFF; see the README to build for the host CPU)".to_string(),
+        ("OFF", arch) => {
+            format!("portable for -march={arch} (GGML_NATIVE=OFF; docs/edge.md builds for the device's CPU)")
+        }
+        _ => "unknown".to_string(),
     };
-    format!("{}\nllama.cpp build: {build}\nllama.cpp CPU: {}", env!("CARGO_PKG_VERSION"), crate::llama::cpu_features())
+    let layouts = crate::llama::cpu_layouts::repacked_layouts();
+    let layouts = if layouts.is_empty() { "none on this CPU".to_string() } else { layouts.join(", ") };
+    format!(
+        "{}\nllama.cpp build: {build}\nllama.cpp CPU: {}\nrepacked layouts: {layouts} (--repack)",
+        env!("CARGO_PKG_VERSION"),
+        crate::llama::cpu_features()
+    )
 }
 
 /// Subcommands.

@@ -7,9 +7,40 @@ use std::alloc::{self, Layout};
 use std::fs::File;
 use std::io;
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
-/// Page size assumed for alignment and release rounding.
-pub const PAGE: usize = 4096;
+/// The memory page size the kernel maps in (`sysconf(_SC_PAGESIZE)`), read
+/// once: 4 KiB on x86-64, 16 KiB on the Raspberry Pi 5's stock kernel and
+/// Apple-silicon Linux, 64 KiB on many ARM servers. Page moves, releases and
+/// arena runs work in these pages, and O_DIRECT windows are aligned to them
+/// (a page is a multiple of every disk's logical block size).
+pub fn page() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf only reads a system constant.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(FALLBACK_PAGE)
+    })
+}
+
+/// The page size assumed where `sysconf` answers nothing usable.
+const FALLBACK_PAGE: usize = 4096;
+
+/// The window of whole `page`-byte pages enclosing `len` bytes at file
+/// `offset`, as `(lead, window length)`: the window starts `lead` bytes
+/// before the offset. O_DIRECT reads windows like this.
+pub fn page_window(page: usize, offset: u64, len: usize) -> (usize, usize) {
+    let lead = (offset % page as u64) as usize;
+    (lead, (lead + len).next_multiple_of(page))
+}
+
+/// The whole `page`-byte pages inside `offset..offset+len` (rounded inward)
+/// as an aligned `(offset, len)`; `None` when the range holds no whole page.
+pub fn whole_pages_in(page: usize, offset: usize, len: usize) -> Option<(usize, usize)> {
+    let start = offset.next_multiple_of(page);
+    let end = (offset + len) / page * page;
+    (end > start).then(|| (start, end - start))
+}
 
 /// Maps a whole file read-only.
 pub fn map_file_readonly(file: &File) -> io::Result<memmap2::Mmap> {
@@ -68,7 +99,7 @@ unsafe impl Sync for Region {}
 impl Region {
     /// Reserves `len` bytes (rounded up to whole pages).
     pub fn reserve(len: usize) -> io::Result<Region> {
-        let len = len.max(1).next_multiple_of(PAGE);
+        let len = len.max(1).next_multiple_of(page());
         // SAFETY: an anonymous private mapping at an address of the kernel's
         // choosing; no existing memory is affected.
         let ptr = unsafe {
@@ -195,9 +226,7 @@ impl Region {
     /// [`Region::release`] rounds), as a page-aligned `(offset, len)`;
     /// `None` when the range holds no whole page.
     pub fn whole_pages(offset: usize, len: usize) -> Option<(usize, usize)> {
-        let start = offset.next_multiple_of(PAGE);
-        let end = (offset + len) / PAGE * PAGE;
-        (end > start).then(|| (start, end - start))
+        whole_pages_in(page(), offset, len)
     }
 
     /// Moves the physical pages behind `len` bytes at `offset` to `to_offset`
@@ -212,7 +241,7 @@ impl Region {
     pub fn move_pages(&self, offset: usize, to: &Region, to_offset: usize, len: usize) -> io::Result<()> {
         self.check(offset, len)?;
         to.check(to_offset, len)?;
-        if !(offset | to_offset | len).is_multiple_of(PAGE) || len == 0 {
+        if !(offset | to_offset | len).is_multiple_of(page()) || len == 0 {
             return Err(io::Error::other(format!(
                 "page move {offset}->{to_offset} of {len} bytes is not page-aligned"
             )));
@@ -326,8 +355,40 @@ impl Region {
     }
 }
 
+/// Whether page moves ([`Region::move_pages`]) work here as on Linux 5.7
+/// and later: the pages arrive, and the source range stays mapped for the
+/// kernel too, so a later `read(2)` into it succeeds. Checked once, on a
+/// scratch region. qemu-user passes `MREMAP_DONTUNMAP` to the host but
+/// marks the source unmapped for the guest, so a read into it fails with
+/// EFAULT; there, and on kernels without the flag, pages are not moved.
+pub fn page_moves_work() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        static WORKS: OnceLock<bool> = OnceLock::new();
+        *WORKS.get_or_init(|| probe_page_moves().is_ok())
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+#[cfg(target_os = "linux")]
+fn probe_page_moves() -> io::Result<()> {
+    use std::io::Read;
+    let p = page();
+    let region = Region::reserve(2 * p)?;
+    region.write(0, &[1])?;
+    region.move_pages(0, &region, p, p)?;
+    let mut arrived = 0;
+    region.fill_with(p, 1, |s| arrived = s[0])?;
+    if arrived != 1 {
+        return Err(io::Error::other("moved page lost its bytes"));
+    }
+    let mut zero = File::open("/dev/zero")?;
+    region.fill_with(0, p, |source| zero.read_exact(source))?
+}
+
 fn page_aligned(values: &[usize]) -> io::Result<()> {
-    match values.iter().all(|v| v.is_multiple_of(PAGE)) {
+    match values.iter().all(|v| v.is_multiple_of(page())) {
         true => Ok(()),
         false => Err(io::Error::other(format!("page mapping of {values:?} is not page-aligned"))),
     }
@@ -353,7 +414,7 @@ impl Arena {
     /// Creates an arena of `len` bytes (rounded up to whole pages), its
     /// pages not yet committed.
     pub fn new(len: usize) -> io::Result<Arena> {
-        let len = len.max(1).next_multiple_of(PAGE);
+        let len = len.max(1).next_multiple_of(page());
         let fd = rustix::fs::memfd_create("bmoe-expert-cache", rustix::fs::MemfdFlags::CLOEXEC)?;
         rustix::fs::ftruncate(&fd, len as u64)?;
         // SAFETY: a shared mapping of the whole memfd at an address of the
@@ -440,7 +501,7 @@ impl Drop for Region {
     }
 }
 
-/// A heap buffer aligned to [`PAGE`], as O_DIRECT reads require.
+/// A heap buffer aligned to the [`page`] size, as O_DIRECT reads require.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
@@ -452,8 +513,8 @@ unsafe impl Send for AlignedBuf {}
 impl AlignedBuf {
     /// A zeroed buffer of at least `len` bytes (rounded up to whole pages).
     pub fn new(len: usize) -> AlignedBuf {
-        let len = len.max(1).next_multiple_of(PAGE);
-        let layout = Layout::from_size_align(len, PAGE).expect("page-aligned layout");
+        let len = len.max(1).next_multiple_of(page());
+        let layout = Layout::from_size_align(len, page()).expect("page-aligned layout");
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
@@ -492,7 +553,7 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.len, PAGE).expect("page-aligned layout");
+        let layout = Layout::from_size_align(self.len, page()).expect("page-aligned layout");
         // SAFETY: allocated with this exact layout in `new`.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
     }
@@ -504,52 +565,102 @@ mod tests {
 
     #[test]
     fn region_write_release_rounds_inward() {
-        let r = Region::reserve(3 * PAGE).unwrap();
-        r.write(0, &vec![7u8; 3 * PAGE]).unwrap();
+        let r = Region::reserve(3 * page()).unwrap();
+        r.write(0, &vec![7u8; 3 * page()]).unwrap();
         // Release a range that covers page 1 fully and pages 0 and 2 partly.
-        assert_eq!(r.release(100, 2 * PAGE).unwrap(), PAGE);
-        r.fill_with(0, 3 * PAGE, |s| {
-            assert_eq!(s[PAGE - 1], 7, "partial page 0 kept");
-            assert!(s[PAGE..2 * PAGE].iter().all(|&b| b == 0), "page 1 released");
-            assert_eq!(s[2 * PAGE], 7, "partial page 2 kept");
+        assert_eq!(r.release(100, 2 * page()).unwrap(), page());
+        r.fill_with(0, 3 * page(), |s| {
+            assert_eq!(s[page() - 1], 7, "partial page 0 kept");
+            assert!(s[page()..2 * page()].iter().all(|&b| b == 0), "page 1 released");
+            assert_eq!(s[2 * page()], 7, "partial page 2 kept");
         })
         .unwrap();
-        assert!(r.write(3 * PAGE - 1, &[1, 2]).is_err());
+        assert!(r.write(3 * page() - 1, &[1, 2]).is_err());
     }
 
     #[test]
     fn moved_pages_carry_their_bytes_and_leave_zeroes() {
-        let a = Region::reserve(4 * PAGE).unwrap();
-        let b = Region::reserve(4 * PAGE).unwrap();
-        a.write(0, &vec![5u8; 4 * PAGE]).unwrap();
-        a.move_pages(PAGE, &b, 2 * PAGE, 2 * PAGE).unwrap();
-        b.fill_with(0, 4 * PAGE, |s| {
-            assert!(s[..2 * PAGE].iter().all(|&x| x == 0), "untouched destination pages stay empty");
-            assert!(s[2 * PAGE..].iter().all(|&x| x == 5), "moved pages hold the source's bytes");
+        let a = Region::reserve(4 * page()).unwrap();
+        let b = Region::reserve(4 * page()).unwrap();
+        a.write(0, &vec![5u8; 4 * page()]).unwrap();
+        a.move_pages(page(), &b, 2 * page(), 2 * page()).unwrap();
+        b.fill_with(0, 4 * page(), |s| {
+            assert!(s[..2 * page()].iter().all(|&x| x == 0), "untouched destination pages stay empty");
+            assert!(s[2 * page()..].iter().all(|&x| x == 5), "moved pages hold the source's bytes");
         })
         .unwrap();
-        a.fill_with(0, 4 * PAGE, |s| {
-            assert!(s[PAGE..3 * PAGE].iter().all(|&x| x == 0), "moved-out pages read as zeroes");
-            assert!(s[..PAGE].iter().chain(&s[3 * PAGE..]).all(|&x| x == 5), "the rest stays");
+        a.fill_with(0, 4 * page(), |s| {
+            assert!(s[page()..3 * page()].iter().all(|&x| x == 0), "moved-out pages read as zeroes");
+            assert!(s[..page()].iter().chain(&s[3 * page()..]).all(|&x| x == 5), "the rest stays");
         })
         .unwrap();
         // The source range stays mapped and usable.
-        a.write(PAGE, &[9u8; 16]).unwrap();
+        a.write(page(), &[9u8; 16]).unwrap();
         // Within one region, to a disjoint range.
-        a.move_pages(0, &a, 2 * PAGE, PAGE).unwrap();
-        a.fill_with(2 * PAGE, PAGE, |s| assert!(s.iter().all(|&x| x == 5))).unwrap();
-        assert!(a.move_pages(0, &a, PAGE / 2, PAGE).is_err(), "unaligned");
-        assert!(a.move_pages(0, &a, 0, PAGE).is_err(), "overlapping");
-        assert!(a.move_pages(0, &b, 4 * PAGE, PAGE).is_err(), "outside the destination");
-        assert_eq!(Region::whole_pages(100, 2 * PAGE), Some((PAGE, PAGE)));
-        assert_eq!(Region::whole_pages(100, PAGE), None);
+        a.move_pages(0, &a, 2 * page(), page()).unwrap();
+        a.fill_with(2 * page(), page(), |s| assert!(s.iter().all(|&x| x == 5))).unwrap();
+        assert!(a.move_pages(0, &a, page() / 2, page()).is_err(), "unaligned");
+        assert!(a.move_pages(0, &a, 0, page()).is_err(), "overlapping");
+        assert!(a.move_pages(0, &b, 4 * page(), page()).is_err(), "outside the destination");
+        assert_eq!(Region::whole_pages(100, 2 * page()), Some((page(), page())));
+        assert_eq!(Region::whole_pages(100, page()), None);
     }
 
     #[test]
     fn aligned_buf_is_page_aligned() {
         let mut b = AlignedBuf::new(10);
-        assert_eq!(b.as_slice().as_ptr() as usize % PAGE, 0);
-        b.ensure(3 * PAGE + 1);
-        assert_eq!(b.len(), 4 * PAGE);
+        assert_eq!(b.as_slice().as_ptr() as usize % page(), 0);
+        b.ensure(3 * page() + 1);
+        assert_eq!(b.len(), 4 * page());
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn page_moves_work_on_this_kernel() {
+        // Every x86-64 machine bmoe is tested on runs Linux 5.7 or later
+        // natively; only emulation (qemu-user, for aarch64) lacks them.
+        assert!(page_moves_work());
+    }
+
+    /// The page sizes of the ARM kernels bmoe meets (4 KiB, 16 KiB on the
+    /// Pi 5, 64 KiB on servers), whatever this machine's own page is.
+    const PAGE_SIZES: [usize; 3] = [4096, 16384, 65536];
+
+    #[test]
+    fn o_direct_windows_and_whole_pages_follow_the_page_size() {
+        assert!(page().is_power_of_two() && page() >= 4096, "page() is {}", page());
+        for p in PAGE_SIZES {
+            assert_eq!(page_window(p, 3 * p as u64 + 100, p), (100, 2 * p), "a slice across a page edge at {p}");
+            assert_eq!(page_window(p, 5 * p as u64, 2 * p), (0, 2 * p), "an aligned slice is its own window at {p}");
+            assert_eq!(page_window(p, 4096, 10), if p == 4096 { (0, p) } else { (4096, p) });
+            assert_eq!(whole_pages_in(p, 100, 3 * p), Some((p, 2 * p)));
+            assert_eq!(whole_pages_in(p, 100, p), None, "no whole page inside at {p}");
+            assert_eq!(whole_pages_in(p, p, p), Some((p, p)));
+            // A range aligned to 4 KiB but not to `p` holds no whole page of `p`.
+            assert_eq!(whole_pages_in(p, 4096, p), if p == 4096 { Some((4096, 4096)) } else { None });
+        }
+    }
+
+    #[test]
+    fn pages_move_and_release_in_runs_of_larger_pages() {
+        for p in PAGE_SIZES.into_iter().filter(|p| p.is_multiple_of(page())) {
+            let a = Region::reserve(4 * p).unwrap();
+            let b = Region::reserve(4 * p).unwrap();
+            a.write(0, &vec![5u8; 4 * p]).unwrap();
+            a.move_pages(p, &b, 2 * p, 2 * p).unwrap();
+            b.fill_with(0, 4 * p, |s| {
+                assert!(s[..2 * p].iter().all(|&x| x == 0), "untouched destination at {p}");
+                assert!(s[2 * p..].iter().all(|&x| x == 5), "moved run at {p}");
+            })
+            .unwrap();
+            let (start, len) = whole_pages_in(p, 100, 2 * p).unwrap();
+            assert_eq!(a.release(start, len).unwrap(), len);
+            a.fill_with(0, 4 * p, |s| {
+                assert!(s[..p].iter().all(|&x| x == 5), "the page before stays at {p}");
+                assert!(s[p..3 * p].iter().all(|&x| x == 0), "moved then released at {p}");
+                assert!(s[3 * p..].iter().all(|&x| x == 5), "the page after stays at {p}");
+            })
+            .unwrap();
+        }
     }
 }

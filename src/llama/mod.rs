@@ -3,6 +3,7 @@
 //! type; every `unsafe` block says which contract makes it sound.
 
 mod context;
+pub mod cpu_layouts;
 mod log;
 pub mod memory;
 mod model;

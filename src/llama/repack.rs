@@ -1,6 +1,7 @@
 //! Weight repacking for the CPU's matrix kernels. llama.cpp's CPU backend
-//! can keep a quantized weight with its rows interleaved in groups of 8 (q4_0,
-//! q4_K, iq4_nl, mxfp4 with AVX2; q2_K with AVX-512), which its faster
+//! can keep a quantized weight with its rows interleaved in groups (q4_0,
+//! q4_K, iq4_nl, mxfp4 in 8s with AVX2, q2_K with AVX-512; on ARM more
+//! types in 4s or 8s by dotprod and i8mm: [`super::cpu_layouts`]), which its faster
 //! `gemv`/`gemm` kernels read; such a weight lives in the backend's
 //! `CPU_REPACK` buffer type, whose `set_tensor` does the interleaving.
 //!

@@ -223,7 +223,7 @@ impl TensorHandle {
         // SAFETY: as in copy_into: valid for len bytes, only read.
         let base = unsafe { (*self.0).data as *const u8 };
         let mut sum = 0u8;
-        for off in (0..len).step_by(super::memory::PAGE) {
+        for off in (0..len).step_by(super::memory::page()) {
             // SAFETY: off < len; a volatile read so the touch is not optimised away.
             sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(base.add(off)) });
         }
@@ -359,20 +359,19 @@ impl TensorBinding {
     /// released.
     pub fn release_original_pages(&self) -> std::io::Result<usize> {
         let len = self.tensor.nbytes();
-        let start = (self.original as usize).next_multiple_of(super::memory::PAGE);
-        let end = (self.original as usize + len) / super::memory::PAGE * super::memory::PAGE;
-        if end <= start {
+        let Some((start, whole)) = super::memory::whole_pages_in(super::memory::page(), self.original as usize, len)
+        else {
             return Ok(0);
-        }
-        // SAFETY: [start, end) lies inside the tensor's bytes in llama.cpp's
+        };
+        // SAFETY: [start, start + whole) lies inside the tensor's bytes in llama.cpp's
         // read-only file mapping, which nothing reads while the tensor is
         // rebound; MADV_DONTNEED on a file mapping only drops page-table
         // entries, and a later access re-reads the file.
-        let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, whole, libc::MADV_DONTNEED) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(end - start)
+        Ok(whole)
     }
 }
 

@@ -58,26 +58,26 @@ impl ArenaRuns {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llama::memory::PAGE;
+    use crate::llama::memory::page;
 
     #[test]
     fn runs_are_reused_carved_and_split() {
-        let mut runs = ArenaRuns::new(Arc::new(Arena::new(10 * PAGE).unwrap()));
-        let (a, _) = runs.take(4 * PAGE).unwrap();
-        let (b, used) = runs.take(4 * PAGE).unwrap();
-        assert_eq!((a, b, used), (0, 4 * PAGE, false));
-        assert_eq!(runs.take(3 * PAGE), None, "two pages left untouched");
-        runs.give(a, 4 * PAGE);
+        let mut runs = ArenaRuns::new(Arc::new(Arena::new(10 * page()).unwrap()));
+        let (a, _) = runs.take(4 * page()).unwrap();
+        let (b, used) = runs.take(4 * page()).unwrap();
+        assert_eq!((a, b, used), (0, 4 * page(), false));
+        assert_eq!(runs.take(3 * page()), None, "two pages left untouched");
+        runs.give(a, 4 * page());
         // A run of the same size comes back as it was, its pages used.
-        assert_eq!(runs.take(4 * PAGE), Some((a, true)));
-        runs.give(a, 4 * PAGE);
+        assert_eq!(runs.take(4 * page()), Some((a, true)));
+        runs.give(a, 4 * page());
         // Smaller: the untouched tail first, then a split of the free run.
-        assert_eq!(runs.take(2 * PAGE), Some((8 * PAGE, false)));
-        assert_eq!(runs.take(3 * PAGE), Some((a, true)));
-        assert_eq!(runs.take(PAGE), Some((a + 3 * PAGE, true)));
+        assert_eq!(runs.take(2 * page()), Some((8 * page(), false)));
+        assert_eq!(runs.take(3 * page()), Some((a, true)));
+        assert_eq!(runs.take(page()), Some((a + 3 * page(), true)));
         assert_eq!(runs.free_bytes(), 0);
-        assert_eq!(runs.take(PAGE), None);
-        runs.give(b, 4 * PAGE);
-        assert_eq!(runs.free_bytes(), 4 * PAGE);
+        assert_eq!(runs.take(page()), None);
+        runs.give(b, 4 * page());
+        assert_eq!(runs.free_bytes(), 4 * page());
     }
 }

@@ -99,11 +99,12 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         let aligned = layers.values().all(|(_, _, a)| *a);
         let _ = writeln!(out, "page-aligned:  {}", if aligned { "yes" } else { "no (O_DIRECT reads aligned windows)" });
         let banks = files.tensors().filter(|t| crate::moe::repack::is_bank(&t.info.name, &t.info.dims)).count();
-        let repackable = crate::moe::repack::repackable_banks(files).len();
+        let repackable = crate::moe::repack::repackable_banks(files);
         let _ = writeln!(
             out,
-            "repacked:      {repackable} of {banks} expert banks have this CPU's faster repacked kernels{}",
-            if repackable > 0 { " (--repack)" } else { "" }
+            "repacked:      {} of {banks} expert banks have this CPU's faster repacked kernels{}",
+            repackable.len(),
+            repacked_layouts_of(files, &repackable)
         );
     }
     let checked = crate::moe::capability::check_file(files);
@@ -150,4 +151,23 @@ fn vocabulary_line(files: &ModelFiles) -> Option<String> {
         ),
         None => format!("{rows} tokens: token_embd {embd_size}, tied: also the output head (read whole every token)"),
     })
+}
+
+/// `" (Q4_0 as 4x4; --repack)"` for the repackable banks' types and the
+/// layouts this CPU's llama.cpp gives them; empty when no bank repacks.
+fn repacked_layouts_of(files: &ModelFiles, repackable: &[String]) -> String {
+    if repackable.is_empty() {
+        return String::new();
+    }
+    let mut layouts: Vec<String> = files
+        .tensors()
+        .filter(|t| repackable.contains(&t.info.name))
+        .map(|t| match crate::llama::cpu_layouts::layout_of_type(t.info.ty.id()) {
+            Some(layout) => format!("{} as {layout}", t.info.ty),
+            None => t.info.ty.to_string(),
+        })
+        .collect();
+    layouts.sort();
+    layouts.dedup();
+    format!(" ({}; --repack)", layouts.join(", "))
 }

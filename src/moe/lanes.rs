@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 
 use super::partial::PartialCopy;
 use crate::llama::Repacker;
-use crate::llama::memory::{AlignedBuf, Arena, PAGE, Region};
+use crate::llama::memory::{self, AlignedBuf, Arena, Region, page};
 use crate::llama::uring::{FixedSpan, Registrar, Ring, Window};
 
 /// Most reads a worker lane with an io_uring takes and submits together.
@@ -245,9 +245,8 @@ impl Lane {
             f.buffered.read_exact_at(&mut self.bounce.as_mut_slice()[..job.len], job.offset)?;
             return Ok((job.len as u64, 0..job.len));
         };
-        let lead = (job.offset % PAGE as u64) as usize;
+        let (lead, wlen) = memory::page_window(page(), job.offset, job.len);
         let need = lead + job.len;
-        let wlen = need.next_multiple_of(PAGE);
         let start = job.offset - lead as u64;
         self.bounce.ensure(wlen);
         let buf = &mut self.bounce.as_mut_slice()[..wlen];
@@ -266,10 +265,9 @@ impl Lane {
 /// The enclosing page window of an O_DIRECT job that can be read straight
 /// into place, as `(lead, window length)`: `lead` bytes before the slice.
 fn in_place_window(job: &ReadJob) -> Option<(usize, usize)> {
-    let lead = (job.offset % PAGE as u64) as usize;
-    let wlen = (lead + job.len).next_multiple_of(PAGE);
+    let (lead, wlen) = memory::page_window(page(), job.offset, job.len);
     let in_place = (job.linear || (lead == 0 && job.len == wlen))
-        && job.region_offset % PAGE == lead
+        && job.region_offset % page() == lead
         && job.region_offset - lead + wlen <= job.region.len();
     in_place.then_some((lead, wlen))
 }
@@ -287,9 +285,9 @@ fn direct_works(p: &Path) -> Result<(), String> {
     let direct = open_direct(p).map_err(|e| format!("cannot open with O_DIRECT ({e})"))?;
     let buffered = File::open(p).map_err(|e| e.to_string())?;
     let size = buffered.metadata().map_err(|e| e.to_string())?.len();
-    let at = (size / 2) / PAGE as u64 * PAGE as u64;
-    let len = (size - at).min(PAGE as u64) as usize;
-    let mut a = AlignedBuf::new(PAGE);
+    let at = (size / 2) / page() as u64 * page() as u64;
+    let len = (size - at).min(page() as u64) as usize;
+    let mut a = AlignedBuf::new(page());
     let mut b = vec![0u8; len];
     let n = direct.read_at(a.as_mut_slice(), at).map_err(|e| format!("O_DIRECT read failed ({e})"))?;
     buffered.read_exact_at(&mut b, at).map_err(|e| e.to_string())?;
@@ -761,10 +759,10 @@ mod tests {
         let (p, data) = sample_file(dir.path(), 40_000);
         let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), 2, true).unwrap();
         assert!(r.o_direct());
-        let region = Arc::new(Region::reserve(8 * PAGE).unwrap());
-        region.write(0, &[0xAB; 8 * PAGE]).unwrap();
+        let region = Arc::new(Region::reserve(8 * page()).unwrap());
+        region.write(0, &vec![0xAB; 8 * page()]).unwrap();
         // Congruent but not declared linear; declared linear but not congruent.
-        let cuts = [(5000usize, 5000 % PAGE + PAGE, 3000usize, false), (9000, 4 * PAGE + 7, 2000, true)];
+        let cuts = [(5000usize, 5000 % page() + page(), 3000usize, false), (9000, 4 * page() + 7, 2000, true)];
         let jobs = cuts
             .iter()
             .map(|&(o, at, l, linear)| ReadJob {
@@ -781,23 +779,24 @@ mod tests {
             .collect();
         let st = r.read_all(jobs).unwrap();
         assert_eq!((st.slices, st.bounced), (2, 2));
-        let mut expect = vec![0xABu8; 8 * PAGE];
+        let mut expect = vec![0xABu8; 8 * page()];
         for &(o, at, l, _) in &cuts {
             expect[at..at + l].copy_from_slice(&data[o..o + l]);
         }
-        region.fill_with(0, 8 * PAGE, |s| assert!(s == &expect[..], "bytes outside the slices changed")).unwrap();
+        region.fill_with(0, 8 * page(), |s| assert!(s == &expect[..], "bytes outside the slices changed")).unwrap();
     }
 
     #[test]
     fn page_aligned_slices_read_straight_into_place() {
         let dir = tempfile::tempdir().unwrap();
-        let (p, data) = sample_file(dir.path(), 64 * PAGE + 100);
+        let (p, data) = sample_file(dir.path(), 64 * page() + 100);
         for lanes in [1, 3] {
             let (mut r, _) = ReadLanes::open(std::slice::from_ref(&p), lanes, true).unwrap();
             assert!(r.o_direct());
-            let region = Arc::new(Region::reserve(64 * PAGE).unwrap());
+            let region = Arc::new(Region::reserve(64 * page()).unwrap());
             // Aligned slices, one of them landing at another offset than it was read from.
-            let cuts = [(0, 0, 8 * PAGE), (8 * PAGE, 40 * PAGE, 24 * PAGE), (32 * PAGE, 8 * PAGE, 32 * PAGE)];
+            let cuts =
+                [(0, 0, 8 * page()), (8 * page(), 40 * page(), 24 * page()), (32 * page(), 8 * page(), 32 * page())];
             let jobs = cuts
                 .iter()
                 .map(|&(o, at, l)| ReadJob {
@@ -813,7 +812,7 @@ mod tests {
                 })
                 .collect();
             let st = r.read_all(jobs).unwrap();
-            assert_eq!((st.bytes, st.window_bytes, st.bounced), (64 * PAGE as u64, 64 * PAGE as u64, 0));
+            assert_eq!((st.bytes, st.window_bytes, st.bounced), (64 * page() as u64, 64 * page() as u64, 0));
             for &(o, at, l) in &cuts {
                 region.fill_with(at, l, |s| assert!(s == &data[o..o + l], "lanes={lanes} slice at {o}")).unwrap();
             }

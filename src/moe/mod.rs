@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use crate::gguf::ModelFiles;
 use crate::llama::Repacker;
-use crate::llama::memory::PAGE;
+use crate::llama::memory::page;
 
 /// The expert banks found at capture, resolved to file locations.
 pub struct Banks {
@@ -66,7 +66,7 @@ pub fn resolve_banks(
                 t.name, loc.info.size, loc.info.ty
             ));
         }
-        unaligned |= loc.file_offset % PAGE as u64 != 0 || slice % PAGE != 0;
+        unaligned |= loc.file_offset % page() as u64 != 0 || slice % page() != 0;
         let il = t.layer as usize;
         if layers.len() <= il {
             layers.resize_with(il + 1, Vec::new);

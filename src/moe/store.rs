@@ -26,7 +26,7 @@ use super::arena_runs::ArenaRuns;
 use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
 use super::lanes::{CopyInto, ReadJob, ReadLanes, ReadStats};
 use super::partial::PartialCopy;
-use crate::llama::memory::{self, Arena, PAGE, Region};
+use crate::llama::memory::{self, Arena, Region, page};
 use crate::llama::uring::FixedSpan;
 use crate::llama::{Repacker, TensorBinding, TensorHandle};
 
@@ -52,13 +52,13 @@ impl Projection {
     /// Where the bank starts in its region: its file offset modulo the page
     /// size, so region and file agree modulo the page size.
     fn lead(&self) -> usize {
-        (self.file_offset % PAGE as u64) as usize
+        (self.file_offset % page() as u64) as usize
     }
 
     /// Region bytes the bank needs: the lead, the bank, and a page of slack
     /// for the last slice's page window.
     fn region_bytes(&self, n_expert: usize) -> usize {
-        self.lead() + self.slice_bytes * n_expert + PAGE
+        self.lead() + self.slice_bytes * n_expert + page()
     }
 }
 
@@ -297,6 +297,7 @@ impl ExpertStore {
         let windows: usize = layers.iter().map(|l| l.len() * n_expert).sum();
         let recycle = cfg!(target_os = "linux")
             && matches!(residency, Residency::Cache(_))
+            && memory::page_moves_work()
             && memory::mappings_fit(2 * windows + regions.iter().map(Vec::len).sum::<usize>());
         let n_layers = layers.len();
         let entry_bytes = layers.iter().map(|l| l.iter().map(|p| p.slice_bytes as u64).sum()).collect();
@@ -338,7 +339,7 @@ impl ExpertStore {
         let Residency::Cache(cache) = &self.residency else {
             return Err(io::Error::other("the expert cache is off"));
         };
-        let len = usize::try_from(cache.budget).map_err(io::Error::other)?.next_multiple_of(PAGE);
+        let len = usize::try_from(cache.budget).map_err(io::Error::other)?.next_multiple_of(page());
         crate::llama::uring::check_lockable(len)?;
         let arena = std::sync::Arc::new(Arena::new(len)?);
         self.lanes.use_arena(&arena)?;
@@ -731,7 +732,7 @@ impl ExpertStore {
                 // or given back to the arena with its page-table entries
                 // dropped (so its pages count once in the resident set).
                 *held = ArenaPages::Stale;
-                let offset = at.next_multiple_of(PAGE);
+                let offset = at.next_multiple_of(page());
                 if pages == Pages::Keep && self.recycle {
                     self.spare.push(SpareRun { il, p, offset, len, arena_run: Some(run) });
                 } else {

@@ -319,7 +319,8 @@ fn attach_stream(
     info.io_uring = store.uses_arena();
     if decision.bytes > 0 && stream.recycle_pages && !store.recycles_pages() {
         notices.push(
-            "evicted expert pages are released, not recycled: page moves need Linux and room under vm.max_map_count"
+            "evicted expert pages are released, not recycled: page moves need Linux 5.7 or later \
+             (mremap's MREMAP_DONTUNMAP, which qemu-user does not emulate) and room under vm.max_map_count"
                 .into(),
         );
     }
