@@ -9,8 +9,9 @@
 #               default), 16384 (Raspberry Pi OS on a Pi 5, Asahi), 65536
 #               (many ARM server kernels); the tests run once per size
 #   --subset    only the SUBSET below (about a quarter of the run time)
-#   --ci        what .ci/run runs: the subset at 4096, 16384 and 65536,
-#               and every generated architecture's gate at 4096
+#   --ci        what .ci/run runs: the subset and every generated
+#               architecture's gate at 4096, and at 16384 and 65536 the
+#               subset's tests whose work depends on the page size (PAGES)
 #
 # The whole set: the library's unit tests, tests/gates.rs (cache off and
 # evicting, read-ahead, lanes, O_DIRECT and buffered, repacked copies, split
@@ -53,13 +54,24 @@ subset_filters=(memory:: cpu_layouts:: lanes:: uring::
   _plugin_ bundled hostile bad_files
   a_runaway_loop writes_outside errors_point_at
   screens_at_two_sizes routing_panel_cells a_setting_changed a_tool_call mtp_acceptance)
+# PAGES: the subset less what does not depend on the page size (the layout
+# tests, the plugins, Rhai, the chat screens, the release mixes): the page
+# windows, releases and moves, the lanes, and the streamed gates.
+page_tests=(--lib --test gates --test arch_gates --test quant_gates)
+page_filters=(memory:: lanes:: uring::
+  cache_off_four_lanes cache_evicting_every_token buffered_reads o_direct_is_really_used
+  recycled_pages_are_lossless read_ahead_is_lossless repacked_experts_stream_like_resident_ones
+  three_shard_split_model
+  gate_qwen3moe gate_deepseek2 gate_gpt_oss gate_qwen3next
+  gate_q4_k gate_iq4_xs gate_mxfp4)
 
-# Runs tests at page size $1: the whole set, the subset or every
-# architecture's gate ($2: whole, subset or arches).
+# Runs tests at page size $1: the whole set, the subset, its page-size part
+# or every architecture's gate ($2: whole, subset, pages or arches).
 run_at() {
   local size=$1 selected=("${tests[@]}") filters=()
   case "$2" in
     subset) filters=("${subset_filters[@]}") ;;
+    pages) selected=("${page_tests[@]}") filters=("${page_filters[@]}") ;;
     arches) selected=(--test arch_gates) ;;
   esac
   echo "test-arm64: page size $size ($2)"
@@ -73,8 +85,8 @@ cargo test --release --locked --target "$arm64_target" --no-run "${tests[@]}"
 if [ "$ci" = 1 ]; then
   run_at 4096 subset
   run_at 4096 arches
-  run_at 16384 subset
-  run_at 65536 subset
+  run_at 16384 pages
+  run_at 65536 pages
 else
   for size in "${sizes[@]}"; do run_at "$size" "$([ "$subset" = 1 ] && echo subset || echo whole)"; done
 fi
