@@ -45,12 +45,13 @@ skips=(--skip layers_on_an_rpc_server_show_in_the_header)
 # architectures (plain, shared experts, expert biases, hybrid); a K-quant,
 # an IQ type, mxfp4 and the release mixes; every plugin test; Rhai's
 # sandbox and error tests; the chat screens.
-subset_filters=(memory:: cpu_layouts:: lanes:: uring::
-  cache_off_four_lanes cache_evicting_every_token buffered_reads o_direct_is_really_used
+# The subset's streamed gates, which PAGES below runs at every page size.
+stream_filters=(cache_off_four_lanes cache_evicting_every_token buffered_reads o_direct_is_really_used
   recycled_pages_are_lossless read_ahead_is_lossless repacked_experts_stream_like_resident_ones
   three_shard_split_model
   gate_qwen3moe gate_deepseek2 gate_gpt_oss gate_qwen3next
-  gate_q4_k gate_iq4_xs gate_mxfp4 gate_quant_mixes
+  gate_q4_k gate_iq4_xs gate_mxfp4)
+subset_filters=(memory:: cpu_layouts:: lanes:: uring:: "${stream_filters[@]}" gate_quant_mixes
   _plugin_ bundled hostile bad_files
   a_runaway_loop writes_outside errors_point_at
   screens_at_two_sizes routing_panel_cells a_setting_changed a_tool_call mtp_acceptance)
@@ -58,12 +59,7 @@ subset_filters=(memory:: cpu_layouts:: lanes:: uring::
 # tests, the plugins, Rhai, the chat screens, the release mixes): the page
 # windows, releases and moves, the lanes, and the streamed gates.
 page_tests=(--lib --test gates --test arch_gates --test quant_gates)
-page_filters=(memory:: lanes:: uring::
-  cache_off_four_lanes cache_evicting_every_token buffered_reads o_direct_is_really_used
-  recycled_pages_are_lossless read_ahead_is_lossless repacked_experts_stream_like_resident_ones
-  three_shard_split_model
-  gate_qwen3moe gate_deepseek2 gate_gpt_oss gate_qwen3next
-  gate_q4_k gate_iq4_xs gate_mxfp4)
+page_filters=(memory:: lanes:: uring:: "${stream_filters[@]}")
 
 # Runs tests at page size $1: the whole set, the subset, its page-size part
 # or every architecture's gate ($2: whole, subset, pages or arches).
