@@ -251,7 +251,7 @@ fn version_names_the_cpu_features_and_repacked_layouts() {
     }
     // A build with dotprod repacks q4_0 in a 4-row layout on ARM, 8 rows with AVX2.
     if cpu.contains("DOTPROD") || cpu.contains("AVX2") {
-        assert!(layouts.iter().any(|l| l.starts_with("Q4_0 ")), "{layouts:?}");
+        assert!(layouts.iter().any(|l| l.starts_with("q4_0 ")), "{layouts:?}");
     }
 }
 
@@ -268,7 +268,7 @@ fn inspect_archs_and_split() {
     let kernel = bmoe::llama::Repacker::new(bmoe::gguf::GgmlType::Q4_0.id(), 64, 64).is_some();
     let expected = if kernel { "repacked:      12 of 12 expert banks" } else { "repacked:      0 of 12 expert banks" };
     assert!(out.contains(expected), "{out}");
-    if let Some(layout) = bmoe::llama::cpu_layouts::layout_of_type(bmoe::gguf::GgmlType::Q4_0.id()) {
+    if let Some(layout) = bmoe::llama::cpu_layouts::layout_of_type(bmoe::gguf::GgmlType::Q4_0) {
         assert!(out.contains(&format!("(q4_0 as {layout}; --repack)")), "{out}");
     }
     let archs = stdout(&ok(&["archs"]));

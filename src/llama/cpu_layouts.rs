@@ -11,6 +11,8 @@
 
 use llama_cpp_sys_2 as sys;
 
+use crate::gguf::GgmlType;
+
 /// The CPU features ggml's layout choice depends on, as the linked CPU
 /// backend reports them (compiled in and, on ARM, present at run time).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,58 +49,61 @@ impl LayoutFeatures {
     }
 }
 
-/// The quantized types ggml can repack, as (name, ggml type id).
-const REPACKABLE_TYPES: [(&str, u32); 9] = [
-    ("Q4_0", sys::GGML_TYPE_Q4_0),
-    ("Q4_K", sys::GGML_TYPE_Q4_K),
-    ("Q5_K", sys::GGML_TYPE_Q5_K),
-    ("Q6_K", sys::GGML_TYPE_Q6_K),
-    ("Q2_K", sys::GGML_TYPE_Q2_K),
-    ("IQ4_NL", sys::GGML_TYPE_IQ4_NL),
-    ("MXFP4", sys::GGML_TYPE_MXFP4),
-    ("Q8_0", sys::GGML_TYPE_Q8_0),
-    ("Q1_0", sys::GGML_TYPE_Q1_0),
+/// The quantized types ggml can repack, by ggml type id.
+const REPACKABLE_TYPES: [u32; 9] = [
+    sys::GGML_TYPE_Q4_0,
+    sys::GGML_TYPE_Q4_K,
+    sys::GGML_TYPE_Q5_K,
+    sys::GGML_TYPE_Q6_K,
+    sys::GGML_TYPE_Q2_K,
+    sys::GGML_TYPE_IQ4_NL,
+    sys::GGML_TYPE_MXFP4,
+    sys::GGML_TYPE_Q8_0,
+    sys::GGML_TYPE_Q1_0,
 ];
 
 /// The layout (columns x interleave, ggml's name) ggml picks for a weight of
-/// type `name` whose row count is a multiple of 8, given `f`; `None` where
-/// it keeps the file's layout.
-pub fn layout_for(name: &str, f: LayoutFeatures) -> Option<&'static str> {
+/// type `ty` whose row count is a multiple of 8, given `f`; `None` where it
+/// keeps the file's layout.
+pub fn layout_for(ty: GgmlType, f: LayoutFeatures) -> Option<&'static str> {
     let neon_i8mm = f.neon && f.i8mm;
     let neon_dot = f.neon && f.dotprod;
-    match name {
-        "Q4_0" if f.avx2 || (f.sve_bytes == 32 && f.i8mm) => Some("8x8"),
-        "Q4_0" | "Q8_0" | "Q1_0" if neon_i8mm => Some("4x8"),
-        "Q4_0" | "Q8_0" | "Q1_0" | "IQ4_NL" | "MXFP4" if neon_dot => Some("4x4"),
-        "Q4_K" if f.avx2 || neon_i8mm => Some("8x8"),
-        "Q5_K" | "Q6_K" if neon_i8mm => Some("8x8"),
-        "Q4_K" | "Q5_K" | "Q6_K" if neon_dot => Some("8x4"),
-        "Q2_K" if f.avx512 => Some("8x8"),
-        "IQ4_NL" | "MXFP4" if f.avx2 => Some("8x8"),
+    match ty.name() {
+        "q4_0" if f.avx2 || (f.sve_bytes == 32 && f.i8mm) => Some("8x8"),
+        "q4_0" | "q8_0" | "q1_0" if neon_i8mm => Some("4x8"),
+        "q4_0" | "q8_0" | "q1_0" | "iq4_nl" | "mxfp4" if neon_dot => Some("4x4"),
+        "q4_K" if f.avx2 || neon_i8mm => Some("8x8"),
+        "q5_K" | "q6_K" if neon_i8mm => Some("8x8"),
+        "q4_K" | "q5_K" | "q6_K" if neon_dot => Some("8x4"),
+        "q2_K" if f.avx512 => Some("8x8"),
+        "iq4_nl" | "mxfp4" if f.avx2 => Some("8x8"),
         _ => None,
     }
 }
 
-/// The repacked layouts in use on this CPU, as `"Q4_0 4x4"` per type the
-/// backend repacks (probed with a 256 x 8 weight); `"Q4_0 repacked"` where
+/// The repackable types as [`GgmlType`]s (all known to the project's type table).
+fn repackable_types() -> impl Iterator<Item = GgmlType> {
+    REPACKABLE_TYPES.into_iter().filter_map(GgmlType::from_id)
+}
+
+/// The repacked layouts in use on this CPU, as `"q4_0 4x4"` per type the
+/// backend repacks (probed with a 256 x 8 weight); `"q4_0 repacked"` where
 /// the backend repacks a type these rules do not name.
 pub fn repacked_layouts() -> Vec<String> {
     let features = LayoutFeatures::detect();
-    REPACKABLE_TYPES
-        .iter()
-        .filter(|(_, id)| super::Repacker::new(*id, 256, 8).is_some())
-        .map(|(name, _)| match layout_for(name, features) {
-            Some(layout) => format!("{name} {layout}"),
-            None => format!("{name} repacked"),
+    repackable_types()
+        .filter(|ty| super::Repacker::new(ty.id(), 256, 8).is_some())
+        .map(|ty| match layout_for(ty, features) {
+            Some(layout) => format!("{ty} {layout}"),
+            None => format!("{ty} repacked"),
         })
         .collect()
 }
 
-/// The layout this CPU's llama.cpp repacks weights of ggml type `type_id`
-/// into, when it repacks them.
-pub fn layout_of_type(type_id: u32) -> Option<&'static str> {
-    let (name, _) = REPACKABLE_TYPES.iter().find(|(_, id)| *id == type_id)?;
-    layout_for(name, LayoutFeatures::detect())
+/// The layout this CPU's llama.cpp repacks weights of type `ty` into, when
+/// it repacks them.
+pub fn layout_of_type(ty: GgmlType) -> Option<&'static str> {
+    layout_for(ty, LayoutFeatures::detect())
 }
 
 #[cfg(test)]
@@ -109,38 +114,47 @@ mod tests {
     const NONE: LayoutFeatures =
         LayoutFeatures { avx2: false, avx512: false, neon: false, dotprod: false, i8mm: false, sve_bytes: 0 };
 
+    fn named(name: &str) -> GgmlType {
+        GgmlType::from_name(name).unwrap()
+    }
+
+    #[test]
+    fn every_repackable_type_is_a_known_ggml_type() {
+        assert_eq!(repackable_types().count(), REPACKABLE_TYPES.len());
+    }
+
     #[test]
     fn arm_layouts_follow_dotprod_i8mm_and_sve() {
-        let with = |name| layout_for(name, PI5);
+        let with = |name| layout_for(named(name), PI5);
         assert_eq!(
-            [with("Q4_0"), with("Q4_K"), with("Q8_0"), with("Q2_K")],
+            [with("q4_0"), with("q4_K"), with("q8_0"), with("q2_K")],
             [Some("4x4"), Some("8x4"), Some("4x4"), None]
         );
         let i8mm = LayoutFeatures { i8mm: true, ..PI5 };
-        assert_eq!([layout_for("Q4_0", i8mm), layout_for("Q6_K", i8mm)], [Some("4x8"), Some("8x8")]);
+        assert_eq!([layout_for(named("q4_0"), i8mm), layout_for(named("q6_K"), i8mm)], [Some("4x8"), Some("8x8")]);
         let sve256 = LayoutFeatures { sve_bytes: 32, ..i8mm };
-        assert_eq!(layout_for("Q4_0", sve256), Some("8x8"));
+        assert_eq!(layout_for(named("q4_0"), sve256), Some("8x8"));
         let neon_only = LayoutFeatures { neon: true, ..NONE };
-        assert!(REPACKABLE_TYPES.iter().all(|(n, _)| layout_for(n, neon_only).is_none()));
+        assert!(repackable_types().all(|ty| layout_for(ty, neon_only).is_none()));
     }
 
     #[test]
     fn x86_layouts_are_8x8_with_avx2() {
         let avx2 = LayoutFeatures { avx2: true, ..NONE };
         assert_eq!(
-            [layout_for("Q4_0", avx2), layout_for("Q4_K", avx2), layout_for("Q2_K", avx2)],
+            [layout_for(named("q4_0"), avx2), layout_for(named("q4_K"), avx2), layout_for(named("q2_K"), avx2)],
             [Some("8x8"), Some("8x8"), None]
         );
-        assert_eq!(layout_for("Q2_K", LayoutFeatures { avx512: true, ..avx2 }), Some("8x8"));
+        assert_eq!(layout_for(named("q2_K"), LayoutFeatures { avx512: true, ..avx2 }), Some("8x8"));
     }
 
     #[test]
     fn every_repacked_type_on_this_cpu_has_a_named_layout() {
         // The rules above must agree with what the linked backend repacks.
         let f = LayoutFeatures::detect();
-        for (name, id) in REPACKABLE_TYPES {
-            let repacks = super::super::Repacker::new(id, 256, 8).is_some();
-            assert_eq!(repacks, layout_for(name, f).is_some(), "{name} on {f:?}");
+        for ty in repackable_types() {
+            let repacks = super::super::Repacker::new(ty.id(), 256, 8).is_some();
+            assert_eq!(repacks, layout_for(ty, f).is_some(), "{ty} on {f:?}");
         }
     }
 }

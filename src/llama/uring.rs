@@ -431,14 +431,15 @@ mod tests {
         let span =
             FixedSpan { region_offset: whole_at, len: whole_len, arena_offset, arena: arena.clone(), populate: true };
         ring.register_for(&span).unwrap();
-        let start = offset / page() * page();
+        let (lead, window) = crate::llama::memory::page_window(page(), offset as u64, len);
+        let start = offset - lead;
         let w = Window {
             fd: std::os::fd::AsRawFd::as_raw_fd(direct),
             file_offset: start as u64,
             region: &region,
             region_offset: start,
-            len: (offset + len).next_multiple_of(page()) - start,
-            need: offset + len - start,
+            len: window,
+            need: lead + len,
         };
         ring.read_window(&w, &span).unwrap();
         let mut got = vec![0u8; len];

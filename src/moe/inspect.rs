@@ -153,7 +153,7 @@ fn vocabulary_line(files: &ModelFiles) -> Option<String> {
     })
 }
 
-/// `" (Q4_0 as 4x4; --repack)"` for the repackable banks' types and the
+/// `" (q4_0 as 4x4; --repack)"` for the repackable banks' types and the
 /// layouts this CPU's llama.cpp gives them; empty when no bank repacks.
 fn repacked_layouts_of(files: &ModelFiles, repackable: &[String]) -> String {
     if repackable.is_empty() {
@@ -162,7 +162,7 @@ fn repacked_layouts_of(files: &ModelFiles, repackable: &[String]) -> String {
     let mut layouts: Vec<String> = files
         .tensors()
         .filter(|t| repackable.contains(&t.info.name))
-        .map(|t| match crate::llama::cpu_layouts::layout_of_type(t.info.ty.id()) {
+        .map(|t| match crate::llama::cpu_layouts::layout_of_type(t.info.ty) {
             Some(layout) => format!("{} as {layout}", t.info.ty),
             None => t.info.ty.to_string(),
         })

@@ -295,8 +295,7 @@ impl ExpertStore {
         // Page moves split a region's mapping at slice windows: allow them
         // only while the worst case fits under the kernel's mapping limit.
         let windows: usize = layers.iter().map(|l| l.len() * n_expert).sum();
-        let recycle = cfg!(target_os = "linux")
-            && matches!(residency, Residency::Cache(_))
+        let recycle = matches!(residency, Residency::Cache(_))
             && memory::page_moves_work()
             && memory::mappings_fit(2 * windows + regions.iter().map(Vec::len).sum::<usize>());
         let n_layers = layers.len();
