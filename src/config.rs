@@ -206,6 +206,11 @@ pub struct GenerateConfig {
     pub batch: u32,
     /// Most tokens per graph computation.
     pub ubatch: u32,
+    /// Batch-invariant kernels: a sequence's logits are bitwise the same
+    /// whatever else is decoded beside it and however its prompt is split
+    /// into chunks (off: flash attention and one KV buffer shared by a
+    /// server's slots, whose replies then depend on the load).
+    pub batch_invariant: bool,
     /// Temperature; 0 = greedy.
     pub temp: f64,
     /// Top-k stage of sampling (0 = off).
@@ -230,6 +235,7 @@ impl Default for GenerateConfig {
             ctx_size: 4096,
             batch: 512,
             ubatch: 512,
+            batch_invariant: true,
             temp: 0.0,
             top_k: 40,
             top_p: 0.95,
@@ -675,6 +681,7 @@ impl RunConfig {
             }),
             rpc: self.rpc_options().ok().flatten(),
             sequences: 1,
+            batch_invariant: self.generate.batch_invariant,
         }
     }
 

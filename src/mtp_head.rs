@@ -150,6 +150,7 @@ fn learn_successors(path: &Path, threads: u32) -> Result<(HashMap<usize, usize>,
         mtp: None,
         rpc: None,
         sequences: 1,
+        batch_invariant: true,
     };
     let mut session = Session::open(options).map_err(|e| e.to_string())?;
     let mut counts: HashMap<usize, HashMap<usize, u32>> = HashMap::new();

@@ -1,23 +1,31 @@
 //! Several sequences decoded in one batch (the server's concurrent
-//! requests): each sequence's greedy tokens equal the same prompt run
-//! alone, resident and streamed (cache off and evicting), with prompts
-//! joining while others decode. Logits are compared too (closely, not
-//! bitwise: a batch of several sequences sums attention and matmuls in
-//! another order than a batch of one).
+//! requests) give each sequence bitwise the logits of its prompt run alone:
+//! whatever else shares its batches, whichever sequence it lands on,
+//! whatever prefix it reuses from the conversation that sequence held
+//! before, and however its prompt is split into chunks. Resident and
+//! streamed (cache off and evicting). The batch-invariant kernels
+//! (`ContextParams::batch_invariant`) are what this gates.
 
 mod common;
 
 use bmoe::engine::{GenerateRequest, Phase, Prompt, Session, SessionOptions, StreamOptions};
 use bmoe::llama::Sampling;
-use bmoe::synth::Arch;
+use bmoe::synth::{Arch, QuantMix};
 
-const PROMPTS: [&str; 4] = [
-    "The history of the river",
-    "Once upon a time in a small village",
-    "Rust is a systems programming language",
-    "Seven",
-];
-const N: usize = 12;
+/// Tokens generated per request.
+const N: usize = 10;
+
+/// A request: its prompt, the sequence it runs on, the step it arrives at,
+/// and the size of the prompt chunks it is fed in.
+struct Arrival {
+    prompt: String,
+    seq: usize,
+    step: u32,
+    chunk: usize,
+}
+
+/// A request's greedy tokens and the logits each was chosen from.
+type Run = (Vec<i32>, Vec<Vec<f32>>);
 
 fn argmax(logits: &[f32]) -> i32 {
     let mut best = 0;
@@ -29,16 +37,15 @@ fn argmax(logits: &[f32]) -> i32 {
     best as i32
 }
 
-/// Each prompt alone: its greedy tokens and the logits each was chosen from.
-fn alone(opts: &SessionOptions) -> Vec<(Vec<i32>, Vec<Vec<f32>>)> {
+/// Each prompt alone on a fresh session of one sequence.
+fn alone(opts: &SessionOptions, prompts: &[&str]) -> Vec<Run> {
     let _serial = common::llama_lock();
     let mut session = Session::open(opts.clone()).expect("open");
-    PROMPTS
+    prompts
         .iter()
         .map(|p| {
-            let tokens = session.tokenize_rendered(p);
             let request = GenerateRequest {
-                prompt: Prompt::Tokens(tokens),
+                prompt: Prompt::Tokens(session.tokenize_rendered(p)),
                 n_predict: N as u32,
                 sampling: Sampling::default(),
                 continue_context: false,
@@ -52,77 +59,171 @@ fn alone(opts: &SessionOptions) -> Vec<(Vec<i32>, Vec<Vec<f32>>)> {
         .collect()
 }
 
-/// All prompts on one session of four sequences: the first two prefill
-/// together, the other two join two steps later in batches that also carry
-/// the first two's next tokens.
-fn together(opts: &SessionOptions) -> Vec<(Vec<i32>, Vec<Vec<f32>>)> {
+/// One sequence's state in [`together`].
+struct Running {
+    arrival: usize,
+    /// Prompt tokens not yet decoded.
+    input: Vec<i32>,
+    /// The last generated token, decoded with the next step.
+    pending: Option<i32>,
+    run: Run,
+}
+
+/// Runs `arrivals` on one session of `sequences` sequences: every step is
+/// one batch holding each running sequence's next token or its next prompt
+/// chunk. A request arriving on a sequence keeps the longest prefix that
+/// sequence holds (from the request it ran before) and decodes the rest.
+fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival]) -> Vec<Run> {
     let _serial = common::llama_lock();
-    let mut session = Session::open(SessionOptions { sequences: 4, ..opts.clone() }).expect("open");
-    assert_eq!(session.sequences(), 4);
-    let prompts: Vec<Vec<i32>> = PROMPTS.iter().map(|p| session.tokenize_rendered(p)).collect();
-    let mut out: Vec<(Vec<i32>, Vec<Vec<f32>>)> = vec![(Vec::new(), Vec::new()); 4];
-    // What each sequence feeds next: its prompt, then its last token.
-    let mut next: Vec<Option<Vec<i32>>> = vec![Some(prompts[0].clone()), Some(prompts[1].clone()), None, None];
-    let mut step = 0;
-    while out.iter().any(|(t, _)| t.len() < N) {
-        if step == 2 {
-            next[2] = Some(prompts[2].clone());
-            next[3] = Some(prompts[3].clone());
+    // Each sequence gets the context a session of one has; a batch holds
+    // every sequence's part (the runs alone prefill in chunks of 64).
+    let ctx_size = opts.ctx_size * sequences;
+    let (batch, ubatch) = (512, 512);
+    let mut session =
+        Session::open(SessionOptions { sequences, ctx_size, batch, ubatch, ..opts.clone() }).expect("open");
+    let mut out: Vec<Option<Run>> = arrivals.iter().map(|_| None).collect();
+    let mut running: Vec<Option<Running>> = (0..sequences).map(|_| None).collect();
+    let mut step = 0u32;
+    let mut reused_any = false;
+    while out.iter().any(Option::is_none) {
+        for (i, a) in arrivals.iter().enumerate().filter(|(i, a)| a.step <= step && out[*i].is_none()) {
+            let started = running.iter().flatten().any(|r| r.arrival == i);
+            if started || running[a.seq].is_some() {
+                continue;
+            }
+            let prompt = session.tokenize_rendered(&a.prompt);
+            let kept = session.seq_keep_prefix(a.seq, &prompt);
+            reused_any |= kept > 0;
+            running[a.seq] =
+                Some(Running { arrival: i, input: prompt[kept..].to_vec(), pending: None, run: Run::default() });
         }
-        let parts: Vec<(usize, &[i32], bool)> =
-            next.iter().enumerate().filter_map(|(s, t)| t.as_deref().map(|t| (s, t, true))).collect();
-        let phase = if step == 0 { Phase::Prefill } else { Phase::Decode };
-        let report = session.decode_seqs(&parts, 0, phase, step).expect("decode").expect("not aborted");
-        assert_eq!(report.tokens as usize, parts.iter().map(|p| p.1.len()).sum::<usize>());
-        let mut chosen = Vec::new();
-        for (i, &(seq, _, _)) in parts.iter().enumerate() {
-            let logits = session.part_logits(&parts, i).to_vec();
-            let token = argmax(&logits);
-            out[seq].0.push(token);
-            out[seq].1.push(logits);
-            chosen.push((seq, token));
+        let mut parts: Vec<(usize, Vec<i32>, bool)> = Vec::new();
+        for (seq, r) in running.iter_mut().enumerate() {
+            let Some(r) = r else { continue };
+            if let Some(token) = r.pending.take() {
+                parts.push((seq, vec![token], true));
+            } else {
+                let take = r.input.len().min(arrivals[r.arrival].chunk);
+                let chunk: Vec<i32> = r.input.drain(..take).collect();
+                parts.push((seq, chunk, r.input.is_empty()));
+            }
         }
-        for (seq, token) in chosen {
-            next[seq] = (out[seq].0.len() < N).then(|| vec![token]);
+        if !parts.is_empty() {
+            let refs: Vec<(usize, &[i32], bool)> = parts.iter().map(|(s, t, l)| (*s, t.as_slice(), *l)).collect();
+            session.decode_seqs(&refs, 0, Phase::Decode, step).expect("decode").expect("not aborted");
+            for (i, &(seq, _, logits)) in refs.iter().enumerate() {
+                if !logits {
+                    continue;
+                }
+                let row = session.part_logits(&refs, i).to_vec();
+                let r = running[seq].as_mut().expect("running");
+                let token = argmax(&row);
+                r.run.0.push(token);
+                r.run.1.push(row);
+                if r.run.0.len() == N {
+                    let done = running[seq].take().expect("running");
+                    out[done.arrival] = Some(done.run);
+                } else {
+                    r.pending = Some(token);
+                }
+            }
         }
         step += 1;
+        assert!(step < 10_000, "the schedule never finished");
     }
-    for (seq, prompt) in prompts.iter().enumerate() {
-        // Each history holds its prompt and every token but the last.
-        assert_eq!(session.seq_tokens(seq).len(), prompt.len() + N - 1);
-    }
-    out
+    assert!(reused_any || arrivals.len() <= sequences as usize, "no request reused a prefix");
+    out.into_iter().map(Option::unwrap).collect()
 }
 
-fn check(what: &str, stream: Option<StreamOptions>) {
-    let dir = common::tempdir();
-    let model = common::write_tiny(dir.path(), "seqs.gguf", Arch::Qwen3Moe, |_| {});
-    let opts = common::options(&model, stream);
-    let reference = alone(&opts);
-    let batched = together(&opts);
-    for (seq, ((ref_tokens, ref_logits), (tokens, logits))) in reference.iter().zip(&batched).enumerate() {
-        assert_eq!(tokens, ref_tokens, "{what}: sequence {seq}'s tokens differ from the prompt run alone");
+/// Every request's tokens and every step's logits equal its run alone, bit for bit.
+fn assert_bitwise(what: &str, reference: &[Run], batched: &[Run]) {
+    for (i, ((ref_tokens, ref_logits), (tokens, logits))) in reference.iter().zip(batched).enumerate() {
+        assert_eq!(tokens, ref_tokens, "{what}: request {i}'s tokens differ from the prompt run alone");
+        assert_eq!(logits.len(), ref_logits.len());
         for (step, (a, b)) in ref_logits.iter().zip(logits).enumerate() {
+            let differ = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
             let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-            let scale = a.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-            assert!(worst <= 1e-3 * scale.max(1.0), "{what}: sequence {seq} step {step}: logits differ by {worst}");
+            assert!(
+                differ == 0,
+                "{what}: request {i} step {step}: {differ} of {} logits differ from its run alone (by up to {worst})",
+                a.len()
+            );
         }
     }
-    // Different prompts continue differently: the comparison can fail.
-    assert!(reference.iter().any(|(t, _)| t != &reference[0].0), "{what}: every prompt gave the same tokens");
+    // Different prompts give different logits: the comparison can fail.
+    assert!(reference.iter().any(|(_, l)| l[0] != reference[0].1[0]), "{what}: every prompt gave the same logits");
+}
+
+/// The chat-shaped prompts of the repro: a system line, then a
+/// user turn of three repeats; they share their first tokens.
+fn turn(bot: u32, topic: &str) -> String {
+    format!(
+        "<|im_start|>system\nYou are bot {bot}.<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+        topic.repeat(3)
+    )
+}
+
+fn check(what: &str, stream: impl Fn() -> Option<StreamOptions>) {
+    let dir = common::tempdir();
+    // f32 weights (the matmuls llamafile's sgemm took for two columns or
+    // more) and llama.cpp's Q4_K_M mix (K-quants: repacked banks, and
+    // ggml's tiled matmul for eight columns or more).
+    let f32_model = common::write_tiny(dir.path(), "seqs.gguf", Arch::Qwen3Moe, |_| {});
+    let k_model =
+        common::write_tiny(dir.path(), "seqs-q4km.gguf", Arch::Qwen3Moe, |s| s.quant_mix = Some(QuantMix::Q4KM));
+    for (model, weights) in [(f32_model, "f32"), (k_model, "q4_k_m")] {
+        check_model(&format!("{what}, {weights}"), common::options(&model, stream()));
+    }
+}
+
+fn check_model(what: &str, opts: SessionOptions) {
+    let long = "The history of the river that runs through the old town, its bridges, mills and floods, ";
+    let prompts = [
+        turn(5, "Kyoto temples"),
+        turn(2, "the history of Rome"),
+        format!("{long}told by a miller"),
+        format!("{long}told by a ferryman who crossed it every day"),
+        "Seven".to_string(),
+        "Once upon a time in a small village".to_string(),
+        "Rust is a systems programming language".to_string(),
+        "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20".to_string(),
+        turn(7, "Kyoto temples"),
+    ];
+    let refs: Vec<&str> = prompts.iter().map(String::as_str).collect();
+    let reference = alone(&opts, &refs);
+
+    // The repro: P2 on the sequence that held P5 reuses P5's first tokens.
+    let after = [
+        Arrival { prompt: prompts[0].clone(), seq: 0, step: 0, chunk: 64 },
+        Arrival { prompt: prompts[1].clone(), seq: 0, step: 1, chunk: 64 },
+    ];
+    let batched = together(&opts, 2, &after);
+    assert_bitwise(&format!("{what}, P2 after P5"), &[reference[0].clone(), reference[1].clone()], &batched);
+
+    // Eight at once: mixed lengths, two sharing a long prefix, prompts fed
+    // in chunks of odd sizes, one arriving mid-decode, and a ninth landing
+    // on a sequence that held another conversation.
+    let chunks = [64, 3, 5, 7, 1, 64, 2, 9, 4];
+    let steps = [0, 0, 0, 0, 0, 0, 0, 6, 0];
+    let seqs = [0, 1, 2, 3, 4, 5, 6, 7, 0];
+    let mixed: Vec<Arrival> = (0..prompts.len())
+        .map(|i| Arrival { prompt: prompts[i].clone(), seq: seqs[i], step: steps[i], chunk: chunks[i] })
+        .collect();
+    let batched = together(&opts, 8, &mixed);
+    assert_bitwise(&format!("{what}, eight at once"), &reference, &batched);
 }
 
 #[test]
-fn sequences_decoded_together_equal_each_alone_resident() {
-    check("resident", None);
+fn sequences_decoded_together_equal_each_alone_bitwise_resident() {
+    check("resident", || None);
 }
 
 #[test]
-fn sequences_decoded_together_equal_each_alone_streamed_cache_off() {
-    check("streamed, cache off", common::stream0(2, true));
+fn sequences_decoded_together_equal_each_alone_bitwise_streamed_cache_off() {
+    check("streamed, cache off", || common::stream0(2, true));
 }
 
 #[test]
-fn sequences_decoded_together_equal_each_alone_streamed_evicting() {
-    check("streamed, evicting cache", common::cached(96 << 10, 2));
+fn sequences_decoded_together_equal_each_alone_bitwise_streamed_evicting() {
+    check("streamed, evicting cache", || common::cached(96 << 10, 2));
 }

@@ -145,6 +145,12 @@ pub struct RunFlags {
     /// Most tokens per graph computation.
     #[arg(long)]
     pub ubatch: Option<u32>,
+    /// Use llama.cpp's fastest kernels (flash attention; one KV buffer for all of a server's
+    /// slots) instead of batch-invariant ones: a reply's bits then depend on what else is
+    /// decoded beside it and on how its prompt was split, and a server's greedy replies may
+    /// differ from the same request sent alone [generate.batch_invariant = false].
+    #[arg(long)]
+    pub no_batch_invariant: bool,
     /// Sampling temperature (0 = greedy).
     #[arg(long)]
     pub temp: Option<f64>,
@@ -251,6 +257,7 @@ impl RunFlags {
             ctx_size,
             batch,
             ubatch,
+            no_batch_invariant,
             temp,
             top_k,
             top_p,
@@ -303,6 +310,7 @@ impl RunFlags {
             ctx_size: ctx_size.or(base.ctx_size),
             batch: batch.or(base.batch),
             ubatch: ubatch.or(base.ubatch),
+            no_batch_invariant: no_batch_invariant || base.no_batch_invariant,
             temp: temp.or(base.temp),
             top_k: top_k.or(base.top_k),
             top_p: top_p.or(base.top_p),
@@ -355,6 +363,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
     set!(n_predict => g.n_predict, threads => g.threads, ctx_size => g.ctx_size, batch => g.batch,
          ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed,
          grammar => g.grammar, json_schema => g.json_schema);
+    if args.no_batch_invariant {
+        g.batch_invariant = false;
+    }
     let m = &mut c.moe;
     set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
          io_threads => m.io_threads,

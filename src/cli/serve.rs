@@ -12,6 +12,9 @@ use crate::serve::{ServeOptions, Server, Status};
 
 /// `bmoe serve` arguments.
 #[derive(Args, Debug)]
+#[command(mut_arg("n_predict", |a| a.help(
+    "The token limit of a request that sets no max_tokens; without it such a request may use the room left in \
+     its context")))]
 pub struct ServeArgs {
     /// Address to listen on [serve.host, default 127.0.0.1]; another than loopback without
     /// --api-key lets anyone who can reach the port use the model.
@@ -104,7 +107,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let auth = options.api_key.as_ref().map_or(String::new(), |_| " -H 'Authorization: Bearer $BMOE_API_KEY'".into());
     println!(
         "  try:        curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\\n              \
-         -d '{{\"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'"
+         -d '{{\"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}], \"max_tokens\": 64}}'"
     );
     if crate::serve::is_exposed(&server.addr) && options.api_key.is_none() {
         eprintln!(

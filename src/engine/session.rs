@@ -120,6 +120,9 @@ pub struct SessionOptions {
     /// Sequences decoded together in one batch ([`Session::decode_seqs`]);
     /// 1 for one conversation at a time.
     pub sequences: u32,
+    /// Batch-invariant kernels (see [`crate::llama::ContextParams`]): a
+    /// sequence's logits are bitwise the same alone or beside others.
+    pub batch_invariant: bool,
 }
 
 /// Why the engine failed.
@@ -893,6 +896,11 @@ impl Session {
     /// Whether the session drafts with the model's MTP layers.
     pub fn drafts_with_mtp(&self) -> bool {
         self.ctx.has_mtp()
+    }
+
+    /// Whether the session decodes speculatively (a draft plugin or MTP).
+    pub fn drafts(&self) -> bool {
+        self.drafter.is_some() || self.drafts_with_mtp()
     }
 
     /// The expert store, when streaming (for tests and diagnostics).

@@ -290,7 +290,7 @@ impl Host {
     /// The context length of one conversation (of one sequence, when
     /// several are decoded together).
     pub fn slot_ctx(&self) -> u32 {
-        self.session.n_ctx() / self.session.sequences() as u32
+        self.session.seq_ctx()
     }
 
     /// The session, for a front end that drives several sequences itself.

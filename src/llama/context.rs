@@ -34,8 +34,18 @@ pub struct ContextParams {
     /// Compute threads.
     pub n_threads: u32,
     /// Sequences the context holds at once (one per conversation decoded
-    /// in the same batches); more than one share one KV buffer.
+    /// in the same batches).
     pub n_seq: u32,
+    /// Batch-invariant kernels: a sequence's logits are bitwise the same
+    /// whatever else the batch holds and however its prompt was split
+    /// (docs/server.md, "Exactness"). Attention runs without flash
+    /// attention (whose CPU kernel takes another path for a single query,
+    /// for 64 queries or more, and splits a long cache by thread count),
+    /// each sequence has its own KV stream, its cells in position order
+    /// from cell 0 as when it runs alone, and ggml's tiled K-quant matmul
+    /// is off for the process. Off: flash attention where llama.cpp
+    /// enables it, and one KV buffer shared by all sequences.
+    pub batch_invariant: bool,
 }
 
 /// One sequence's tokens in a batch of several ([`Context::decode_parts`]).
@@ -143,6 +153,9 @@ impl<H: EvalHook> Context<H> {
         hook: Option<Box<H>>,
         abort: Arc<AtomicBool>,
     ) -> Result<Context<H>, String> {
+        if params.batch_invariant {
+            keep_tiled_matmul_off();
+        }
         let hook = hook.map(|h| NonNull::from(Box::leak(h)));
         // SAFETY: returns a plain struct of defaults.
         let mut cp = unsafe { sys::llama_context_default_params() };
@@ -150,8 +163,14 @@ impl<H: EvalHook> Context<H> {
         cp.n_batch = params.n_batch;
         cp.n_ubatch = params.n_ubatch;
         cp.n_seq_max = params.n_seq.max(1);
-        // Every sequence may grow to the whole context, the total shared.
-        cp.kv_unified = params.n_seq > 1;
+        if params.batch_invariant {
+            // One KV stream per sequence, each of n_ctx / n_seq cells.
+            cp.kv_unified = false;
+            cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        } else {
+            // Every sequence may grow to the whole context, the total shared.
+            cp.kv_unified = params.n_seq > 1;
+        }
         cp.n_threads = params.n_threads as i32;
         cp.n_threads_batch = params.n_threads as i32;
         cp.no_perf = true;
@@ -327,9 +346,16 @@ impl<H: EvalHook> Context<H> {
         &self.model
     }
 
-    /// Context length.
+    /// Context length: every sequence's together.
     pub fn n_ctx(&self) -> u32 {
         self.n_ctx
+    }
+
+    /// The context length one sequence may use (all of it when the
+    /// sequences share one KV buffer, an equal share when each has its own).
+    pub fn n_ctx_seq(&self) -> u32 {
+        // SAFETY: live context.
+        unsafe { sys::llama_n_ctx_seq(self.ptr.as_ptr()) }
     }
 
     /// Sets the compute threads of the next decodes (at most the count the
@@ -499,6 +525,24 @@ impl<H: EvalHook> Drop for Context<H> {
             }
         }
     }
+}
+
+/// Turns off ggml's tiled K-quant matmul for this process (unless
+/// `GGML_CPU_TILED_MM` is set already): it takes a matmul of 8 columns or
+/// more, where ggml's kernel takes fewer, and the two sum in another
+/// order, so a token's logits would depend on how many tokens share its
+/// batch (or route to its expert). ggml reads the variable once, at the
+/// first matmul of the process, so the first context made decides.
+fn keep_tiled_matmul_off() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("GGML_CPU_TILED_MM").is_none() {
+            // SAFETY: set before this process's first matmul, the only
+            // reader (ggml's getenv, once); Rust's own readers take the
+            // environment lock set_var takes.
+            unsafe { std::env::set_var("GGML_CPU_TILED_MM", "0") };
+        }
+    });
 }
 
 /// The batch index of the last token of `parts[part]` in a batch

@@ -11,6 +11,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::error::ApiError;
+use super::logprobs::TokenLogprob;
 use super::metrics::Metrics;
 use super::request::{Parsed, Work};
 use crate::chat::{Kind, ToolCall};
@@ -24,6 +25,8 @@ pub enum Out {
     Started,
     /// Generated text: reasoning or answer.
     Text(Kind, String),
+    /// A generated token's log-probability (when the request asked).
+    Token(TokenLogprob),
     /// The request is done.
     Done(Result<Box<Finished>, ApiError>),
 }
@@ -43,6 +46,10 @@ pub struct Finished {
     pub prompt_tokens: u64,
     /// Tokens generated.
     pub completion_tokens: u64,
+    /// Each generated token's log-probability (when asked).
+    pub logprobs: Vec<TokenLogprob>,
+    /// Each step's logits digest (when asked).
+    pub logits_digest: Vec<u64>,
 }
 
 /// One queued request.
@@ -117,7 +124,7 @@ impl Engine {
         });
         let shared = engine.clone();
         std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || match open() {
-            Ok(host) => {
+            Ok(mut host) => {
                 let model_id = model_id(host.model());
                 let tool_openings = host.chat_format().tool_format().map(|f| f.openings()).unwrap_or_default();
                 let info = host.info();
@@ -126,12 +133,13 @@ impl Engine {
                     "n_expert_used": info.n_expert_used, "streaming": host.config().moe.stream,
                     "cache_budget_mib": info.cache_budget as f64 / 1048576.0,
                 });
-                let n_ctx = host.context_use().1;
+                let n_ctx = host.slot_ctx();
                 shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape });
-                if slots > 1 {
-                    super::slots::run(host, &inbox, &shared, slots);
-                } else {
+                // Drafts are verified one sequence at a time, by the host.
+                if host.session_mut().drafts() {
                     run(host, &inbox, &shared);
+                } else {
+                    super::slots::run(host, &inbox, &shared, slots);
                 }
             }
             Err(e) => shared.set_status(Status::Failed(e)),
@@ -216,7 +224,8 @@ fn model_id(path: &std::path::Path) -> String {
     name.strip_suffix(".gguf").map(str::to_string).unwrap_or(name)
 }
 
-/// Runs jobs until every sender is gone.
+/// Runs jobs one at a time, each through the host (speculative
+/// decoding), until every sender is gone.
 fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine) {
     while let Ok(job) = inbox.recv() {
         if !engine.admit(&job) {
@@ -225,7 +234,8 @@ fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine) {
         let result = answer(&mut host, &job, engine);
         if job.out.is_closed() {
             engine.metrics.cancelled();
-        } else if let Ok(f) = &result {
+        }
+        if let Ok(f) = &result {
             engine.metrics.finished(f.prompt_tokens, f.completion_tokens);
         }
         let _ = job.out.send(Out::Done(result.map(Box::new)));
@@ -254,6 +264,12 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
             abort.abort();
         }
     };
+    if job.request.logprobs.is_some() || job.request.logits_digest {
+        return Err(ApiError::bad_request(
+            "logprobs and logits digests are not reported while the server decodes speculatively (a draft plugin \
+             or MTP): start it without them",
+        ));
+    }
     let settings = &job.request.settings;
     match &job.request.work {
         Work::Chat(work) => {
@@ -267,6 +283,7 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
                 finish_reason: finish_reason(turn.ending.reason),
                 prompt_tokens: summary.prompt_tokens + turn.generation.reused_tokens as u64,
                 completion_tokens: turn.generation.tokens.len() as u64,
+                ..Finished::default()
             })
         }
         Work::Complete { prompt } => {

@@ -1,7 +1,7 @@
 //! Errors as the OpenAI API writes them: an HTTP status and
 //! `{"error": {"message", "type", "param", "code"}}`.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 /// An error answered to a client.
@@ -47,6 +47,18 @@ impl ApiError {
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
                 "a missing or wrong API key: send `Authorization: Bearer KEY` with the key the server was started with",
+            )
+        }
+    }
+
+    /// 404: no model of that id.
+    pub fn no_model(id: &str, served: &str) -> ApiError {
+        ApiError {
+            code: Some("model_not_found"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("no model `{id}`: this server serves `{served}`"),
             )
         }
     }
@@ -109,9 +121,25 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        match self.status {
+            // How to authenticate (RFC 6750), and when to come back.
+            StatusCode::UNAUTHORIZED => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
+            }
+            _ => {}
+        }
+        response
     }
 }
+
+/// Seconds a client refused for load (429) or while the model loads
+/// (503) is asked to wait before it tries again.
+const RETRY_AFTER_S: &str = "1";
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -6,6 +6,7 @@
 
 mod engine;
 mod error;
+mod logprobs;
 mod metrics;
 mod reply;
 mod request;

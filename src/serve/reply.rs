@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use super::engine::Finished;
+use super::logprobs::{self, TokenLogprob};
 use crate::chat::{Kind, ToolCall};
 use crate::host::StopScan;
 
@@ -19,13 +20,32 @@ pub struct Header {
     pub created: u64,
     /// The model's id.
     pub model: String,
+    /// Whether the request asked for log-probabilities.
+    pub logprobs: bool,
+    /// Whether the request asked for the logits digests.
+    pub logits_digest: bool,
 }
 
 impl Header {
     /// A new reply's header: a fresh id with `prefix`.
     pub fn new(prefix: &str, model: String) -> Header {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Header { id: format!("{prefix}-{:016x}", rand::random::<u64>()), created, model }
+        let id = format!("{prefix}-{:016x}", rand::random::<u64>());
+        Header { id, created, model, logprobs: false, logits_digest: false }
+    }
+
+    /// This header for a request that asks for log-probabilities and/or digests.
+    pub fn reporting(self, logprobs: bool, logits_digest: bool) -> Header {
+        Header { logprobs, logits_digest, ..self }
+    }
+
+    /// Adds the logits digests of `f` to a reply object, when asked (a bmoe
+    /// extension: one 16-digit hex XXH3 per step, as `bmoe generate
+    /// --logits-digest` writes them).
+    fn add_digests(&self, object: &mut Value, f: &Finished) {
+        if self.logits_digest {
+            object["logits_digest"] = f.logits_digest.iter().map(|d| format!("{d:016x}")).collect();
+        }
     }
 }
 
@@ -70,26 +90,32 @@ pub fn chat_completion(h: &Header, f: &Finished) -> Value {
     if !f.tool_calls.is_empty() {
         message["tool_calls"] = json!(calls(&f.tool_calls));
     }
-    json!({
+    let logprobs = if h.logprobs { logprobs::chat_json(&f.logprobs) } else { Value::Null };
+    let mut object = json!({
         "id": h.id,
         "object": "chat.completion",
         "created": h.created,
         "model": h.model,
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": f.finish_reason}],
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": f.finish_reason}],
         "usage": usage(f),
-    })
+    });
+    h.add_digests(&mut object, f);
+    object
 }
 
 /// A whole `text_completion`.
 pub fn text_completion(h: &Header, f: &Finished) -> Value {
-    json!({
+    let logprobs = if h.logprobs { logprobs::completion_json(&f.logprobs, 0) } else { Value::Null };
+    let mut object = json!({
         "id": h.id,
         "object": "text_completion",
         "created": h.created,
         "model": h.model,
-        "choices": [{"index": 0, "text": f.answer, "logprobs": null, "finish_reason": f.finish_reason}],
+        "choices": [{"index": 0, "text": f.answer, "logprobs": logprobs, "finish_reason": f.finish_reason}],
         "usage": usage(f),
-    })
+    });
+    h.add_digests(&mut object, f);
+    object
 }
 
 /// Turns a chat reply's events into `chat.completion.chunk` objects.
@@ -100,6 +126,8 @@ pub struct ChatChunks {
     /// Answer text sent so far.
     sent: String,
     opened: bool,
+    /// Log-probabilities of tokens whose text has not been sent yet.
+    pending: Vec<TokenLogprob>,
 }
 
 impl ChatChunks {
@@ -108,7 +136,7 @@ impl ChatChunks {
     pub fn new(header: Header, openings: &[&str]) -> ChatChunks {
         let stops: Vec<String> = openings.iter().map(|s| s.to_string()).collect();
         let calls = (!stops.is_empty()).then(|| StopScan::new(&stops));
-        ChatChunks { header, calls, sent: String::new(), opened: false }
+        ChatChunks { header, calls, sent: String::new(), opened: false, pending: Vec::new() }
     }
 
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
@@ -119,6 +147,22 @@ impl ChatChunks {
             "model": self.header.model,
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
         })
+    }
+
+    /// A chunk of `delta` carrying the log-probabilities of the tokens
+    /// generated since the last chunk that carried some.
+    fn chunk_with_logprobs(&mut self, delta: Value) -> Value {
+        let mut chunk = self.chunk(delta, None);
+        if self.header.logprobs {
+            chunk["choices"][0]["logprobs"] = logprobs::chat_json(&std::mem::take(&mut self.pending));
+        }
+        chunk
+    }
+
+    /// A generated token's log-probability, sent with the next text.
+    pub fn token(&mut self, token: TokenLogprob) -> Vec<Value> {
+        self.pending.push(token);
+        Vec::new()
     }
 
     /// The first chunk (the assistant's role), once.
@@ -141,7 +185,7 @@ impl ChatChunks {
             if kind == Kind::Answer {
                 self.sent.push_str(&text);
             }
-            out.push(self.chunk(json!({ field: text }), None));
+            out.push(self.chunk_with_logprobs(json!({ field: text })));
         }
         out
     }
@@ -156,12 +200,17 @@ impl ChatChunks {
         if let Some(rest) = answer.strip_prefix(sent).filter(|r| !r.is_empty())
             && (f.tool_calls.is_empty() || !rest.trim().is_empty())
         {
-            out.push(self.chunk(json!({"content": rest}), None));
+            out.push(self.chunk_with_logprobs(json!({"content": rest})));
         }
         if !f.tool_calls.is_empty() {
             out.push(self.chunk(json!({"tool_calls": calls(&f.tool_calls)}), None));
         }
-        out.push(self.chunk(json!({}), Some(f.finish_reason)));
+        if !self.pending.is_empty() {
+            out.push(self.chunk_with_logprobs(json!({})));
+        }
+        let mut last = self.chunk(json!({}), Some(f.finish_reason));
+        self.header.add_digests(&mut last, f);
+        out.push(last);
         if include_usage {
             out.push(json!({
                 "id": self.header.id,
@@ -187,6 +236,53 @@ pub fn completion_chunk(h: &Header, text: &str, finish: Option<&str>) -> Value {
     })
 }
 
+/// Turns a completion's events into `text_completion` chunks, each text
+/// chunk with the log-probabilities of the tokens generated since the last.
+pub struct CompletionChunks {
+    header: Header,
+    pending: Vec<TokenLogprob>,
+    /// Bytes of text sent so far (the next tokens' text offset).
+    offset: usize,
+}
+
+impl CompletionChunks {
+    /// Chunks for one reply.
+    pub fn new(header: Header) -> CompletionChunks {
+        CompletionChunks { header, pending: Vec::new(), offset: 0 }
+    }
+
+    fn with_logprobs(&mut self, text: &str, finish: Option<&str>) -> Value {
+        let mut chunk = completion_chunk(&self.header, text, finish);
+        if self.header.logprobs && !self.pending.is_empty() {
+            let tokens = std::mem::take(&mut self.pending);
+            chunk["choices"][0]["logprobs"] = logprobs::completion_json(&tokens, self.offset);
+            self.offset += tokens.iter().map(|t| t.chosen.bytes.len()).sum::<usize>();
+        }
+        chunk
+    }
+
+    /// A generated token's log-probability, sent with the next text.
+    pub fn token(&mut self, token: TokenLogprob) -> Vec<Value> {
+        self.pending.push(token);
+        Vec::new()
+    }
+
+    /// The chunk of generated text.
+    pub fn text(&mut self, text: &str) -> Vec<Value> {
+        vec![self.with_logprobs(text, None)]
+    }
+
+    /// The closing chunks: the finish reason (with what log-probabilities
+    /// are left, and the digests when asked), then the usage when asked.
+    pub fn finish(&mut self, f: &Finished, include_usage: bool) -> Vec<Value> {
+        let mut last = self.with_logprobs("", Some(f.finish_reason));
+        self.header.add_digests(&mut last, f);
+        let mut out = vec![last];
+        out.extend(include_usage.then(|| completion_usage(&self.header, f)));
+        out
+    }
+}
+
 /// The last chunk of a streamed completion with its usage.
 pub fn completion_usage(h: &Header, f: &Finished) -> Value {
     json!({
@@ -204,7 +300,7 @@ mod tests {
     use super::*;
 
     fn header() -> Header {
-        Header { id: "chatcmpl-1".into(), created: 1, model: "m".into() }
+        Header { id: "chatcmpl-1".into(), created: 1, model: "m".into(), logprobs: false, logits_digest: false }
     }
 
     #[test]

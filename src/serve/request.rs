@@ -52,6 +52,11 @@ pub struct Parsed {
     pub stream: bool,
     /// End a stream with a chunk of token counts.
     pub include_usage: bool,
+    /// Report each token's log-probability with this many alternatives.
+    pub logprobs: Option<u32>,
+    /// Report each step's logits digest (a bmoe extension: the digests
+    /// `bmoe generate --logits-digest` writes, to check exactness).
+    pub logits_digest: bool,
 }
 
 /// `stop`: one string or a list.
@@ -78,6 +83,8 @@ struct Common {
     seed: Option<i64>,
     n: Option<i64>,
     logprobs: Option<Value>,
+    top_logprobs: Option<Value>,
+    logits_digest: Option<bool>,
     response_format: Option<Value>,
 }
 
@@ -129,7 +136,15 @@ pub fn chat(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Resul
     settings.think = think;
     settings.require_call = require_call;
     let work = Work::Chat(ChatWork { conversation, tools, effort });
-    Ok(Parsed { work, settings, stream: common.stream, include_usage: include_usage(&common) })
+    let logprobs = chat_logprobs(&common)?;
+    Ok(Parsed {
+        work,
+        settings,
+        stream: common.stream,
+        include_usage: include_usage(&common),
+        logprobs,
+        logits_digest: common.logits_digest.unwrap_or(false),
+    })
 }
 
 /// Reads a `POST /v1/completions` body (`default_max` as for [`chat`]).
@@ -156,11 +171,18 @@ pub fn completion(body: &Value, config: &RunConfig, default_max: Option<u32>) ->
         return Err(ApiError::bad_param("prompt", "`prompt` is empty"));
     }
     let settings = settings(&common, config, default_max)?;
+    let logprobs = match &common.logprobs {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+        Some(Value::Bool(true)) => Some(0),
+        Some(v) => Some(top_count(v, "logprobs")?),
+    };
     Ok(Parsed {
         work: Work::Complete { prompt },
         settings,
         stream: common.stream,
         include_usage: include_usage(&common),
+        logprobs,
+        logits_digest: common.logits_digest.unwrap_or(false),
     })
 }
 
@@ -172,10 +194,32 @@ fn common(body: &Value) -> Result<Common, ApiError> {
     if common.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_param("n", "`n` must be 1: this server writes one choice per request"));
     }
-    if common.logprobs.as_ref().is_some_and(|v| v.as_bool() == Some(true) || v.as_u64().is_some()) {
-        return Err(ApiError::bad_param("logprobs", "`logprobs` is not supported by this server"));
-    }
     Ok(common)
+}
+
+/// Chat's `logprobs` (true or false) and `top_logprobs` (0 to 20, with
+/// `logprobs` true) as the alternatives to report, if any.
+fn chat_logprobs(common: &Common) -> Result<Option<u32>, ApiError> {
+    let on = match &common.logprobs {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(on)) => *on,
+        Some(_) => return Err(ApiError::bad_param("logprobs", "`logprobs` must be true or false")),
+    };
+    let top = match &common.top_logprobs {
+        None | Some(Value::Null) => 0,
+        Some(v) if on => top_count(v, "top_logprobs")?,
+        Some(_) => return Err(ApiError::bad_param("top_logprobs", "`top_logprobs` needs `logprobs: true`")),
+    };
+    Ok(on.then_some(top))
+}
+
+/// A count of alternatives per token: an integer from 0 to [`MAX_TOP`].
+fn top_count(v: &Value, field: &str) -> Result<u32, ApiError> {
+    let max = super::logprobs::MAX_TOP;
+    v.as_u64()
+        .filter(|&n| n <= u64::from(max))
+        .map(|n| n as u32)
+        .ok_or_else(|| ApiError::bad_param(field, format!("`{field}` must be an integer from 0 to {max} (got {v})")))
 }
 
 fn include_usage(common: &Common) -> bool {

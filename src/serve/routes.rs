@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{Extension, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
@@ -19,7 +19,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::engine::{Engine, Job, Out, Status};
 use super::error::ApiError;
-use super::reply::{self, ChatChunks, Header};
+use super::reply::{self, ChatChunks, CompletionChunks, Header};
 use super::request::{self, Parsed, Work};
 
 /// How long a client may take to send its body once its headers arrived.
@@ -47,6 +47,8 @@ pub fn router(state: AppState) -> Router {
         .route("/completions", post(completion))
         .route("/v1/models", get(models))
         .route("/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route("/models/{id}", get(model))
         .route("/metrics", get(metrics))
         .route("/bmoe/model", get(model_shape))
         .route("/bmoe/events", get(events))
@@ -57,14 +59,62 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(page))
         .merge(api)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(access_log))
         .with_state(state)
+}
+
+/// A request's line in the access log: what was asked and when.
+#[derive(Debug, Clone)]
+struct Access {
+    method: String,
+    path: String,
+    started: Instant,
+}
+
+/// Tokens of a reply, put on its response for the access log.
+#[derive(Debug, Clone, Copy)]
+struct Tokens {
+    prompt: u64,
+    generated: u64,
+}
+
+impl Access {
+    /// Writes the line to stderr (unless `-q`): method, path, status,
+    /// prompt and generated tokens, milliseconds.
+    fn log(&self, status: u16, tokens: Option<Tokens>) {
+        if crate::notes::verbosity() == crate::notes::Verbosity::Quiet {
+            return;
+        }
+        let tokens = tokens.map_or_else(|| "-".to_string(), |t| format!("{}+{}", t.prompt, t.generated));
+        let ms = self.started.elapsed().as_secs_f64() * 1e3;
+        eprintln!("bmoe serve: {} {} {status} tokens {tokens} {ms:.0} ms", self.method, self.path);
+    }
+}
+
+/// Logs each request once its answer is ready; a streamed answer is
+/// logged by its stream when it ends.
+async fn access_log(mut request: Request, next: Next) -> Response {
+    let access = Access {
+        method: request.method().to_string(),
+        path: request.uri().path().to_string(),
+        started: Instant::now(),
+    };
+    request.extensions_mut().insert(access.clone());
+    let response = next.run(request).await;
+    let streamed = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes() == b"text/event-stream");
+    if !streamed || response.status() != StatusCode::OK {
+        access.log(response.status().as_u16(), response.extensions().get::<Tokens>().copied());
+    }
+    response
 }
 
 /// Refuses a request without the server's key (when it has one).
 async fn check_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
         let sent = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let sent = sent.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+        // The scheme's name is case-insensitive (RFC 7235).
+        let sent = sent.and_then(|v| v.split_once(' ')).filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
+        let sent = sent.map(|(_, token)| token.trim());
         if sent != Some(key.as_str()) {
             let endpoint = request.uri().path().to_string();
             state.engine.metrics.request(&endpoint, 401);
@@ -94,19 +144,27 @@ async fn page() -> Html<&'static str> {
     Html(super::PAGE)
 }
 
+/// The model object of the model served as `id`.
+fn model_object(state: &AppState, id: String) -> Value {
+    let n_ctx = match state.engine.status() {
+        Status::Ready { n_ctx, .. } => n_ctx,
+        _ => 0,
+    };
+    json!({"id": id, "object": "model", "created": 0, "owned_by": "bmoe", "meta": {"n_ctx": n_ctx}})
+}
+
 /// `GET /v1/models`: the one model.
 async fn models(State(state): State<AppState>) -> Response {
-    let answer = state.engine.ready().map(|id| {
-        let n_ctx = match state.engine.status() {
-            Status::Ready { n_ctx, .. } => n_ctx,
-            _ => 0,
-        };
-        json!({
-            "object": "list",
-            "data": [{"id": id, "object": "model", "created": 0, "owned_by": "bmoe", "meta": {"n_ctx": n_ctx}}],
-        })
-    });
+    let answer = state.engine.ready().map(|id| json!({"object": "list", "data": [model_object(&state, id)]}));
     respond(&state, "/v1/models", answer.map(Json::ok))
+}
+
+/// `GET /v1/models/{id}`: the model, when `id` is its id.
+async fn model(State(state): State<AppState>, Path(asked): Path<String>) -> Response {
+    let answer = state.engine.ready().and_then(|id| {
+        if asked == id { Ok(Json::ok(model_object(&state, id))) } else { Err(ApiError::no_model(&asked, &id)) }
+    });
+    respond(&state, "/v1/models/{id}", answer)
 }
 
 /// `GET /bmoe/model`: the model's layers and experts, for the page.
@@ -147,9 +205,14 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// `POST /v1/chat/completions`.
-async fn chat(State(state): State<AppState>, body: Body) -> Response {
+async fn chat(
+    State(state): State<AppState>,
+    Extension(access): Extension<Access>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let answer = async {
-        let body = read_json(body, state.body_limit).await?;
+        let body = read_json(&headers, body, state.body_limit).await?;
         let model = state.engine.ready()?;
         let parsed = request::chat(&body, &state.engine.config, state.engine.default_max_tokens)?;
         let openings = match &parsed.work {
@@ -158,19 +221,20 @@ async fn chat(State(state): State<AppState>, body: Body) -> Response {
         };
         let stream = parsed.stream;
         let include_usage = parsed.include_usage;
+        let header = Header::new("chatcmpl", model).reporting(parsed.logprobs.is_some(), parsed.logits_digest);
         let rx = submit(&state, parsed)?;
-        let header = Header::new("chatcmpl", model);
         if stream {
             let mut chunks = ChatChunks::new(header, &openings);
-            Ok(sse(rx, move |out| match out {
+            Ok(sse(rx, access, move |out| match out {
                 Out::Started => Vec::new(),
+                Out::Token(t) => chunks.token(t),
                 Out::Text(kind, text) => chunks.text(kind, &text),
                 Out::Done(Ok(f)) => chunks.finish(&f, include_usage),
                 Out::Done(Err(e)) => vec![e.body()],
             }))
         } else {
             let f = finished(rx).await?;
-            Ok(Json::ok(reply::chat_completion(&header, &f)))
+            Ok(with_tokens(Json::ok(reply::chat_completion(&header, &f)), &f))
         }
     };
     let answer = answer.await;
@@ -178,32 +242,41 @@ async fn chat(State(state): State<AppState>, body: Body) -> Response {
 }
 
 /// `POST /v1/completions`.
-async fn completion(State(state): State<AppState>, body: Body) -> Response {
+async fn completion(
+    State(state): State<AppState>,
+    Extension(access): Extension<Access>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let answer = async {
-        let body = read_json(body, state.body_limit).await?;
+        let body = read_json(&headers, body, state.body_limit).await?;
         let model = state.engine.ready()?;
         let parsed = request::completion(&body, &state.engine.config, state.engine.default_max_tokens)?;
         let (stream, include_usage) = (parsed.stream, parsed.include_usage);
+        let header = Header::new("cmpl", model).reporting(parsed.logprobs.is_some(), parsed.logits_digest);
         let rx = submit(&state, parsed)?;
-        let header = Header::new("cmpl", model);
         if stream {
-            Ok(sse(rx, move |out| match out {
+            let mut chunks = CompletionChunks::new(header);
+            Ok(sse(rx, access, move |out| match out {
                 Out::Started => Vec::new(),
-                Out::Text(_, text) => vec![reply::completion_chunk(&header, &text, None)],
-                Out::Done(Ok(f)) => {
-                    let mut last = vec![reply::completion_chunk(&header, "", Some(f.finish_reason))];
-                    last.extend(include_usage.then(|| reply::completion_usage(&header, &f)));
-                    last
-                }
+                Out::Token(t) => chunks.token(t),
+                Out::Text(_, text) => chunks.text(&text),
+                Out::Done(Ok(f)) => chunks.finish(&f, include_usage),
                 Out::Done(Err(e)) => vec![e.body()],
             }))
         } else {
             let f = finished(rx).await?;
-            Ok(Json::ok(reply::text_completion(&header, &f)))
+            Ok(with_tokens(Json::ok(reply::text_completion(&header, &f)), &f))
         }
     };
     let answer = answer.await;
     respond(&state, "/v1/completions", answer)
+}
+
+/// `response` marked with the reply's tokens, for the access log.
+fn with_tokens(mut response: Response, f: &super::engine::Finished) -> Response {
+    response.extensions_mut().insert(Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
+    response
 }
 
 /// Counts the answer's status and turns an error into its response.
@@ -223,8 +296,12 @@ impl Json {
 }
 
 /// Reads a body of at most `limit` bytes within [`BODY_TIMEOUT`] and
-/// parses it as JSON.
-async fn read_json(body: Body, limit: usize) -> Result<Value, ApiError> {
+/// parses it as JSON; a body declared larger is refused before it is read.
+async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
     let bytes = match tokio::time::timeout(BODY_TIMEOUT, read_body(body, limit)).await {
         Err(_) => return Err(ApiError::bad_request("the request body did not arrive in time")),
         Ok(result) => result?,
@@ -278,11 +355,20 @@ async fn finished(mut rx: UnboundedReceiver<Out>) -> Result<Box<super::engine::F
 /// Streams the engine's output as server-sent events, each `chunks` turns
 /// into one `data:` line, ending with `data: [DONE]`. A client that goes
 /// away drops the stream, and with it the receiver: the engine stops.
-fn sse(mut rx: UnboundedReceiver<Out>, mut chunks: impl FnMut(Out) -> Vec<Value> + Send + 'static) -> Response {
+fn sse(
+    mut rx: UnboundedReceiver<Out>,
+    access: Access,
+    mut chunks: impl FnMut(Out) -> Vec<Value> + Send + 'static,
+) -> Response {
     let (tx, events) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
             let done = matches!(out, Out::Done(_));
+            if let Out::Done(result) = &out {
+                let tokens =
+                    result.as_ref().ok().map(|f| Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
+                access.log(result.as_ref().map_or_else(|e| e.status.as_u16(), |_| 200), tokens);
+            }
             for chunk in chunks(out) {
                 if tx.send(Ok(Event::default().data(chunk.to_string()))).await.is_err() {
                     return;

@@ -11,6 +11,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 
 use super::engine::{Engine, Finished, Job, Out, finish_reason, host_error, step_json};
 use super::error::ApiError;
+use super::logprobs::{TokenLogprob, token_logprob};
 use super::request::Work;
 use crate::engine::{Generation, Phase, Utf8Stream};
 use crate::host::{Host, HostEvent, Reply};
@@ -29,6 +30,10 @@ struct Slot<'m> {
     utf8: Utf8Stream,
     /// Tool calls in the conversation before this reply (for call ids).
     called_before: usize,
+    /// Each generated token's log-probability, when the request asked.
+    logprobs: Vec<TokenLogprob>,
+    /// Each step's logits digest, when the request asked.
+    digests: Vec<u64>,
 }
 
 /// How a slot's step ended.
@@ -178,6 +183,8 @@ fn start<'m>(host: &mut Host, model: &'m Model, job: Job, running: &mut [Option<
         generation,
         utf8: Utf8Stream::default(),
         called_before,
+        logprobs: Vec::new(),
+        digests: Vec::new(),
     });
 }
 
@@ -189,6 +196,9 @@ fn refuse(job: Job, error: ApiError) {
 impl Slot<'_> {
     /// Chooses the next token from `logits` and passes its text on.
     fn advance(&mut self, model: &Model, logits: &[f32]) -> Next {
+        if self.job.request.logits_digest {
+            self.digests.push(crate::telemetry::digest::logits_digest(logits));
+        }
         let Some(token) = self.sampler.sample(logits) else {
             // The grammar is complete and allows no end token.
             self.generation.stopped_at_eog = true;
@@ -197,6 +207,11 @@ impl Slot<'_> {
         if model.is_eog(token) {
             self.generation.stopped_at_eog = true;
             return Next::Done;
+        }
+        if let Some(top) = self.job.request.logprobs {
+            let entry = token_logprob(model, logits, token, top);
+            let _ = self.job.out.send(Out::Token(entry.clone()));
+            self.logprobs.push(entry);
         }
         self.generation.tokens.push(token);
         self.generation.summary.generated += 1;
@@ -241,11 +256,13 @@ fn finish(host: &mut Host, engine: &Engine, running: &mut [Option<Slot<'_>>], se
         finish_reason: finish_reason(turn.ending.reason),
         prompt_tokens: turn.generation.summary.prompt_tokens + turn.generation.reused_tokens as u64,
         completion_tokens: turn.generation.tokens.len() as u64,
+        logprobs: std::mem::take(&mut slot.logprobs),
+        logits_digest: std::mem::take(&mut slot.digests),
     };
+    // A cancelled request's tokens were decoded all the same.
     if out.is_closed() {
         engine.metrics.cancelled();
-    } else {
-        engine.metrics.finished(finished.prompt_tokens, finished.completion_tokens);
     }
+    engine.metrics.finished(finished.prompt_tokens, finished.completion_tokens);
     let _ = out.send(Out::Done(Ok(Box::new(finished))));
 }

@@ -66,6 +66,7 @@ pub fn options(model: &Path, stream: Option<StreamOptions>) -> SessionOptions {
         mtp: None,
         rpc: None,
         sequences: 1,
+        batch_invariant: true,
     }
 }
 

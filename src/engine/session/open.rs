@@ -113,6 +113,7 @@ impl Session {
             n_ubatch: options.ubatch,
             n_threads: options.threads,
             n_seq: options.sequences,
+            batch_invariant: options.batch_invariant,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
         if remote.total() > 0 {

@@ -18,6 +18,11 @@ impl Session {
         self.other_seqs.len() + 1
     }
 
+    /// The context length of one sequence: an equal share of the whole.
+    pub fn seq_ctx(&self) -> u32 {
+        self.ctx.n_ctx() / self.sequences() as u32
+    }
+
     /// The tokens sequence `seq` holds in the KV cache.
     pub fn seq_tokens(&self, seq: usize) -> &[i32] {
         if seq == 0 { &self.history } else { &self.other_seqs[seq - 1] }
@@ -70,7 +75,7 @@ impl Session {
         phase: Phase,
         step: u32,
     ) -> Result<Option<StepReport>, EngineError> {
-        let n_ctx = self.ctx.n_ctx() as usize;
+        let n_ctx = self.ctx.n_ctx_seq() as usize;
         let mut seq_parts = Vec::with_capacity(parts.len());
         for &(seq, tokens, logits) in parts {
             if seq >= self.sequences() {
