@@ -149,6 +149,16 @@ fn errors_are_openai_error_objects_with_their_status() {
     assert_eq!(get(url, "/v1/models", Some("sesame")).0, 200);
     assert_eq!(get(url, "/v1/models", None).0, 401);
     assert_eq!(get(url, "/health", None).0, 200, "health needs no key");
+    let refused = agent().get(format!("{url}/v1/models")).call().unwrap();
+    assert_eq!(refused.headers().get("www-authenticate").map(|v| v.to_str().unwrap()), Some("Bearer"));
+    let lower = agent().get(format!("{url}/v1/models")).header("Authorization", "bearer sesame").call().unwrap();
+    assert_eq!(lower.status().as_u16(), 200, "the scheme's name is case-insensitive");
+    // One model by its id; another id is 404.
+    let (status, one) = get(url, "/v1/models/serve", Some("sesame"));
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(serde_json::from_str::<Value>(&one).unwrap()["id"], "serve");
+    let (status, none) = get(url, "/v1/models/gpt-4", Some("sesame"));
+    assert_eq!(status, 404, "{none}");
     // Bad requests.
     expect(chat(r#"{"messages": [{"role": "user", "content": "hi"}"#), 400, "not valid JSON");
     expect(chat(r#"{"messages": [{"role": "wizard", "content": "hi"}]}"#), 400, "unknown role");
@@ -209,6 +219,14 @@ fn hostile_clients_leave_the_server_answering() {
     let many: Vec<Value> = (0..10_000).map(|i| json!({"role": "user", "content": format!("m{i}")})).collect();
     let (status, answer) = post(url, "/v1/chat/completions", &json!({"messages": many}));
     assert_eq!(status, 400, "{answer}");
+    // A body declared over the cap is answered before any of it is sent.
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n").unwrap();
+    let mut status = String::new();
+    BufReader::new(&mut s).read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 413"), "{status}");
+    drop(s);
     // A 100 MB body: refused (the server may close before reading it all).
     let mut s = TcpStream::connect(host).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
@@ -425,6 +443,9 @@ fn a_full_queue_is_answered_429_and_the_queue_drains() {
     let (status, body) = post(url, "/v1/chat/completions", &json!({"messages": user("hi"), "max_tokens": 2}));
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["code"], "queue_full");
+    let full = agent().post(format!("{url}/v1/chat/completions")).send_json(json!({"messages": user("hi")})).unwrap();
+    assert_eq!(full.status().as_u16(), 429);
+    assert!(full.headers().get("retry-after").is_some(), "a 429 says when to come back");
     // The first client leaves: the waiting request runs.
     drop(reader);
     let (status, body) = waiting.join().unwrap();

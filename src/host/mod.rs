@@ -523,6 +523,27 @@ impl Host {
     /// read) as a reply: all of it answer text, no tools.
     pub fn begin_completion(&mut self, prompt: &str, settings: &TurnSettings) -> Result<Reply, HostError> {
         let tokens = self.session.tokenize_rendered(prompt);
+        self.completion_reply(prompt, tokens, settings)
+    }
+
+    /// A raw completion of a prompt given as token ids (each below the
+    /// vocabulary's size, else an error naming it).
+    pub fn begin_completion_of_tokens(&mut self, tokens: &[i32], settings: &TurnSettings) -> Result<Reply, HostError> {
+        let n_vocab = self.session.n_vocab();
+        if let Some(bad) = tokens.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+            return Err(HostError::Setting(format!("token id {bad} is not in the vocabulary (0 to {})", n_vocab - 1)));
+        }
+        let model = self.session.model().clone();
+        let text: Vec<u8> = tokens.iter().flat_map(|&t| model.token_bytes(t)).collect();
+        self.completion_reply(&String::from_utf8_lossy(&text), tokens.to_vec(), settings)
+    }
+
+    fn completion_reply(
+        &mut self,
+        prompt: &str,
+        tokens: Vec<i32>,
+        settings: &TurnSettings,
+    ) -> Result<Reply, HostError> {
         let n_ctx = self.slot_ctx();
         let room = (n_ctx as usize).saturating_sub(tokens.len());
         if room < 2 {

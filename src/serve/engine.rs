@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::error::ApiError;
 use super::logprobs::TokenLogprob;
 use super::metrics::Metrics;
-use super::request::{Parsed, Work};
+use super::request::{CompletionPrompt, Parsed, Work};
 use crate::chat::{Kind, ToolCall};
 use crate::config::RunConfig;
 use crate::host::{Host, HostError, HostEvent};
@@ -286,7 +286,11 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
                 ..Finished::default()
             })
         }
-        Work::Complete { prompt } => {
+        Work::Complete { prompt: CompletionPrompt::Tokens(_) } => Err(ApiError::bad_param(
+            "prompt",
+            "token-id prompts are not taken while the server decodes speculatively (a draft plugin or MTP)",
+        )),
+        Work::Complete { prompt: CompletionPrompt::Text(prompt) } => {
             let generation = host.complete_with(prompt, settings, &mut on_event).map_err(host_error)?;
             let reason = host.last_ending().map_or(crate::host::FinishReason::Stop, |e| e.reason);
             Ok(Finished {

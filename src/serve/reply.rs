@@ -103,18 +103,33 @@ pub fn chat_completion(h: &Header, f: &Finished) -> Value {
     object
 }
 
-/// A whole `text_completion`.
-pub fn text_completion(h: &Header, f: &Finished) -> Value {
-    let logprobs = if h.logprobs { logprobs::completion_json(&f.logprobs, 0) } else { Value::Null };
+/// A whole `text_completion`: one choice per prompt, in order. The
+/// digests (when asked) are those of the first prompt's reply.
+pub fn text_completion(h: &Header, replies: &[Box<Finished>]) -> Value {
+    let choices: Vec<Value> = replies
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let logprobs = if h.logprobs { logprobs::completion_json(&f.logprobs, 0) } else { Value::Null };
+            json!({"index": i, "text": f.answer, "logprobs": logprobs, "finish_reason": f.finish_reason})
+        })
+        .collect();
+    let total = Finished {
+        prompt_tokens: replies.iter().map(|f| f.prompt_tokens).sum(),
+        completion_tokens: replies.iter().map(|f| f.completion_tokens).sum(),
+        ..Finished::default()
+    };
     let mut object = json!({
         "id": h.id,
         "object": "text_completion",
         "created": h.created,
         "model": h.model,
-        "choices": [{"index": 0, "text": f.answer, "logprobs": logprobs, "finish_reason": f.finish_reason}],
-        "usage": usage(f),
+        "choices": choices,
+        "usage": usage(&total),
     });
-    h.add_digests(&mut object, f);
+    if let Some(first) = replies.first() {
+        h.add_digests(&mut object, first);
+    }
     object
 }
 

@@ -25,9 +25,18 @@ pub enum Work {
     Chat(ChatWork),
     /// A raw completion of a prompt.
     Complete {
-        /// The prompt text.
-        prompt: String,
+        /// The prompt.
+        prompt: CompletionPrompt,
     },
+}
+
+/// A completion's prompt: text, or token ids.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CompletionPrompt {
+    /// Text (special tokens in it are read).
+    Text(String),
+    /// Token ids, decoded as they are.
+    Tokens(Vec<i32>),
 }
 
 /// A chat request, read.
@@ -147,28 +156,19 @@ pub fn chat(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Resul
     })
 }
 
-/// Reads a `POST /v1/completions` body (`default_max` as for [`chat`]).
-pub fn completion(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Result<Parsed, ApiError> {
+/// Reads a `POST /v1/completions` body (`default_max` as for [`chat`]):
+/// one request per prompt of `prompt` (a string, token ids, or a list of
+/// either).
+pub fn completion(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Result<Vec<Parsed>, ApiError> {
     let common = common(body)?;
     for field in ["echo", "suffix", "best_of"] {
         if body.get(field).is_some_and(|v| !v.is_null() && v != &Value::Bool(false) && v != &Value::from(1)) {
             return Err(ApiError::bad_param(field, format!("`{field}` is not supported by this server")));
         }
     }
-    let prompt = match body.get("prompt") {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(list)) if list.len() == 1 && list[0].is_string() => list[0].as_str().unwrap_or("").into(),
-        Some(Value::Array(_)) => {
-            return Err(ApiError::bad_param(
-                "prompt",
-                "`prompt` must be one string (a list of several is not supported)",
-            ));
-        }
-        Some(_) => return Err(ApiError::bad_param("prompt", "`prompt` must be a string")),
-        None => return Err(ApiError::bad_param("prompt", "`prompt` is required")),
-    };
-    if prompt.is_empty() {
-        return Err(ApiError::bad_param("prompt", "`prompt` is empty"));
+    let prompts = prompts(body.get("prompt"))?;
+    if common.stream && prompts.len() > 1 {
+        return Err(ApiError::bad_param("prompt", "a streamed completion takes one prompt"));
     }
     let settings = settings(&common, config, default_max)?;
     let logprobs = match &common.logprobs {
@@ -176,14 +176,61 @@ pub fn completion(body: &Value, config: &RunConfig, default_max: Option<u32>) ->
         Some(Value::Bool(true)) => Some(0),
         Some(v) => Some(top_count(v, "logprobs")?),
     };
-    Ok(Parsed {
+    let parsed = prompts.into_iter().map(|prompt| Parsed {
         work: Work::Complete { prompt },
-        settings,
+        settings: settings.clone(),
         stream: common.stream,
         include_usage: include_usage(&common),
         logprobs,
         logits_digest: common.logits_digest.unwrap_or(false),
-    })
+    });
+    Ok(parsed.collect())
+}
+
+/// Most prompts one completion request may hold.
+const MAX_PROMPTS: usize = 64;
+
+/// A completion request's `prompt`: a string, a list of token ids, or a
+/// list of either (one choice each).
+fn prompts(value: Option<&Value>) -> Result<Vec<CompletionPrompt>, ApiError> {
+    let bad = |m: &str| ApiError::bad_param("prompt", m);
+    let one = |v: &Value| -> Result<CompletionPrompt, ApiError> {
+        match v {
+            Value::String(text) if text.is_empty() => Err(bad("`prompt` is empty")),
+            Value::String(text) => Ok(CompletionPrompt::Text(text.clone())),
+            Value::Array(ids) if ids.is_empty() => Err(bad("`prompt` is an empty list of token ids")),
+            Value::Array(ids) => ids
+                .iter()
+                .map(|id| id.as_i64().and_then(|n| i32::try_from(n).ok()))
+                .collect::<Option<Vec<i32>>>()
+                .map(CompletionPrompt::Tokens)
+                .ok_or_else(|| bad("a list of token ids holds only integers")),
+            _ => Err(bad("`prompt` must be a string, a list of token ids, or a list of those")),
+        }
+    };
+    match value {
+        None | Some(Value::Null) => Err(bad("`prompt` is required")),
+        Some(Value::Array(list)) if list.iter().any(|v| v.is_string() || v.is_array()) => {
+            if list.len() > MAX_PROMPTS {
+                return Err(bad(&format!("{} prompts, more than the {MAX_PROMPTS} one request may hold", list.len())));
+            }
+            if list.is_empty() {
+                return Err(bad("`prompt` is an empty list"));
+            }
+            list.iter().map(one).collect()
+        }
+        Some(v) => Ok(vec![one(v)?]),
+    }
+}
+
+impl Parsed {
+    /// The prompt of a completion request.
+    pub fn work_prompt(&self) -> Option<&CompletionPrompt> {
+        match &self.work {
+            Work::Complete { prompt } => Some(prompt),
+            Work::Chat(_) => None,
+        }
+    }
 }
 
 fn common(body: &Value) -> Result<Common, ApiError> {
@@ -540,11 +587,18 @@ mod tests {
     fn completion_prompts() {
         let config = RunConfig::default();
         let parsed = completion(&json!({"prompt": ["Once"], "max_tokens": 4, "stop": "\n"}), &config, None).unwrap();
-        assert!(matches!(parsed.work, Work::Complete { ref prompt } if prompt == "Once"));
-        assert_eq!(parsed.settings.stop, ["\n"]);
+        assert_eq!(parsed.len(), 1);
+        assert!(matches!(&parsed[0].work, Work::Complete { prompt: CompletionPrompt::Text(p) } if p == "Once"));
+        assert_eq!(parsed[0].settings.stop, ["\n"]);
         // -n of the server limits a request that sets no max_tokens.
-        assert_eq!(completion(&json!({"prompt": "a"}), &config, Some(9)).unwrap().settings.n_predict, 9);
-        assert!(completion(&json!({"prompt": ["a", "b"]}), &config, None).is_err());
+        assert_eq!(completion(&json!({"prompt": "a"}), &config, Some(9)).unwrap()[0].settings.n_predict, 9);
+        assert_eq!(completion(&json!({"prompt": ["a", "b"]}), &config, None).unwrap().len(), 2);
+        let ids = completion(&json!({"prompt": [[1, 2], [3]]}), &config, None).unwrap();
+        assert_eq!(ids[1].work_prompt(), Some(&CompletionPrompt::Tokens(vec![3])));
+        let one = completion(&json!({"prompt": [5, 6, 7]}), &config, None).unwrap();
+        assert_eq!(one[0].work_prompt(), Some(&CompletionPrompt::Tokens(vec![5, 6, 7])));
+        assert!(completion(&json!({"prompt": ["a", "b"], "stream": true}), &config, None).is_err());
+        assert!(completion(&json!({"prompt": [1.5]}), &config, None).is_err());
         assert!(completion(&json!({"prompt": "a", "echo": true}), &config, Some(9)).is_err());
     }
 }

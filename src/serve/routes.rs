@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use super::engine::{Engine, Job, Out, Status};
+use super::engine::{Engine, Finished, Job, Out, Status};
 use super::error::ApiError;
 use super::reply::{self, ChatChunks, CompletionChunks, Header};
 use super::request::{self, Parsed, Work};
@@ -251,10 +251,26 @@ async fn completion(
     let answer = async {
         let body = read_json(&headers, body, state.body_limit).await?;
         let model = state.engine.ready()?;
-        let parsed = request::completion(&body, &state.engine.config, state.engine.default_max_tokens)?;
-        let (stream, include_usage) = (parsed.stream, parsed.include_usage);
-        let header = Header::new("cmpl", model).reporting(parsed.logprobs.is_some(), parsed.logits_digest);
-        let rx = submit(&state, parsed)?;
+        let mut prompts = request::completion(&body, &state.engine.config, state.engine.default_max_tokens)?;
+        let first = &prompts[0];
+        let (stream, include_usage) = (first.stream, first.include_usage);
+        let header = Header::new("cmpl", model).reporting(first.logprobs.is_some(), first.logits_digest);
+        if prompts.len() > 1 {
+            // One choice per prompt: each is a request of its own, decoded
+            // beside the others.
+            let receivers: Vec<_> = prompts.into_iter().map(|p| submit(&state, p)).collect::<Result<_, _>>()?;
+            let mut replies = Vec::with_capacity(receivers.len());
+            for rx in receivers {
+                replies.push(finished(rx).await?);
+            }
+            let total = Finished {
+                prompt_tokens: replies.iter().map(|f| f.prompt_tokens).sum(),
+                completion_tokens: replies.iter().map(|f| f.completion_tokens).sum(),
+                ..Finished::default()
+            };
+            return Ok(with_tokens(Json::ok(reply::text_completion(&header, &replies)), &total));
+        }
+        let rx = submit(&state, prompts.remove(0))?;
         if stream {
             let mut chunks = CompletionChunks::new(header);
             Ok(sse(rx, access, move |out| match out {
@@ -266,7 +282,7 @@ async fn completion(
             }))
         } else {
             let f = finished(rx).await?;
-            Ok(with_tokens(Json::ok(reply::text_completion(&header, &f)), &f))
+            Ok(with_tokens(Json::ok(reply::text_completion(&header, std::slice::from_ref(&f))), &f))
         }
     };
     let answer = answer.await;
@@ -274,7 +290,7 @@ async fn completion(
 }
 
 /// `response` marked with the reply's tokens, for the access log.
-fn with_tokens(mut response: Response, f: &super::engine::Finished) -> Response {
+fn with_tokens(mut response: Response, f: &Finished) -> Response {
     response.extensions_mut().insert(Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
     response
 }
@@ -300,6 +316,10 @@ impl Json {
 async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
+        // Answered now; the body is still read (and dropped) behind the
+        // answer, up to DRAIN_LIMIT, so a client that sends it all before
+        // it reads gets the 413 rather than a broken connection.
+        tokio::spawn(tokio::time::timeout(BODY_TIMEOUT, read_body(body, 0)));
         return Err(ApiError::too_large(limit));
     }
     let bytes = match tokio::time::timeout(BODY_TIMEOUT, read_body(body, limit)).await {
@@ -343,7 +363,7 @@ fn submit(state: &AppState, parsed: Parsed) -> Result<UnboundedReceiver<Out>, Ap
 }
 
 /// Waits for the finished reply.
-async fn finished(mut rx: UnboundedReceiver<Out>) -> Result<Box<super::engine::Finished>, ApiError> {
+async fn finished(mut rx: UnboundedReceiver<Out>) -> Result<Box<Finished>, ApiError> {
     while let Some(out) = rx.recv().await {
         if let Out::Done(result) = out {
             return result;

@@ -12,7 +12,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use super::engine::{Engine, Finished, Job, Out, finish_reason, host_error, step_json};
 use super::error::ApiError;
 use super::logprobs::{TokenLogprob, token_logprob};
-use super::request::Work;
+use super::request::{CompletionPrompt, Work};
 use crate::engine::{Generation, Phase, Utf8Stream};
 use crate::host::{Host, HostEvent, Reply};
 use crate::llama::{Model, Sampler};
@@ -152,7 +152,12 @@ fn start<'m>(host: &mut Host, model: &'m Model, job: Job, running: &mut [Option<
             let called_before = work.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
             (host.begin_reply(&messages, &job.request.settings, &mut |_| {}), called_before)
         }
-        Work::Complete { prompt } => (host.begin_completion(prompt, &job.request.settings), 0),
+        Work::Complete { prompt: CompletionPrompt::Text(text) } => {
+            (host.begin_completion(text, &job.request.settings), 0)
+        }
+        Work::Complete { prompt: CompletionPrompt::Tokens(ids) } => {
+            (host.begin_completion_of_tokens(ids, &job.request.settings), 0)
+        }
     };
     let reply = match begun {
         Ok(reply) => reply,

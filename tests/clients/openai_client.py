@@ -38,6 +38,46 @@ def main(base_url):
     ids = [m.id for m in models.data]
     check(len(ids) == 1, f"one model listed, got {ids}")
     model = ids[0]
+    retrieved = client.models.retrieve(model)
+    check(retrieved.id == model, f"models.retrieve gave {retrieved.id}")
+
+    # Log-probabilities, whole and streamed: the same values, bit for bit
+    # (JSON carries each float's shortest exact form).
+    ask_lp = [{"role": "user", "content": "Name a colour"}]
+    lp = client.chat.completions.create(
+        model=model, messages=ask_lp, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
+    entries = lp.choices[0].logprobs.content
+    check(len(entries) == lp.usage.completion_tokens, f"{len(entries)} logprobs for {lp.usage.completion_tokens} tokens")
+    for e in entries:
+        check(e.logprob <= 0 and len(e.top_logprobs) == 3, f"logprob entry {e}")
+        # Greedy: the chosen token is the most likely one.
+        check(e.top_logprobs[0].logprob == e.logprob, f"greedy token is not the top one: {e}")
+        check(all(a.logprob >= b.logprob for a, b in zip(e.top_logprobs, e.top_logprobs[1:])), "top order")
+    spelled = "".join(e.token for e in entries)
+    check((lp.choices[0].message.content or "").strip() in spelled, f"tokens {spelled!r} do not spell the answer")
+    streamed_lp = []
+    for chunk in client.chat.completions.create(
+        model=model, messages=ask_lp, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3, stream=True
+    ):
+        for c in chunk.choices:
+            if c.logprobs and c.logprobs.content:
+                streamed_lp.extend(c.logprobs.content)
+    check(
+        [(e.token, e.logprob) for e in streamed_lp] == [(e.token, e.logprob) for e in entries],
+        "streamed logprobs differ from the whole reply's",
+    )
+    done = client.completions.create(model=model, prompt="Once upon", max_tokens=4, temperature=0, logprobs=2)
+    lps = done.choices[0].logprobs
+    check(len(lps.tokens) == len(lps.token_logprobs) == len(lps.top_logprobs) == 4, f"completion logprobs {lps}")
+    check(lps.text_offset[0] == 0 and "".join(lps.tokens) == done.choices[0].text, f"offsets {lps.text_offset}")
+
+    # A list of prompts: one choice each, in order, each its prompt alone.
+    many = client.completions.create(model=model, prompt=["Once upon", "Seven"], max_tokens=4, temperature=0)
+    check([c.index for c in many.choices] == [0, 1], f"choices {many.choices}")
+    check(many.choices[0].text == done.choices[0].text, "a listed prompt differs from it alone")
+    seven = client.completions.create(model=model, prompt="Seven", max_tokens=4, temperature=0)
+    check(many.choices[1].text == seven.choices[0].text, "the second listed prompt differs from it alone")
 
     hello = [{"role": "user", "content": "Say hello"}]
     whole = client.chat.completions.create(model=model, messages=hello, max_tokens=8, temperature=0)
