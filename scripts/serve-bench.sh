@@ -2,14 +2,17 @@
 # Concurrent requests against `bmoe serve` on the bench preset: 1, 2, 4 and
 # 8 streamed greedy completions of TOKENS tokens at once, resident and
 # streamed under a memory cap of a third of the file (a cgroup v1 memory
-# limit around the server; root). Prints one row per run: aggregate tok/s,
-# MiB of experts read per generated token, time to first token and
+# limit around the server; root), with the batch-invariant kernels (the
+# default) and with --no-batch-invariant. Prints one row per run: aggregate
+# tok/s, MiB of experts read per generated token, time to first token and
 # inter-token latency (p50, p99), and each aggregate as a multiple of one
-# request's. Rounds are interleaved (1, 2, 4, 8, then again) so a slow
-# spell of the machine falls on every width alike.
+# request's; then the invariant kernels' aggregate tok/s and time to first
+# token as multiples of the others'. Rounds are interleaved (1, 2, 4, 8,
+# then again) so a slow spell of the machine falls on every width alike.
 #
 # usage: scripts/serve-bench.sh [WORKDIR] [TOKENS] [ROUNDS]
-#   PRESET=name picks another preset (default bench); BMOE=path another binary.
+#   PRESET=name picks another preset (default bench); BMOE=path another binary;
+#   KERNELS="invariant fast" which kernels to run (default both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-bench-work}
@@ -57,11 +60,15 @@ start_server() {
   python3 scripts/serve-load.py "$url" 1 16 > /dev/null
 }
 
-printf '%-9s %3s %8s %7s %9s %9s %9s %8s %8s\n' mode n tok/s xone MiB/tok ttft_p50 ttft_p99 itl_p50 itl_p99
+summary=$work/serve-bench.jsonl
+: > "$summary"
+printf '%-9s %-9s %3s %8s %7s %9s %9s %9s %8s %8s\n' kernels mode n tok/s xone MiB/tok ttft_p50 ttft_p99 itl_p50 itl_p99
+for kernels in ${KERNELS:-invariant fast}; do
 for mode in resident capped; do
   capped=0
   flags=()
   if [ "$mode" = capped ]; then capped=1; flags=(--moe-stream); fi
+  if [ "$kernels" = fast ]; then flags+=(--no-batch-invariant); fi
   start_server "${flags[@]}"
   declare -A rows=()
   for _ in $(seq 1 "$rounds"); do
@@ -71,9 +78,9 @@ for mode in resident capped; do
   done
   stop_server
   # Medians over rounds of each figure.
-  python3 - "$mode" <<PY
+  python3 - "$kernels" "$mode" "$summary" <<PY
 import json, statistics, sys
-mode = sys.argv[1]
+kernels, mode, summary = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = {$(for n in 1 2 4 8; do printf '%s: """%s""",' "$n" "${rows[$n]}"; done)}
 med = {}
 for n, text in rows.items():
@@ -81,8 +88,25 @@ for n, text in rows.items():
     med[n] = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "n"}
 for n in sorted(med):
     m = med[n]
-    print(f"{mode:<9} {n:>3} {m['tok_s']:>8.2f} {m['tok_s'] / med[1]['tok_s']:>6.2f}x {m['mib_per_token']:>9.3f} "
-          f"{m['ttft_p50_ms']:>9.1f} {m['ttft_p99_ms']:>9.1f} {m['itl_p50_ms']:>8.1f} {m['itl_p99_ms']:>8.1f}")
+    print(f"{kernels:<9} {mode:<9} {n:>3} {m['tok_s']:>8.2f} {m['tok_s'] / med[1]['tok_s']:>6.2f}x "
+          f"{m['mib_per_token']:>9.3f} {m['ttft_p50_ms']:>9.1f} {m['ttft_p99_ms']:>9.1f} {m['itl_p50_ms']:>8.1f} "
+          f"{m['itl_p99_ms']:>8.1f}")
+    with open(summary, "a") as f:
+        f.write(json.dumps({"kernels": kernels, "mode": mode, "n": n, **m}) + "\n")
 PY
   unset rows
 done
+done
+# The invariant kernels against the others, side by side.
+python3 - "$summary" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {(r["kernels"], r["mode"], r["n"]): r for r in rows}
+pairs = [(m, n) for (k, m, n) in by if k == "invariant" and ("fast", m, n) in by]
+if pairs:
+    print()
+    print(f"{'mode':<9} {'n':>3} {'tok/s inv/fast':>15} {'ttft_p50 inv/fast':>18}")
+    for m, n in sorted(pairs, key=lambda p: (p[0] != "resident", p[1])):
+        a, b = by[("invariant", m, n)], by[("fast", m, n)]
+        print(f"{m:<9} {n:>3} {a['tok_s'] / b['tok_s']:>15.3f} {a['ttft_p50_ms'] / b['ttft_p50_ms']:>18.3f}")
+PY

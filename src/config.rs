@@ -52,11 +52,26 @@ pub struct ServeConfig {
     /// Requests decoded together, each in its own slot with the whole
     /// `generate.ctx_size` (1 with a draft plugin or MTP).
     pub parallel: u32,
+    /// Seconds the requests running when SIGTERM or Ctrl-C arrives get to
+    /// finish; those still running then end with an error chunk.
+    pub shutdown_grace_s: f64,
+    /// Origins of browser apps allowed to call the API from another
+    /// origin (CORS), comma-separated (`*`: any); empty = none.
+    pub cors: String,
 }
 
 impl Default for ServeConfig {
     fn default() -> ServeConfig {
-        ServeConfig { host: "127.0.0.1".into(), port: 8080, api_key: String::new(), queue: 16, body_mb: 8, parallel: 4 }
+        ServeConfig {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: String::new(),
+            queue: 16,
+            body_mb: 8,
+            parallel: 4,
+            shutdown_grace_s: 5.0,
+            cors: String::new(),
+        }
     }
 }
 
@@ -136,6 +151,10 @@ pub struct ChatConfig {
     /// model decides) or `required` (a grammar makes the reply one call in
     /// the template's own format; replies to tool results stay free).
     pub tool_choice: String,
+    /// Read special-token markers written in a message's own text (such
+    /// as `<|im_start|>`) as control tokens, as llama-server does; off, a
+    /// message's text is text and only the template's markers are special.
+    pub markers_in_content: bool,
 }
 
 impl ChatConfig {
@@ -159,6 +178,7 @@ impl Default for ChatConfig {
             reasoning_effort: String::new(),
             tools: PathBuf::new(),
             tool_choice: "auto".into(),
+            markers_in_content: false,
         }
     }
 }
@@ -453,6 +473,10 @@ impl RunConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.serve.queue == 0 {
             return Err(bad("serve.queue", "must be at least 1"));
+        }
+        let grace = self.serve.shutdown_grace_s;
+        if !grace.is_finite() || !(0.0..=3600.0).contains(&grace) {
+            return Err(bad("serve.shutdown_grace_s", format!("must be 0 to 3600 seconds (got {grace})")));
         }
         if self.serve.body_mb == 0 {
             return Err(bad("serve.body_mb", "must be at least 1"));
@@ -901,6 +925,6 @@ mod tests {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
-        assert_eq!(pairs.len(), 4 + 11 + 18 + 10 + 4 + 5 + 6);
+        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 4 + 5 + 8);
     }
 }

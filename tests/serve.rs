@@ -451,3 +451,148 @@ fn a_full_queue_is_answered_429_and_the_queue_drains() {
     let (status, body) = waiting.join().unwrap();
     assert_eq!(status, 200, "{body}");
 }
+
+/// The server's resident memory (VmRSS), in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// Raises this process's open-file limit to its hard limit (the server,
+/// started after, inherits it): the most connections one round may open.
+fn connections_allowed() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max.min(65_536);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    (limit.rlim_cur as usize / 2).saturating_sub(256).min(10_000)
+}
+
+#[test]
+fn memory_comes_back_after_a_flood_of_idle_connections() {
+    let per_round = connections_allowed();
+    assert!(per_round >= 500, "the open-file limit allows only {per_round} connections a round");
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let server = Serve::start(&model, &[]);
+    let host = server.url.trim_start_matches("http://").to_string();
+    let (status, _) = post(&server.url, "/v1/completions", &json!({"prompt": "warm", "max_tokens": 2}));
+    assert_eq!(status, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = rss(server.child.id());
+    let mut peak = idle;
+    for _ in 0..4 {
+        let open: Vec<TcpStream> = (0..per_round).filter_map(|_| TcpStream::connect(&host).ok()).collect();
+        assert!(open.len() * 10 >= per_round * 9, "only {} of {per_round} connections opened", open.len());
+        // Each connection is accepted and waits for its headers.
+        std::thread::sleep(Duration::from_secs(1));
+        peak = peak.max(rss(server.child.id()));
+        drop(open);
+    }
+    // The flood is over: memory goes back within a few seconds.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut now = rss(server.child.id());
+    while now > idle + (20 << 20) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        now = rss(server.child.id());
+    }
+    let mib = |b: u64| b as f64 / 1048576.0;
+    eprintln!("rss: idle {:.1} MiB, peak {:.1} MiB, after {:.1} MiB", mib(idle), mib(peak), mib(now));
+    assert!(now <= idle + (20 << 20), "RSS {:.1} MiB after the flood, idle {:.1} MiB", mib(now), mib(idle));
+    let (status, _) = post(&server.url, "/v1/completions", &json!({"prompt": "after", "max_tokens": 2}));
+    assert_eq!(status, 200, "the server answers after the flood");
+}
+
+/// Reads a streamed reply's events until `[DONE]` or the end: the `data:`
+/// payloads.
+fn read_events(reader: &mut BufReader<TcpStream>) -> Vec<String> {
+    let mut events = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return events;
+        }
+        if let Some(data) = line.trim_end().strip_prefix("data: ") {
+            events.push(data.to_string());
+            if data == "[DONE]" {
+                return events;
+            }
+        }
+    }
+}
+
+/// Starts a long streamed completion and reads up to its first event.
+fn long_stream(url: &str) -> BufReader<TcpStream> {
+    let body = json!({"messages": user("Tell me everything"), "stream": true}).to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \
+         {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    while !line.starts_with("data: ") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before its first chunk");
+    }
+    reader
+}
+
+fn sigterm(server: &Serve) {
+    let rc = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(rc.success());
+}
+
+#[test]
+fn sigterm_lets_running_requests_finish_and_refuses_new_ones() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    // A reply of the whole 4k context takes far longer than a request's
+    // round trip: it is running when the next request arrives.
+    let mut server = Serve::start(&model, &["--ctx-size", "4096", "--shutdown-grace", "600"]);
+    let mut running = long_stream(&server.url);
+    sigterm(&server);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let refused = loop {
+        let (status, body) = post(&server.url, "/v1/completions", &json!({"prompt": "hi", "max_tokens": 2}));
+        if status == 503 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "no 503 while stopping (got {status})");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(refused["error"]["message"].as_str().unwrap().contains("shutting down"), "{refused}");
+    // The running reply ends as it would have: its finish, then [DONE].
+    let events = read_events(&mut running);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length", "{last}");
+    assert!(server.child.wait().unwrap().success(), "the server exits cleanly once the reply is done");
+}
+
+#[test]
+fn sigterm_ends_a_reply_still_running_after_the_grace_period() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let mut server = Serve::start(&model, &["--ctx-size", "16384", "--shutdown-grace", "0.5"]);
+    let mut running = long_stream(&server.url);
+    sigterm(&server);
+    let events = read_events(&mut running);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{events:?}");
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    let message = last["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stopped before the reply was complete"), "the last chunk says why: {last}");
+    assert!(server.child.wait().unwrap().success());
+}

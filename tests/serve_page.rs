@@ -53,3 +53,29 @@ fn the_chat_page_streams_a_reply_and_shows_the_routing_panel() {
     // A blank 1280x900 PNG compresses to a few KB; a drawn page is far larger.
     assert!(size > 20_000, "the screenshot {} is {size} bytes: too small to show the page", shot.display());
 }
+
+/// A browser app served from another origin calls the API (a CORS
+/// preflight, then the call) on a server started with `--cors` naming that
+/// origin; a server naming another origin is refused by the browser.
+#[test]
+fn a_page_on_another_origin_calls_the_api_with_cors() {
+    let python = client_python();
+    let dir = common::tempdir();
+    let model = common::write_tiny(dir.path(), "serve.gguf", Arch::Qwen3Moe, |_| {});
+    let page_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let origin = format!("http://127.0.0.1:{page_port}");
+    let allowed = Serve::start(&model, &["--api-key", "sesame", "--cors", &origin]);
+    let refused = Serve::start(&model, &["--api-key", "sesame", "--cors", "http://elsewhere.example"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/cors_check.py");
+    let out = Command::new(python)
+        .arg(script)
+        .args([&page_port.to_string(), &allowed.url, &refused.url, "sesame"])
+        .output()
+        .expect("run cors_check.py");
+    assert!(
+        out.status.success(),
+        "the CORS check failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

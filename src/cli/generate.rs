@@ -221,6 +221,11 @@ pub struct RunFlags {
     /// System prompt of chat turns [chat.system].
     #[arg(long, help_heading = "Chat")]
     pub system: Option<String>,
+    /// Read special-token markers written in a message's text (`<|im_start|>`...) as control
+    /// tokens, as llama-server does; by default a message's text is text, so a user cannot forge a
+    /// turn [chat.markers_in_content].
+    #[arg(long, help_heading = "Chat")]
+    pub markers_in_content: bool,
 }
 
 impl RunFlags {
@@ -281,6 +286,7 @@ impl RunFlags {
             tool_choice,
             chat_template,
             system,
+            markers_in_content,
         } = self;
         RunFlags {
             model: model.or_else(|| base.model.clone()),
@@ -329,6 +335,7 @@ impl RunFlags {
             route_trace: route_trace.or_else(|| base.route_trace.clone()),
             verbose: verbose || base.verbose,
             no_think: no_think || base.no_think,
+            markers_in_content: markers_in_content || base.markers_in_content,
             reasoning_effort: reasoning_effort.or_else(|| base.reasoning_effort.clone()),
             tools: tools.or_else(|| base.tools.clone()),
             tool_choice: tool_choice.or_else(|| base.tool_choice.clone()),
@@ -419,6 +426,9 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
          tool_choice => ch.tool_choice);
     if args.no_think {
         ch.think = false;
+    }
+    if args.markers_in_content {
+        ch.markers_in_content = true;
     }
     c.validate()?;
     Ok(c)

@@ -33,6 +33,15 @@ pub struct ServeArgs {
     /// 4; 1 with a draft plugin or MTP].
     #[arg(long, value_name = "N")]
     pub parallel: Option<u32>,
+    /// Seconds the requests running when the server is stopped (SIGTERM, Ctrl-C) get to finish;
+    /// new requests get 503 meanwhile, and a reply still running then ends with an error chunk
+    /// [serve.shutdown_grace_s, default 5].
+    #[arg(long, value_name = "SECONDS")]
+    pub shutdown_grace: Option<f64>,
+    /// Origins of browser apps served elsewhere that may call the API (CORS), comma-separated,
+    /// e.g. http://localhost:3000; `*` allows any [serve.cors, default none].
+    #[arg(long, value_name = "ORIGINS")]
+    pub cors: Option<String>,
     /// Model, engine and telemetry settings.
     #[command(flatten)]
     pub run: RunFlags,
@@ -59,6 +68,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     if let Some(parallel) = args.parallel {
         s.parallel = parallel;
+    }
+    if let Some(grace) = args.shutdown_grace {
+        s.shutdown_grace_s = grace;
+    }
+    if let Some(cors) = args.cors {
+        s.cors = cors;
     }
     if config.serve.parallel > config.generate.batch {
         anyhow::bail!(
@@ -117,15 +132,44 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     let engine = server.engine.clone();
     runtime.spawn(async move { report_ready(&engine).await });
+    let grace = Duration::from_secs_f64(config.serve.shutdown_grace_s);
+    let engine = server.engine.clone();
     runtime.block_on(server.run(async {
         while !interrupt::requested() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        drain(&engine, grace).await;
     }));
     eprintln!("bmoe serve: stopped");
     // The engine thread may be mid-reply; the process ends with it.
     runtime.shutdown_timeout(Duration::from_secs(1));
     Ok(())
+}
+
+/// Lets the requests in flight finish within `grace` while new ones are
+/// answered 503, then ends those still running (a second Ctrl-C exits at
+/// once).
+async fn drain(engine: &crate::serve::Engine, grace: Duration) {
+    engine.begin_drain();
+    let running = engine.in_flight();
+    if running > 0 {
+        eprintln!(
+            "bmoe serve: stopping: {running} request(s) in flight get {:.0} s to finish (new ones get 503; Ctrl-C \
+             again stops at once)",
+            grace.as_secs_f64()
+        );
+    }
+    let until_empty = |deadline: std::time::Instant| async move {
+        while engine.in_flight() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    until_empty(std::time::Instant::now() + grace).await;
+    if engine.in_flight() > 0 {
+        eprintln!("bmoe serve: ending {} request(s) still running", engine.in_flight());
+        engine.stop_running();
+        until_empty(std::time::Instant::now() + Duration::from_secs(5)).await;
+    }
 }
 
 /// Says on stdout when the model is ready (or on stderr why it failed).

@@ -7,6 +7,7 @@
 mod demo;
 mod ending;
 mod plugins;
+mod prompt_tokens;
 mod settings;
 mod sinks;
 mod turn;
@@ -484,7 +485,17 @@ impl Host {
             self.told_no_switch = true;
             on_event(HostEvent::Notice(&self.format.no_switch_notice()));
         }
-        let tokens = self.session.tokenize_rendered(&prompt.text);
+        let tokens = if self.config.chat.markers_in_content {
+            self.session.tokenize_rendered(&prompt.text)
+        } else {
+            // The messages' own text stays text: no forged turns.
+            let contents: Vec<&str> = messages
+                .iter()
+                .flat_map(|m| m.reasoning.as_deref().into_iter().chain([m.content.as_str()]))
+                .filter(|c| !c.is_empty())
+                .collect();
+            prompt_tokens::tokenize_prompt(self.session.model(), &prompt.text, &contents).map_err(HostError::Setting)?
+        };
         let n_ctx = self.slot_ctx();
         let room = (n_ctx as usize).saturating_sub(tokens.len());
         if room < 2 {

@@ -37,6 +37,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("generate.ctx_size", Apply::Reopen, "context length in tokens, all turns together"),
     ("generate.batch", Apply::Reopen, "most prompt tokens per decode call"),
     ("generate.ubatch", Apply::Reopen, "most tokens per graph computation"),
+    (
+        "generate.batch_invariant",
+        Apply::Reopen,
+        "batch-invariant kernels: bitwise the same logits alone or beside others (false: flash attention)",
+    ),
     ("generate.temp", Apply::Live, "sampling temperature (0 = greedy)"),
     ("generate.top_k", Apply::Live, "top-k sampling stage (0 = off)"),
     ("generate.top_p", Apply::Live, "top-p sampling stage"),
@@ -129,6 +134,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         Apply::Live,
         "auto (the model decides) or required (a reply to a user message is one tool call)",
     ),
+    (
+        "chat.markers_in_content",
+        Apply::Live,
+        "read special-token markers in a message's text as tokens (off: a message's text is text)",
+    ),
     ("telemetry.csv", Apply::Live, "per-token CSV file (empty = none)"),
     ("telemetry.route_trace", Apply::Live, "route trace file (empty = none; needs streaming)"),
     ("telemetry.verbose", Apply::Live, "show llama.cpp's log"),
@@ -138,6 +148,16 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("serve.queue", Apply::Live, "requests `bmoe serve` lets wait; more get 429 (read when it starts)"),
     ("serve.parallel", Apply::Live, "requests `bmoe serve` decodes together (read when it starts)"),
     ("serve.body_mb", Apply::Live, "largest request body `bmoe serve` reads, MiB (read when it starts)"),
+    (
+        "serve.shutdown_grace_s",
+        Apply::Live,
+        "seconds running requests get to finish when `bmoe serve` is stopped (read when it starts)",
+    ),
+    (
+        "serve.cors",
+        Apply::Live,
+        "origins allowed to call `bmoe serve` from a browser, comma-separated (read when it starts)",
+    ),
 ];
 
 /// How `key` (a full `section.key` name) applies.

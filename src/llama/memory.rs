@@ -559,6 +559,16 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// Returns the C allocator's free pages to the system (glibc keeps what a
+/// burst of allocations freed in its arenas; elsewhere this does nothing).
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

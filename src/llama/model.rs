@@ -28,6 +28,8 @@ pub struct Model {
     path: PathBuf,
     /// The RPC servers holding layers, by the address each answered on.
     remote: Vec<std::net::SocketAddr>,
+    /// The special tokens' texts, longest first (made on first use).
+    specials: std::sync::OnceLock<Vec<(Vec<u8>, i32)>>,
 }
 
 // SAFETY: llama_model is immutable after load except for the expert data
@@ -115,7 +117,7 @@ impl Model {
         // SAFETY: a loaded model always has a vocabulary, valid as long as the model.
         let vocab = unsafe { sys::llama_model_get_vocab(ptr.as_ptr()) };
         let remote = remote.holding().map(|(d, _)| d.addr).collect();
-        Ok(Model { ptr, vocab, path: path.to_path_buf(), remote })
+        Ok(Model { ptr, vocab, path: path.to_path_buf(), remote, specials: std::sync::OnceLock::new() })
     }
 
     /// Whether some of the model's layers live on RPC servers.
@@ -191,6 +193,50 @@ impl Model {
             }
             out.resize((-n) as usize, 0);
         }
+    }
+
+    /// Tokenizes `text` as plain text: special-token markers in it stay
+    /// text (no BOS added).
+    pub fn tokenize_plain(&self, text: &str) -> Vec<i32> {
+        let mut out = vec![0i32; text.len() + 8];
+        loop {
+            // SAFETY: text is valid for text.len() bytes; out has out.len() slots.
+            let n = unsafe {
+                sys::llama_tokenize(
+                    self.vocab,
+                    text.as_ptr().cast(),
+                    text.len() as i32,
+                    out.as_mut_ptr(),
+                    out.len() as i32,
+                    false,
+                    false,
+                )
+            };
+            if n >= 0 {
+                out.truncate(n as usize);
+                return out;
+            }
+            out.resize((-n) as usize, 0);
+        }
+    }
+
+    /// The texts of the vocabulary's special tokens (control and
+    /// user-defined: those a text may name when special tokens are
+    /// read) with their ids, longest first.
+    pub fn special_texts(&self) -> &[(Vec<u8>, i32)] {
+        self.specials.get_or_init(|| {
+            let mut out: Vec<(Vec<u8>, i32)> = (0..self.n_vocab() as i32)
+                .filter(|&t| {
+                    // SAFETY: a token id below the vocabulary's size.
+                    let attr = unsafe { sys::llama_vocab_get_attr(self.vocab, t) };
+                    attr & (sys::LLAMA_TOKEN_ATTR_CONTROL | sys::LLAMA_TOKEN_ATTR_USER_DEFINED) != 0
+                })
+                .map(|t| (self.token_bytes(t), t))
+                .filter(|(text, _)| !text.is_empty())
+                .collect();
+            out.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+            out
+        })
     }
 
     /// The bytes a token stands for (special tokens rendered as text).

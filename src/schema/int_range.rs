@@ -12,6 +12,9 @@ pub struct Alternative {
     pub open: bool,
 }
 
+/// The most digits an integer of a range with an open end is written with.
+pub const MAX_DIGITS: usize = 16;
+
 /// The alternatives matching exactly the integers `min..=max` (either end
 /// may be open). `None` when the range is empty.
 pub fn alternatives(min: Option<i128>, max: Option<i128>) -> Option<Vec<Alternative>> {
@@ -118,8 +121,11 @@ pub fn gbnf(alternatives: &[Alternative]) -> String {
             parts.push(if l == h { format!("\"{l}\"") } else { format!("[{l}-{h}]") });
             i += 1;
         }
-        if a.open {
-            parts.push("[0-9]*".into());
+        // An open range stops at MAX_DIGITS digits, as llama.cpp's
+        // converter does (an unbounded run lets a model write hundreds).
+        let more = MAX_DIGITS.saturating_sub(a.classes.len());
+        if a.open && more > 0 {
+            parts.push(format!("[0-9]{{0,{more}}}"));
         }
         parts.join(" ")
     };
@@ -206,7 +212,7 @@ mod tests {
     fn gbnf_text() {
         assert_eq!(gbnf(&alternatives(Some(1), Some(7)).unwrap()), "([1-7])");
         assert_eq!(gbnf(&alternatives(Some(-5), Some(12)).unwrap()), "(\"-\" [1-5] | [0-9] | \"1\" [0-2])");
-        assert_eq!(gbnf(&alternatives(Some(10), None).unwrap()), "([1-9] [0-9] | [1-9] [0-9]{2} [0-9]*)");
+        assert_eq!(gbnf(&alternatives(Some(10), None).unwrap()), "([1-9] [0-9] | [1-9] [0-9]{2} [0-9]{0,13})");
         assert_eq!(alternatives(Some(3), Some(2)), None);
     }
 }

@@ -77,8 +77,8 @@ const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveM
 const COMMON_RULES: &str = r#"ws ::= " "?
 string ::= "\"" char* "\""
 char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])
-integer ::= "-"? ("0" | [1-9] [0-9]*)
-number ::= integer ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
+integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
+number ::= integer ("." [0-9]{1,16})? ([eE] [-+]? ("0" | [1-9] [0-9]{0,15}))?
 boolean ::= "true" | "false"
 null ::= "null"
 value ::= object | array | string | number | boolean | null
@@ -548,7 +548,7 @@ mod tests {
         assert_eq!(root(r#"{"type":"integer","exclusiveMinimum":0.5,"exclusiveMaximum":7.5}"#), "([1-7])");
         assert_eq!(root(r#"{"type":"integer","minimum":-3,"maximum":-1}"#), "(\"-\" [1-3])");
         assert_eq!(root(r#"{"type":"integer","minimum":2,"exclusiveMinimum":4,"maximum":5}"#), "(\"5\")");
-        assert_eq!(root(r#"{"maximum":-10}"#), "(\"-\" [1-9] [0-9] | \"-\" [1-9] [0-9]{2} [0-9]*)");
+        assert_eq!(root(r#"{"maximum":-10}"#), "(\"-\" [1-9] [0-9] | \"-\" [1-9] [0-9]{2} [0-9]{0,13})");
         let e = to_grammar(r#"{"type":"integer","minimum":3,"exclusiveMaximum":3}"#).unwrap_err();
         assert!(e.contains("no integer"), "{e}");
         let e = to_grammar(r#"{"type":"number","minimum":3}"#).unwrap_err();

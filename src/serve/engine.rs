@@ -3,7 +3,7 @@
 //! as it is generated to the handler that waits for it. A request whose
 //! client went away is skipped, or stopped at its next step.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -78,6 +78,9 @@ pub enum Status {
         tool_openings: Vec<&'static str>,
         /// What the page's routing panel needs to know of the model.
         shape: serde_json::Value,
+        /// The longest token's bytes: a text of `n` bytes is at least
+        /// `n / max_token_bytes` tokens.
+        max_token_bytes: usize,
     },
     /// Opening failed (said in every answer).
     Failed(String),
@@ -89,6 +92,12 @@ pub struct Engine {
     status: Mutex<Status>,
     waiting: AtomicUsize,
     queue: usize,
+    /// Requests accepted and not yet answered (queued or running).
+    in_flight: AtomicUsize,
+    /// Set when the server is stopping: new requests are refused.
+    draining: AtomicBool,
+    /// Set when the grace period is over: running requests end now.
+    stopping: AtomicBool,
     /// The server's counters.
     pub metrics: Metrics,
     /// Each decode step's telemetry as JSON, for `/bmoe/events` (the page's
@@ -117,6 +126,9 @@ impl Engine {
             status: Mutex::new(Status::Loading),
             waiting: AtomicUsize::new(0),
             queue: queue.max(1),
+            in_flight: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             metrics: Metrics::default(),
             steps: tokio::sync::broadcast::channel(64).0,
             config,
@@ -134,7 +146,10 @@ impl Engine {
                     "cache_budget_mib": info.cache_budget as f64 / 1048576.0,
                 });
                 let n_ctx = host.slot_ctx();
-                shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape });
+                let model = host.session_mut().model().clone();
+                let max_token_bytes =
+                    (0..model.n_vocab()).map(|t| model.token_bytes(t as i32).len()).max().unwrap_or(1).max(1);
+                shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape, max_token_bytes });
                 // Drafts are verified one sequence at a time, by the host.
                 if host.session_mut().drafts() {
                     run(host, &inbox, &shared);
@@ -154,6 +169,33 @@ impl Engine {
 
     fn set_status(&self, status: Status) {
         *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
+    }
+
+    /// Refuses a request whose prompt cannot fit in a slot's context, from
+    /// its size alone (before the engine thread renders or tokenizes it: a
+    /// many-megabyte prompt refused anyway holds up no other request).
+    pub fn refuse_oversized(&self, request: &Parsed) -> Result<(), ApiError> {
+        let Status::Ready { n_ctx, max_token_bytes, .. } = self.status() else { return Ok(()) };
+        let at_least = match &request.work {
+            Work::Chat(work) => {
+                let c = &work.conversation;
+                let bytes = c.system.as_ref().map_or(0, String::len)
+                    + c.messages
+                        .iter()
+                        .map(|m| m.content.len() + m.reasoning.as_ref().map_or(0, String::len))
+                        .sum::<usize>();
+                bytes / max_token_bytes
+            }
+            Work::Complete { prompt: CompletionPrompt::Text(text) } => text.len() / max_token_bytes,
+            Work::Complete { prompt: CompletionPrompt::Tokens(ids) } => ids.len(),
+        };
+        if at_least + 1 > n_ctx as usize {
+            return Err(ApiError::context_full(format!(
+                "the prompt is at least {at_least} tokens, more than the context's {n_ctx}: shorten it, or start the \
+                 server with a larger --ctx-size"
+            )));
+        }
+        Ok(())
     }
 
     /// Requests waiting for the engine (not the one running).
@@ -200,12 +242,44 @@ impl Engine {
         true
     }
 
-    /// Queues a request; 429 when the queue is full.
-    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+    /// Refuses new requests from now on (503): the server is stopping.
+    pub fn begin_drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends the requests still running, each with an error saying why.
+    pub fn stop_running(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether running requests are to end now.
+    pub(super) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Requests accepted and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The error a request ended by the server's stop gets.
+    pub(super) fn stopped_error() -> ApiError {
+        ApiError::unavailable("the server was stopped before the reply was complete")
+    }
+
+    /// Queues a request; 429 when the queue is full, 503 while the server
+    /// stops. The ticket counts it as in flight until it is dropped.
+    pub fn submit(self: &Arc<Self>, job: Job) -> Result<Ticket, ApiError> {
         self.ready()?;
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(ApiError::unavailable("the server is shutting down"));
+        }
         self.waiting.fetch_add(1, Ordering::Relaxed);
         match self.jobs.try_send(job) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.in_flight.fetch_add(1, Ordering::SeqCst);
+                Ok(Ticket(self.clone()))
+            }
             Err(TrySendError::Full(_)) => {
                 self.waiting.fetch_sub(1, Ordering::Relaxed);
                 Err(ApiError::queue_full(self.queue))
@@ -215,6 +289,15 @@ impl Engine {
                 Err(ApiError::unavailable("the engine has stopped"))
             }
         }
+    }
+}
+
+/// A request in flight, from its submission until its answer is sent.
+pub struct Ticket(Arc<Engine>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -231,7 +314,8 @@ fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine) {
         if !engine.admit(&job) {
             continue;
         }
-        let result = answer(&mut host, &job, engine);
+        let result = if engine.stopping() { Err(Engine::stopped_error()) } else { answer(&mut host, &job, engine) };
+        let result = if engine.stopping() { Err(Engine::stopped_error()) } else { result };
         if job.out.is_closed() {
             engine.metrics.cancelled();
         }
@@ -259,8 +343,8 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
             }
             _ => {}
         }
-        // The client went away: stop at the next graph node.
-        if out.is_closed() {
+        // The client went away, or the server stops: stop at the next graph node.
+        if out.is_closed() || engine.stopping() {
             abort.abort();
         }
     };

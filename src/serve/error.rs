@@ -63,6 +63,15 @@ impl ApiError {
         }
     }
 
+    /// 405: the endpoint does not answer this method.
+    pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!("{path} does not answer {method}: the API's endpoints take POST (completions) or GET"),
+        )
+    }
+
     /// 404: no such endpoint.
     pub fn not_found(path: &str) -> ApiError {
         ApiError::new(

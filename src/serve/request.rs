@@ -233,10 +233,60 @@ impl Parsed {
     }
 }
 
+/// What a known field must hold (`null` is always taken as absent).
+#[derive(Debug, Clone, Copy)]
+enum FieldType {
+    Bool,
+    Integer,
+    Number,
+    Object,
+    StringOrStrings,
+}
+
+/// The fields both endpoints read, with their types.
+const FIELD_TYPES: [(&str, FieldType); 14] = [
+    ("stream", FieldType::Bool),
+    ("stream_options", FieldType::Object),
+    ("max_tokens", FieldType::Integer),
+    ("max_completion_tokens", FieldType::Integer),
+    ("n_predict", FieldType::Integer),
+    ("temperature", FieldType::Number),
+    ("top_p", FieldType::Number),
+    ("top_k", FieldType::Integer),
+    ("seed", FieldType::Integer),
+    ("n", FieldType::Integer),
+    ("stop", FieldType::StringOrStrings),
+    ("response_format", FieldType::Object),
+    ("logits_digest", FieldType::Bool),
+    ("top_logprobs", FieldType::Integer),
+];
+
+/// Refuses a known field of the wrong type, naming it in plain words.
+fn check_types(body: &Value) -> Result<(), ApiError> {
+    for (field, kind) in FIELD_TYPES {
+        let Some(v) = body.get(field).filter(|v| !v.is_null()) else { continue };
+        let (ok, what) = match kind {
+            FieldType::Bool => (v.is_boolean(), "true or false"),
+            FieldType::Integer => (v.is_i64() || v.is_u64(), "an integer"),
+            FieldType::Number => (v.is_number(), "a number"),
+            FieldType::Object => (v.is_object(), "an object"),
+            FieldType::StringOrStrings => (
+                v.is_string() || v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+                "a string or a list of strings",
+            ),
+        };
+        if !ok {
+            return Err(ApiError::bad_param(field, format!("`{field}` must be {what} (got {v})")));
+        }
+    }
+    Ok(())
+}
+
 fn common(body: &Value) -> Result<Common, ApiError> {
     if !body.is_object() {
         return Err(ApiError::bad_request("the request body must be a JSON object"));
     }
+    check_types(body)?;
     let common: Common = serde_json::from_value(body.clone()).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if common.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_param("n", "`n` must be 1: this server writes one choice per request"));
@@ -546,6 +596,12 @@ mod tests {
             "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "not": {}}}}});
         assert_eq!(err(bad_schema).param.as_deref(), Some("response_format"));
         assert!(err(json!([1, 2])).message.contains("JSON object"));
+        // A field of the wrong type is named, in plain words.
+        let typed = err(json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": "12"}));
+        assert_eq!(typed.param.as_deref(), Some("max_tokens"));
+        assert!(typed.message.contains("must be an integer"), "{}", typed.message);
+        let stop = err(json!({"messages": [{"role": "user", "content": "x"}], "stop": 5}));
+        assert_eq!(stop.param.as_deref(), Some("stop"));
     }
 
     #[test]

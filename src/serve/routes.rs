@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use super::engine::{Engine, Finished, Job, Out, Status};
+use super::engine::{Engine, Finished, Job, Out, Status, Ticket};
 use super::error::ApiError;
 use super::reply::{self, ChatChunks, CompletionChunks, Header};
 use super::request::{self, Parsed, Work};
@@ -38,8 +38,59 @@ pub struct AppState {
     pub body_limit: usize,
 }
 
-/// The router of every endpoint.
-pub fn router(state: AppState) -> Router {
+/// The origins allowed to call the API from a browser app served
+/// elsewhere (CORS): none, any, or a list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Cors {
+    /// Same-origin only (the chat page at `/`).
+    #[default]
+    None,
+    /// Any origin (`*`).
+    Any,
+    /// These origins (`scheme://host[:port]`).
+    Origins(Vec<HeaderValue>),
+}
+
+impl Cors {
+    /// Reads `serve.cors`: comma-separated origins, `*`, or empty.
+    pub fn parse(text: &str) -> Result<Cors, String> {
+        let items: Vec<&str> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        if items.is_empty() {
+            return Ok(Cors::None);
+        }
+        if items == ["*"] {
+            return Ok(Cors::Any);
+        }
+        let origin = |s: &str| {
+            let (scheme, rest) = s.split_once("://").unwrap_or(("", ""));
+            let ok = matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/');
+            ok.then(|| HeaderValue::from_str(s).ok()).flatten().ok_or_else(|| {
+                format!("serve.cors: `{s}` is not an origin (scheme://host[:port], e.g. http://localhost:3000, or *)")
+            })
+        };
+        items.into_iter().map(origin).collect::<Result<_, _>>().map(Cors::Origins)
+    }
+
+    /// The layer that answers preflights and marks responses, if any.
+    fn layer(&self) -> Option<tower_http::cors::CorsLayer> {
+        use tower_http::cors::{AllowOrigin, CorsLayer};
+        let origins = match self {
+            Cors::None => return None,
+            Cors::Any => AllowOrigin::any(),
+            Cors::Origins(list) => AllowOrigin::list(list.clone()),
+        };
+        Some(
+            CorsLayer::new()
+                .allow_origin(origins)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+                .max_age(Duration::from_secs(600)),
+        )
+    }
+}
+
+/// The router of every endpoint, answering `cors` origins.
+pub fn router(state: AppState, cors: &Cors) -> Router {
     let api = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/chat/completions", post(chat))
@@ -53,14 +104,23 @@ pub fn router(state: AppState) -> Router {
         .route("/bmoe/model", get(model_shape))
         .route("/bmoe/events", get(events))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), check_key));
-    Router::new()
+    let router = Router::new()
         .route("/health", get(health))
         .route("/v1/health", get(health))
         .route("/", get(page))
         .merge(api)
         .fallback(not_found)
-        .layer(axum::middleware::from_fn(access_log))
-        .with_state(state)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(access_log));
+    let router = match cors.layer() {
+        Some(layer) => router.layer(layer),
+        None => router,
+    };
+    router.with_state(state)
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    ApiError::method_not_allowed(request.method().as_str(), request.uri().path()).into_response()
 }
 
 /// A request's line in the access log: what was asked and when.
@@ -215,6 +275,7 @@ async fn chat(
         let body = read_json(&headers, body, state.body_limit).await?;
         let model = state.engine.ready()?;
         let parsed = request::chat(&body, &state.engine.config, state.engine.default_max_tokens)?;
+        state.engine.refuse_oversized(&parsed)?;
         let openings = match &parsed.work {
             Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
             _ => Vec::new(),
@@ -252,6 +313,9 @@ async fn completion(
         let body = read_json(&headers, body, state.body_limit).await?;
         let model = state.engine.ready()?;
         let mut prompts = request::completion(&body, &state.engine.config, state.engine.default_max_tokens)?;
+        for p in &prompts {
+            state.engine.refuse_oversized(p)?;
+        }
         let first = &prompts[0];
         let (stream, include_usage) = (first.stream, first.include_usage);
         let header = Header::new("cmpl", model).reporting(first.logprobs.is_some(), first.logits_digest);
@@ -355,16 +419,22 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     Ok(Bytes::from(kept))
 }
 
+/// A queued request's output, and its place among the requests in flight.
+struct Pending {
+    rx: UnboundedReceiver<Out>,
+    _ticket: Ticket,
+}
+
 /// Queues `parsed`; the receiver of its output.
-fn submit(state: &AppState, parsed: Parsed) -> Result<UnboundedReceiver<Out>, ApiError> {
+fn submit(state: &AppState, parsed: Parsed) -> Result<Pending, ApiError> {
     let (out, rx) = unbounded_channel();
-    state.engine.submit(Job { request: parsed, out, received: Instant::now() })?;
-    Ok(rx)
+    let ticket = state.engine.submit(Job { request: parsed, out, received: Instant::now() })?;
+    Ok(Pending { rx, _ticket: ticket })
 }
 
 /// Waits for the finished reply.
-async fn finished(mut rx: UnboundedReceiver<Out>) -> Result<Box<Finished>, ApiError> {
-    while let Some(out) = rx.recv().await {
+async fn finished(mut pending: Pending) -> Result<Box<Finished>, ApiError> {
+    while let Some(out) = pending.rx.recv().await {
         if let Out::Done(result) = out {
             return result;
         }
@@ -375,13 +445,12 @@ async fn finished(mut rx: UnboundedReceiver<Out>) -> Result<Box<Finished>, ApiEr
 /// Streams the engine's output as server-sent events, each `chunks` turns
 /// into one `data:` line, ending with `data: [DONE]`. A client that goes
 /// away drops the stream, and with it the receiver: the engine stops.
-fn sse(
-    mut rx: UnboundedReceiver<Out>,
-    access: Access,
-    mut chunks: impl FnMut(Out) -> Vec<Value> + Send + 'static,
-) -> Response {
+fn sse(pending: Pending, access: Access, mut chunks: impl FnMut(Out) -> Vec<Value> + Send + 'static) -> Response {
     let (tx, events) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
+        // The whole of `pending` lives in the task: its ticket counts the
+        // request in flight until the stream ends.
+        let Pending { mut rx, _ticket } = pending;
         while let Some(out) = rx.recv().await {
             let done = matches!(out, Out::Done(_));
             if let Out::Done(result) = &out {

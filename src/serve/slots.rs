@@ -49,6 +49,14 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
     let mut running: Vec<Option<Slot<'_>>> = (0..slots).map(|_| None).collect();
     let mut step = 0u32;
     loop {
+        // The server stops: what runs ends now, with an error saying so.
+        if engine.stopping() {
+            for slot in running.iter_mut() {
+                if let Some(slot) = slot.take() {
+                    let _ = slot.job.out.send(Out::Done(Err(Engine::stopped_error())));
+                }
+            }
+        }
         // Take new jobs while slots are free; wait only when none runs.
         while running.iter().any(Option::is_none) {
             let job = if running.iter().all(Option::is_none) {
@@ -64,6 +72,10 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
                 }
             };
             if !engine.admit(&job) {
+                continue;
+            }
+            if engine.stopping() {
+                refuse(job, Engine::stopped_error());
                 continue;
             }
             start(&mut host, &model, job, &mut running);
