@@ -12,7 +12,7 @@
 #
 # usage: scripts/serve-bench.sh [WORKDIR] [TOKENS] [ROUNDS]
 #   PRESET=name picks another preset (default bench); BMOE=path another binary;
-#   KERNELS="invariant fast" which kernels to run (default both).
+#   KERNELS="invariant fast" which kernels to run (default both); MODES="resident capped" likewise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-bench-work}
@@ -64,7 +64,7 @@ summary=$work/serve-bench.jsonl
 : > "$summary"
 printf '%-9s %-9s %3s %8s %7s %9s %9s %9s %8s %8s\n' kernels mode n tok/s xone MiB/tok ttft_p50 ttft_p99 itl_p50 itl_p99
 for kernels in ${KERNELS:-invariant fast}; do
-for mode in resident capped; do
+for mode in ${MODES:-resident capped}; do
   capped=0
   flags=()
   if [ "$mode" = capped ]; then capped=1; flags=(--moe-stream); fi

@@ -925,6 +925,6 @@ mod tests {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
-        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 4 + 5 + 8);
+        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 5 + 5 + 8);
     }
 }

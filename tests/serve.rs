@@ -159,6 +159,15 @@ fn errors_are_openai_error_objects_with_their_status() {
     assert_eq!(serde_json::from_str::<Value>(&one).unwrap()["id"], "serve");
     let (status, none) = get(url, "/v1/models/gpt-4", Some("sesame"));
     assert_eq!(status, 404, "{none}");
+    // The context reported is the one a request gets (each of the 4 slots').
+    let listed: Value = serde_json::from_str(&get(url, "/v1/models", Some("sesame")).1).unwrap();
+    assert_eq!(listed["data"][0]["meta"]["n_ctx"], 512, "{listed}");
+    // A method the endpoint does not answer, and a field of the wrong type.
+    let (status, body) = get(url, "/v1/chat/completions", Some("sesame"));
+    assert_eq!(status, 405, "{body}");
+    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"]["message"].is_string(), "{body}");
+    let (status, body) = chat(r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "12"}"#);
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("max_tokens")), "{body}");
     // Bad requests.
     expect(chat(r#"{"messages": [{"role": "user", "content": "hi"}"#), 400, "not valid JSON");
     expect(chat(r#"{"messages": [{"role": "wizard", "content": "hi"}]}"#), 400, "unknown role");
@@ -595,4 +604,45 @@ fn sigterm_ends_a_reply_still_running_after_the_grace_period() {
     let message = last["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("stopped before the reply was complete"), "the last chunk says why: {last}");
     assert!(server.child.wait().unwrap().success());
+}
+
+/// One access-log line per request on stderr (method, path, status,
+/// tokens, milliseconds), a streamed one when its stream ends; `-q`
+/// silences them.
+#[test]
+fn each_request_writes_one_access_log_line() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let log = dir.path().join("stderr.txt");
+    let mut server = Serve::start_with(&model, &[], std::process::Stdio::from(std::fs::File::create(&log).unwrap()));
+    let url = server.url.clone();
+    let (status, _) = post(&url, "/v1/completions", &json!({"prompt": "Once", "max_tokens": 3}));
+    assert_eq!(status, 200);
+    let events =
+        stream(&url, "/v1/chat/completions", &json!({"messages": user("hi"), "max_tokens": 2, "stream": true}));
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(get(&url, "/nowhere", None).0, 404);
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(" ms") && l.contains("tokens")).collect();
+    let line = regex::Regex::new(r"^bmoe serve: (GET|POST) (\S+) (\d{3}) tokens (\d+\+\d+|-) \d+ ms$").unwrap();
+    assert!(lines.iter().all(|l| line.is_match(l)), "{text}");
+    let find = |path: &str| lines.iter().find(|l| l.contains(&format!(" {path} "))).copied();
+    let completion = find("/v1/completions").unwrap_or_else(|| panic!("no line for the completion:\n{text}"));
+    assert!(completion.contains(" 200 tokens ") && completion.contains("+3 "), "{completion}");
+    let chat = find("/v1/chat/completions").unwrap_or_else(|| panic!("no line for the stream:\n{text}"));
+    assert!(chat.contains("+2 "), "{chat}");
+    assert!(find("/nowhere").is_some_and(|l| l.contains(" 404 ")), "{text}");
+    assert_eq!(lines.iter().filter(|l| l.contains("/v1/")).count(), 2, "one line per request:\n{text}");
+    // -q writes none.
+    let quiet_log = dir.path().join("quiet.txt");
+    let mut quiet =
+        Serve::start_with(&model, &["-q"], std::process::Stdio::from(std::fs::File::create(&quiet_log).unwrap()));
+    let (status, _) = post(&quiet.url, "/v1/completions", &json!({"prompt": "Once", "max_tokens": 3}));
+    assert_eq!(status, 200);
+    let _ = quiet.child.kill();
+    let _ = quiet.child.wait();
+    let text = std::fs::read_to_string(&quiet_log).unwrap();
+    assert!(!text.contains("/v1/completions"), "-q still logs requests:\n{text}");
 }

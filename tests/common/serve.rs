@@ -16,14 +16,20 @@ pub struct Serve {
 }
 
 impl Serve {
-    /// Starts `bmoe serve -m model --port 0` with `args` and waits until
+    /// Starts `bmoe serve -q -m model --port 0` with `args` and waits until
     /// `/health` answers 200.
     pub fn start(model: &Path, args: &[&str]) -> Serve {
+        Serve::start_with(model, &[&["-q"], args].concat(), Stdio::inherit())
+    }
+
+    /// Starts `bmoe serve -m model --port 0` with `args`, its stderr going
+    /// to `stderr`, and waits until `/health` answers 200.
+    pub fn start_with(model: &Path, args: &[&str], stderr: Stdio) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-            .args(["serve", "-q", "--port", "0", "-t", "1", "-m", model.to_str().unwrap()])
+            .args(["serve", "--port", "0", "-t", "1", "-m", model.to_str().unwrap()])
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start bmoe serve");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
