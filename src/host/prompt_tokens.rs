@@ -15,7 +15,7 @@ use crate::llama::Model;
 /// model asks for one. Errors name a message whose text holds a marker and
 /// cannot be found as written in the rendered prompt.
 pub fn tokenize_prompt(model: &Model, text: &str, contents: &[&str]) -> Result<Vec<i32>, String> {
-    let specials = model.special_texts();
+    let specials = model.control_texts();
     let holds_marker = |s: &str| specials.iter().any(|(m, _)| contains(s.as_bytes(), m));
     let spans = if contents.iter().any(|c| holds_marker(c)) {
         content_spans(text, contents, &holds_marker)?
@@ -63,7 +63,7 @@ fn content_spans(
 /// The tokens of `text` with markers read outside `spans` (sorted, not
 /// overlapping) and everything else tokenized as plain text.
 fn partition(model: &Model, text: &str, spans: &[Range<usize>]) -> Vec<i32> {
-    let specials = model.special_texts();
+    let specials = model.control_texts();
     let bytes = text.as_bytes();
     let mut tokens = Vec::new();
     let mut plain = 0;

@@ -220,16 +220,16 @@ impl Model {
         }
     }
 
-    /// The texts of the vocabulary's special tokens (control and
-    /// user-defined: those a text may name when special tokens are
-    /// read) with their ids, longest first.
-    pub fn special_texts(&self) -> &[(Vec<u8>, i32)] {
+    /// The texts of the vocabulary's control tokens (those a text names
+    /// only when special tokens are read: llama.cpp matches user-defined
+    /// tokens in plain text too) with their ids, longest first.
+    pub fn control_texts(&self) -> &[(Vec<u8>, i32)] {
         self.specials.get_or_init(|| {
             let mut out: Vec<(Vec<u8>, i32)> = (0..self.n_vocab() as i32)
                 .filter(|&t| {
                     // SAFETY: a token id below the vocabulary's size.
                     let attr = unsafe { sys::llama_vocab_get_attr(self.vocab, t) };
-                    attr & (sys::LLAMA_TOKEN_ATTR_CONTROL | sys::LLAMA_TOKEN_ATTR_USER_DEFINED) != 0
+                    attr & sys::LLAMA_TOKEN_ATTR_CONTROL != 0
                 })
                 .map(|t| (self.token_bytes(t), t))
                 .filter(|(text, _)| !text.is_empty())
