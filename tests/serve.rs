@@ -263,21 +263,7 @@ fn a_client_that_leaves_mid_stream_stops_its_generation() {
     // A long context, so the reply runs far longer than the client stays.
     let server = Serve::start(&model, &["--ctx-size", "16384"]);
     let url = &server.url;
-    let body = json!({"messages": user("Tell me everything"), "stream": true}).to_string();
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \
-         {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut reader = BufReader::new(s);
-    let mut line = String::new();
-    while !line.starts_with("data: ") {
-        line.clear();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before its first chunk");
-    }
-    drop(reader);
+    drop(long_stream(url));
     // The engine notices, stops and counts it; the next request is answered.
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
@@ -422,22 +408,8 @@ fn a_full_queue_is_answered_429_and_the_queue_drains() {
     // One request at a time, one waiting; a long context keeps the first busy.
     let server = Serve::start(&model, &["--parallel", "1", "--queue", "1", "--ctx-size", "16384"]);
     let url = &server.url;
-    let host = url.trim_start_matches("http://").to_string();
     // The first request runs (its stream has begun)...
-    let body = json!({"messages": user("Tell me everything"), "stream": true}).to_string();
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \
-         {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut running = TcpStream::connect(&host).unwrap();
-    running.write_all(request.as_bytes()).unwrap();
-    let mut reader = BufReader::new(running);
-    let mut line = String::new();
-    while !line.starts_with("data: ") {
-        line.clear();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "the first stream ended early");
-    }
+    let reader = long_stream(url);
     // ...the second waits in the queue...
     let waiting = std::thread::spawn({
         let url = url.clone();
@@ -559,6 +531,13 @@ fn long_stream(url: &str) -> BufReader<TcpStream> {
     reader
 }
 
+/// The last chunk before `[DONE]` of a stream read to its end.
+fn last_chunk(reader: &mut BufReader<TcpStream>) -> Value {
+    let events = read_events(reader);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{events:?}");
+    serde_json::from_str(&events[events.len() - 2]).unwrap()
+}
+
 fn sigterm(server: &Serve) {
     // SAFETY: kill(2) on the server's own pid with SIGTERM.
     let rc = unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
@@ -585,9 +564,7 @@ fn sigterm_lets_running_requests_finish_and_refuses_new_ones() {
     };
     assert!(refused["error"]["message"].as_str().unwrap().contains("shutting down"), "{refused}");
     // The running reply ends as it would have: its finish, then [DONE].
-    let events = read_events(&mut running);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    let last = last_chunk(&mut running);
     assert_eq!(last["choices"][0]["finish_reason"], "length", "{last}");
     assert!(server.child.wait().unwrap().success(), "the server exits cleanly once the reply is done");
 }
@@ -599,9 +576,7 @@ fn sigterm_ends_a_reply_still_running_after_the_grace_period() {
     let mut server = Serve::start(&model, &["--ctx-size", "16384", "--shutdown-grace", "0.5"]);
     let mut running = long_stream(&server.url);
     sigterm(&server);
-    let events = read_events(&mut running);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{events:?}");
-    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    let last = last_chunk(&mut running);
     let message = last["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("stopped before the reply was complete"), "the last chunk says why: {last}");
     assert!(server.child.wait().unwrap().success());

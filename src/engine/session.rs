@@ -858,11 +858,7 @@ impl Session {
     pub fn tokenize_rendered(&self, text: &str) -> Vec<i32> {
         let model = self.ctx.model();
         let mut tokens = model.tokenize(text, false);
-        if let Some(bos) = model.bos().filter(|_| model.adds_bos())
-            && tokens.first() != Some(&bos)
-        {
-            tokens.insert(0, bos);
-        }
+        model.add_bos_once(&mut tokens);
         tokens
     }
 

@@ -23,11 +23,7 @@ pub fn tokenize_prompt(model: &Model, text: &str, contents: &[&str]) -> Result<V
         Vec::new()
     };
     let mut tokens = if spans.is_empty() { model.tokenize(text, false) } else { partition(model, text, &spans) };
-    if let Some(bos) = model.bos().filter(|_| model.adds_bos())
-        && tokens.first() != Some(&bos)
-    {
-        tokens.insert(0, bos);
-    }
+    model.add_bos_once(&mut tokens);
     Ok(tokens)
 }
 

@@ -171,8 +171,29 @@ impl Model {
         unsafe { sys::llama_model_is_recurrent(self.raw()) || sys::llama_model_is_hybrid(self.raw()) }
     }
 
-    /// Tokenizes `text`, adding BOS (per the model's vocabulary) when `add_special`.
+    /// Tokenizes `text`, adding BOS (per the model's vocabulary) when
+    /// `add_special`; special-token markers in it are read as tokens.
     pub fn tokenize(&self, text: &str, add_special: bool) -> Vec<i32> {
+        self.tokenize_with(text, add_special, true)
+    }
+
+    /// Puts the BOS token in front of `tokens` where the vocabulary wants
+    /// one and they do not begin with it already (no doubled BOS).
+    pub fn add_bos_once(&self, tokens: &mut Vec<i32>) {
+        if let Some(bos) = self.bos().filter(|_| self.adds_bos())
+            && tokens.first() != Some(&bos)
+        {
+            tokens.insert(0, bos);
+        }
+    }
+
+    /// Tokenizes `text` as plain text: special-token markers in it stay
+    /// text (no BOS added).
+    pub fn tokenize_plain(&self, text: &str) -> Vec<i32> {
+        self.tokenize_with(text, false, false)
+    }
+
+    fn tokenize_with(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<i32> {
         let mut out = vec![0i32; text.len() + 8];
         loop {
             // SAFETY: text is valid for text.len() bytes; out has out.len() slots.
@@ -184,32 +205,7 @@ impl Model {
                     out.as_mut_ptr(),
                     out.len() as i32,
                     add_special,
-                    true,
-                )
-            };
-            if n >= 0 {
-                out.truncate(n as usize);
-                return out;
-            }
-            out.resize((-n) as usize, 0);
-        }
-    }
-
-    /// Tokenizes `text` as plain text: special-token markers in it stay
-    /// text (no BOS added).
-    pub fn tokenize_plain(&self, text: &str) -> Vec<i32> {
-        let mut out = vec![0i32; text.len() + 8];
-        loop {
-            // SAFETY: text is valid for text.len() bytes; out has out.len() slots.
-            let n = unsafe {
-                sys::llama_tokenize(
-                    self.vocab,
-                    text.as_ptr().cast(),
-                    text.len() as i32,
-                    out.as_mut_ptr(),
-                    out.len() as i32,
-                    false,
-                    false,
+                    parse_special,
                 )
             };
             if n >= 0 {

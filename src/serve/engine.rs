@@ -52,6 +52,17 @@ pub struct Finished {
     pub logits_digest: Vec<u64>,
 }
 
+impl Finished {
+    /// The token counts of `replies` together.
+    pub fn total(replies: &[Box<Finished>]) -> Finished {
+        Finished {
+            prompt_tokens: replies.iter().map(|f| f.prompt_tokens).sum(),
+            completion_tokens: replies.iter().map(|f| f.completion_tokens).sum(),
+            ..Finished::default()
+        }
+    }
+}
+
 /// One queued request.
 pub struct Job {
     /// The request, read.
@@ -314,7 +325,8 @@ fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine) {
         if !engine.admit(&job) {
             continue;
         }
-        let result = if engine.stopping() { Err(Engine::stopped_error()) } else { answer(&mut host, &job, engine) };
+        // A reply the server's stop cut short ends with the error saying so.
+        let result = answer(&mut host, &job, engine);
         let result = if engine.stopping() { Err(Engine::stopped_error()) } else { result };
         if job.out.is_closed() {
             engine.metrics.cancelled();

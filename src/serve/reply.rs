@@ -103,9 +103,10 @@ pub fn chat_completion(h: &Header, f: &Finished) -> Value {
     object
 }
 
-/// A whole `text_completion`: one choice per prompt, in order. The
-/// digests (when asked) are those of the first prompt's reply.
-pub fn text_completion(h: &Header, replies: &[Box<Finished>]) -> Value {
+/// A whole `text_completion`: one choice per prompt, in order, and the
+/// usage of them all (`total`). The digests (when asked) are those of the
+/// first prompt's reply.
+pub fn text_completion(h: &Header, replies: &[Box<Finished>], total: &Finished) -> Value {
     let choices: Vec<Value> = replies
         .iter()
         .enumerate()
@@ -114,18 +115,13 @@ pub fn text_completion(h: &Header, replies: &[Box<Finished>]) -> Value {
             json!({"index": i, "text": f.answer, "logprobs": logprobs, "finish_reason": f.finish_reason})
         })
         .collect();
-    let total = Finished {
-        prompt_tokens: replies.iter().map(|f| f.prompt_tokens).sum(),
-        completion_tokens: replies.iter().map(|f| f.completion_tokens).sum(),
-        ..Finished::default()
-    };
     let mut object = json!({
         "id": h.id,
         "object": "text_completion",
         "created": h.created,
         "model": h.model,
         "choices": choices,
-        "usage": usage(&total),
+        "usage": usage(total),
     });
     if let Some(first) = replies.first() {
         h.add_digests(&mut object, first);

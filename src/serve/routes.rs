@@ -319,23 +319,9 @@ async fn completion(
         let first = &prompts[0];
         let (stream, include_usage) = (first.stream, first.include_usage);
         let header = Header::new("cmpl", model).reporting(first.logprobs.is_some(), first.logits_digest);
-        if prompts.len() > 1 {
-            // One choice per prompt: each is a request of its own, decoded
-            // beside the others.
-            let receivers: Vec<_> = prompts.into_iter().map(|p| submit(&state, p)).collect::<Result<_, _>>()?;
-            let mut replies = Vec::with_capacity(receivers.len());
-            for rx in receivers {
-                replies.push(finished(rx).await?);
-            }
-            let total = Finished {
-                prompt_tokens: replies.iter().map(|f| f.prompt_tokens).sum(),
-                completion_tokens: replies.iter().map(|f| f.completion_tokens).sum(),
-                ..Finished::default()
-            };
-            return Ok(with_tokens(Json::ok(reply::text_completion(&header, &replies)), &total));
-        }
-        let rx = submit(&state, prompts.remove(0))?;
         if stream {
+            // A streamed completion has one prompt (request::completion).
+            let rx = submit(&state, prompts.remove(0))?;
             let mut chunks = CompletionChunks::new(header);
             Ok(sse(rx, access, move |out| match out {
                 Out::Started => Vec::new(),
@@ -345,8 +331,15 @@ async fn completion(
                 Out::Done(Err(e)) => vec![e.body()],
             }))
         } else {
-            let f = finished(rx).await?;
-            Ok(with_tokens(Json::ok(reply::text_completion(&header, std::slice::from_ref(&f))), &f))
+            // One choice per prompt: each is a request of its own, decoded
+            // beside the others.
+            let receivers: Vec<_> = prompts.into_iter().map(|p| submit(&state, p)).collect::<Result<_, _>>()?;
+            let mut replies = Vec::with_capacity(receivers.len());
+            for rx in receivers {
+                replies.push(finished(rx).await?);
+            }
+            let total = Finished::total(&replies);
+            Ok(with_tokens(Json::ok(reply::text_completion(&header, &replies, &total)), &total))
         }
     };
     let answer = answer.await;
