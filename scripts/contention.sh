@@ -18,7 +18,7 @@ reps=${3:-3}
 source scripts/bench-model.sh
 $bmoe bench -m "$model" --reps "$reps" -n "$tokens" --hog --common "--repack off" \
   --csv "$work/contention.csv" --work "$work/contention-runs" \
-  --config "cache0=--moe-stream --cache-mb 0" \
-  --config "cache0-t2=--moe-stream --cache-mb 0 -t 2" \
-  --config "full=--moe-stream --cache-mb 6000 --warmup $tokens" \
-  --config "full-t2=--moe-stream --cache-mb 6000 --warmup $tokens -t 2"
+  --setting "cache0=--moe-stream --cache-mb 0" \
+  --setting "cache0-t2=--moe-stream --cache-mb 0 -t 2" \
+  --setting "full=--moe-stream --cache-mb 6000 --warmup $tokens" \
+  --setting "full-t2=--moe-stream --cache-mb 6000 --warmup $tokens -t 2"

@@ -26,10 +26,10 @@ for class in $classes; do
   [ "$class" = fast ] || throttle=(--disk-class "$class")
   echo "== $class =="
   $bmoe bench -m "$model" --cap-mb "$cap" --reps "$reps" -n "$mmap_tokens" -p "$prompt" "${throttle[@]}" \
-    --config "mmap=" --csv "$work/disk-$class-mmap.csv" --work "$work/disk-runs"
+    --setting "mmap=" --csv "$work/disk-$class-mmap.csv" --work "$work/disk-runs"
   $bmoe bench -m "$model" --cap-mb "$cap" --reps "$reps" -n "$tokens" -p "$prompt" "${throttle[@]}" \
-    --config "cache-off=--moe-stream --cache-mb 0" --config "default=--moe-stream" \
-    --config "positioned=--moe-stream --no-io-uring" \
+    --setting "cache-off=--moe-stream --cache-mb 0" --setting "default=--moe-stream" \
+    --setting "positioned=--moe-stream --no-io-uring" \
     --csv "$work/disk-$class.csv" --work "$work/disk-runs"
 done
 # The default run's cache budget (the CSV's cache_budget_mib) and a trace of its routing.

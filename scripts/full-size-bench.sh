@@ -22,7 +22,7 @@ run() {
   local preset=$1 cap=$2
   echo "== $preset under $cap MiB"
   $bmoe bench -m "$work/$preset.gguf" --cap-mb "$cap" --reps "$reps" -n "$tokens" \
-    --config "mmap=" --config "stream-cache0=--moe-stream --cache-mb 0" --config "default=--moe-stream" \
+    --setting "mmap=" --setting "stream-cache0=--moe-stream --cache-mb 0" --setting "default=--moe-stream" \
     --csv "$work/full-$preset-$cap.csv" --work "$work/full-runs"
 }
 run qwen3-30b-a3b 4096

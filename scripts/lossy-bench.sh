@@ -17,15 +17,15 @@ reps=${3:-2}
 positions=${4:-128}
 source scripts/bench-model.sh
 cap=$(( $(stat -c %s "$model") / 3 / 1048576 ))
-configs=(--config "exact=--moe-stream")
-for k in 6 4 3 2; do configs+=(--config "top$k=--moe-stream --n-expert-used $k"); done
-for f in 0.25 0.5 0.75 1; do configs+=(--config "cold-F$f=--moe-stream --drop-plugin drop-cold --drop-param F=$f"); done
+configs=(--setting "exact=--moe-stream")
+for k in 6 4 3 2; do configs+=(--setting "top$k=--moe-stream --n-expert-used $k"); done
+for f in 0.25 0.5 0.75 1; do configs+=(--setting "cold-F$f=--moe-stream --drop-plugin drop-cold --drop-param F=$f"); done
 $bmoe bench -m "$model" --cap-mb "$cap" --reps "$reps" -n "$tokens" --kl "$positions" \
   --csv "$work/lossy-bench.csv" --work "$work/lossy-runs" "${configs[@]}"
 small=$(( cap / 4 ))
-configs=(--config "c$small=--moe-stream --cache-mb $small")
+configs=(--setting "c$small=--moe-stream --cache-mb $small")
 for f in 0.25 0.5 0.75 1; do
-  configs+=(--config "c$small-F$f=--moe-stream --cache-mb $small --drop-plugin drop-cold --drop-param F=$f")
+  configs+=(--setting "c$small-F$f=--moe-stream --cache-mb $small --drop-plugin drop-cold --drop-param F=$f")
 done
 $bmoe bench -m "$model" --cap-mb "$cap" --reps "$reps" -n "$tokens" --kl "$positions" \
   --csv "$work/lossy-bench-small-cache.csv" --work "$work/lossy-runs" "${configs[@]}"

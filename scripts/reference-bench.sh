@@ -38,7 +38,7 @@ if [ ! -x "$ref/reference-decode" ]; then
 fi
 
 prompt="The capital of Japan is"
-speed() { sed -n 's/^decode: *[0-9]* tokens in [0-9.]* s (\([0-9.]*\) tok\/s).*/\1/p'; }
+speed() { sed -n 's/^decode: [^(]*(\([0-9.]*\) tok\/s).*/\1/p'; }
 echo "model $model, $tokens tokens, $threads threads, $reps alternations"
 echo "reference $("$ref/reference-decode" "$model" "$prompt" 2 "$threads" | sed -n 's/^cpu: *//p')"
 echo "bmoe      $($bmoe --version | sed -n 's/^llama.cpp CPU: *//p')"

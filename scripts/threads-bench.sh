@@ -43,7 +43,7 @@ start_hogs() {
 run() {
   local model=$1 threads=$2
   "$bmoe" generate -q -m "$model" -p "The history of the river" -n "$tokens" --moe-stream -t "$threads" 2>&1 > /dev/null \
-    | sed -n 's/^decode: .*(\([0-9.]*\) tok\/s).*/\1/p'
+    | sed -n 's/^decode: [^(]*(\([0-9.]*\) tok\/s).*/\1/p'
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "nan") }'; }

@@ -19,16 +19,6 @@ use common::*;
 /// How long any one expected screen may take before the test fails.
 const DEADLINE: Duration = Duration::from_secs(180);
 
-fn tmux_available(test: &str) -> bool {
-    let ok = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(std::env::var_os("BMOE_REQUIRE_TMUX").is_none(), "{test}: tmux is required here but not installed");
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{test}: NOT RUN: it drives bmoe chat in tmux, which is not installed");
-    }
-    ok
-}
-
 /// A tmux server of its own with one shell window.
 struct Tmux {
     socket: String,
@@ -138,7 +128,7 @@ fn assert_restored(t: &Tmux) {
 
 #[test]
 fn chat_in_a_real_terminal() {
-    if !tmux_available("chat_in_a_real_terminal") {
+    if !requires::tmux("chat_in_a_real_terminal") {
         return;
     }
     let dir = tempdir();
@@ -203,7 +193,7 @@ fn chat_in_a_real_terminal() {
 
 #[test]
 fn the_terminal_is_restored_after_a_panic() {
-    if !tmux_available("the_terminal_is_restored_after_a_panic") {
+    if !requires::tmux("the_terminal_is_restored_after_a_panic") {
         return;
     }
     let dir = tempdir();

@@ -447,32 +447,9 @@ fn generate_with_plugins_and_refused_plugins() {
     assert!(!out.status.success() && stderr(&out).contains("ngramm"), "{}", stderr(&out));
 }
 
-/// Whether the toolchain can build guests; without the target, a test that
-/// builds one says why it did not run, unless CI asks for it (`.ci/run`
-/// installs the target and sets BMOE_REQUIRE_WASM_TARGET=1).
-fn wasm_target_installed(test: &str) -> bool {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output().expect("run rustc");
-    let sysroot = String::from_utf8(sysroot.stdout).unwrap();
-    let installed = Path::new(sysroot.trim()).join("lib/rustlib/wasm32-unknown-unknown").is_dir();
-    if !installed {
-        assert!(
-            std::env::var_os("BMOE_REQUIRE_WASM_TARGET").is_none(),
-            "{test}: BMOE_REQUIRE_WASM_TARGET is set but the wasm32-unknown-unknown target is not installed"
-        );
-        // Straight to stderr, past the test harness's capture, so it shows.
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: NOT RUN: it builds a guest plugin and the wasm32-unknown-unknown target is not \
-             installed (rustup target add wasm32-unknown-unknown)"
-        );
-    }
-    installed
-}
-
 #[test]
 fn scaffolded_plugins_build_and_load() {
-    if !wasm_target_installed("scaffolded_plugins_build_and_load") {
+    if !common::requires::wasm_target("scaffolded_plugins_build_and_load") {
         return;
     }
     let dir = tempdir();
@@ -584,7 +561,7 @@ fn ctrl_c_stops_generate_with_a_summary_and_whole_files() {
     // The summary of what was generated so far.
     let decoded: u64 = err
         .lines()
-        .find_map(|l| l.strip_prefix("decode:  ")?.split(' ').next()?.parse().ok())
+        .find_map(|l| l.strip_prefix("decode:  ")?.split(", ").nth(1)?.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no summary: {err}"));
     assert!(decoded > 0 && decoded < 15000, "{err}");
     // The CSV holds one whole row per decode call and the summary trailer.
@@ -1076,7 +1053,7 @@ fn bench_throttles_the_disk() {
         "1",
         "-n",
         "4",
-        "--config",
+        "--setting",
         "c0=--moe-stream --cache-mb 0 -t 1",
         "--work",
         work.to_str().unwrap(),
@@ -1106,4 +1083,97 @@ fn bench_throttles_the_disk() {
     let split = fields.iter().position(|f| f.matches('/').count() == 2).unwrap_or_else(|| panic!("{table}"));
     let read: f64 = fields[split + 1].parse().unwrap_or_else(|_| panic!("{table}"));
     assert!(read > 0.0 && read < 60.0, "the run read at {read} MiB/s under a 50 MB/s throttle:\n{table}");
+}
+
+/// The `--help` line of `flag` (its names, then its description).
+fn help_line<'a>(help: &'a str, flag: &str) -> &'a str {
+    help.lines()
+        .find(|line| {
+            let line = line.trim_start();
+            let names = line.split("  ").next().unwrap_or_default();
+            line.starts_with('-') && names.split([' ', ',']).any(|word| word == flag)
+        })
+        .unwrap_or_else(|| panic!("{flag} is not in the help:\n{help}"))
+}
+
+/// Every run flag with a default says it in `--help`, and it is the default
+/// the engine uses (`RunConfig::default()`), not one a comment remembers.
+#[test]
+fn help_shows_each_flags_real_default() {
+    let d = bmoe::config::RunConfig::default();
+    let help = stdout(&ok(&["generate", "--help"]));
+    let cases = [
+        ("--n-predict", d.generate.n_predict.to_string()),
+        ("--ctx-size", d.generate.ctx_size.to_string()),
+        ("--batch", d.generate.batch.to_string()),
+        ("--ubatch", d.generate.ubatch.to_string()),
+        ("--temp", d.generate.temp.to_string()),
+        ("--top-k", d.generate.top_k.to_string()),
+        ("--top-p", d.generate.top_p.to_string()),
+        ("--seed", d.generate.seed.to_string()),
+        ("--threads", d.generate.threads.to_string()),
+        ("--dense-weights", d.moe.dense_weights.clone()),
+        ("--cache-policy", d.moe.cache_policy.clone()),
+        ("--io-threads", d.moe.io_threads.to_string()),
+        ("--repack", d.model.repack.clone()),
+        ("--draft", d.plugins.draft.to_string()),
+        ("--mtp-p-min", d.plugins.mtp_p_min.to_string()),
+        ("--mtp-experts", d.plugins.mtp_experts.clone()),
+    ];
+    for (flag, value) in cases {
+        let line = help_line(&help, flag);
+        assert!(line.contains(&format!("default {value}]")), "{flag} should show [..., default {value}]:\n{line}");
+    }
+    // eval's example of a drop parameter is one the bundled drop plugin takes.
+    let eval_help = stdout(&ok(&["eval", "--help"]));
+    assert!(eval_help.contains("--drop-plugin drop-cold --drop-param F=0.6"), "{eval_help}");
+}
+
+/// `--tools` and `--tool-choice` do nothing without `--chat`, so they are an
+/// error there, before any model is opened.
+#[test]
+fn tools_without_chat_are_refused() {
+    let dir = common::tempdir();
+    let tools = dir.path().join("tools.json");
+    std::fs::write(&tools, "[]").unwrap();
+    let tools = tools.to_str().unwrap();
+    let missing = dir.path().join("never-opened.gguf");
+    let missing = missing.to_str().unwrap();
+    fails_with_one_line(&["generate", "-m", missing, "--tools", tools], "--tools needs --chat");
+    fails_with_one_line(&["generate", "-m", missing, "--tool-choice", "required"], "--tool-choice needs --chat");
+}
+
+/// An unknown template name lists the bundled ones; `inspect` names the
+/// file's chat template and its thinking switch, or says there is none;
+/// `archs` keeps its columns whatever a name's length, and its help says
+/// what each gate value means.
+#[test]
+fn templates_are_named_and_shown() {
+    let e = fails_with_one_line(&["template", "qwen9"], "qwen9");
+    assert!(e.contains("bundled template") && e.contains("qwen3.5") && e.contains("kimi-k2-thinking"), "{e}");
+    let dir = tempdir();
+    let with = make_tiny(dir.path(), "with.gguf", &["--chat-template", "qwen3"]);
+    let without = make_tiny(dir.path(), "without.gguf", &[]);
+    let shown = stdout(&ok(&["inspect", &with]));
+    assert!(
+        shown.contains(
+            "chat template: the bundled qwen3; reasoning <think> tags, thinking control: template (enable_thinking)"
+        ),
+        "{shown}"
+    );
+    let shown = stdout(&ok(&["inspect", &without]));
+    assert!(shown.contains("chat template: none in the file") && shown.contains("--chat-template"), "{shown}");
+
+    let archs = stdout(&ok(&["archs"]));
+    let mut lines = archs.lines().skip(1);
+    let header = lines.next().unwrap();
+    let columns: Vec<usize> = ["gated", "template", "moe features", "models"].map(|h| header.find(h).unwrap()).into();
+    for row in lines.take_while(|l| !l.is_empty()) {
+        for &at in &columns {
+            // Each cell starts where its header does, after a space.
+            assert!(row.len() > at && row.as_bytes()[at - 1] == b' ' && row.as_bytes()[at] != b' ', "{row}");
+        }
+    }
+    let help = stdout(&ok(&["archs", "--help"]));
+    assert!(help.contains("`NO`") && help.contains("`yes`") && help.contains("`-`"), "{help}");
 }

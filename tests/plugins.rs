@@ -191,6 +191,10 @@ fn bad_files_are_refused_at_load() {
     let e =
         WasmDrafter::load(&Source::parse("ngram"), &[("bogus".into(), "1".into())], Limits::default()).err().unwrap();
     assert!(e.contains("rejected its parameters") && e.contains("bogus"), "{e}");
+    // The error lists what the plugin takes (drop-cold's one parameter is F).
+    let e =
+        WasmDropper::load(&Source::parse("drop-cold"), &[("T".into(), "0.6".into())], Limits::default()).err().unwrap();
+    assert!(e.contains("`T`") && e.contains("it takes F (default 0.75)"), "{e}");
     let e = WasmDrafter::load(&Source::parse("ngram"), &[("min_match".into(), "x".into())], Limits::default())
         .err()
         .unwrap();

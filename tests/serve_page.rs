@@ -3,12 +3,13 @@
 //! streamed reply and for the routing panel's step events, and saves a
 //! screenshot under the target directory.
 //!
-//! Needs Debian's `chromium` and `chromium-driver` packages (CI installs
-//! them and requires them); without them each test says NOT RUN and how to
-//! install them.
+//! Needs Debian's `chromium`, `chromium-driver` and `python3-venv` packages
+//! (CI installs and requires them); without them each test says NOT RUN and
+//! how to install them (tests/common/requires.rs).
 
 mod common;
 
+use common::requires;
 use common::serve::{Serve, client_python};
 
 use std::path::Path;
@@ -17,30 +18,9 @@ use std::time::Instant;
 
 use bmoe::synth::Arch;
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-
-/// Whether headless Chromium and its driver are installed. Without them
-/// the test says NOT RUN and how to install them, unless CI requires them
-/// (`BMOE_REQUIRE_BROWSER`, set by `.ci/run`, which installs them).
-fn browser_available(test: &str) -> bool {
-    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER].into_iter().filter(|p| !Path::new(p).exists()).collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!(
-        "{test}: NOT RUN: it drives a page in headless Chromium and {} is missing (apt-get install chromium \
-         chromium-driver)",
-        missing.join(" and ")
-    );
-    assert!(std::env::var_os("BMOE_REQUIRE_BROWSER").is_none(), "{why}");
-    eprintln!("{why}");
-    false
-}
-
 #[test]
 fn the_chat_page_streams_a_reply_and_shows_the_routing_panel() {
-    if !browser_available("the_chat_page_streams_a_reply_and_shows_the_routing_panel") {
+    if !requires::browser("the_chat_page_streams_a_reply_and_shows_the_routing_panel") {
         return;
     }
     let python = client_python();
@@ -73,7 +53,7 @@ fn the_chat_page_streams_a_reply_and_shows_the_routing_panel() {
 /// origin; a server naming another origin is refused by the browser.
 #[test]
 fn a_page_on_another_origin_calls_the_api_with_cors() {
-    if !browser_available("a_page_on_another_origin_calls_the_api_with_cors") {
+    if !requires::browser("a_page_on_another_origin_calls_the_api_with_cors") {
         return;
     }
     let python = client_python();

@@ -36,7 +36,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// `NAME=FLAGS...` as given to `--config`.
+    /// `NAME=FLAGS...` as given to `--setting` or `--uncapped`.
     pub fn parse(spec: &str) -> Result<Config, String> {
         let (name, flags) = spec.split_once('=').ok_or_else(|| format!("`{spec}` is not NAME=FLAGS"))?;
         if name.trim().is_empty() {

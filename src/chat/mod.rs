@@ -50,6 +50,11 @@ pub fn named_template(name: &str) -> Option<&'static str> {
     NAMED_TEMPLATES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }
 
+/// The bundled templates' names, comma-separated, for an error that lists them.
+pub fn named_template_list() -> String {
+    NAMED_TEMPLATES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
 /// A model's chat format: its template, reasoning markers and how thinking
 /// is turned off.
 #[derive(Debug)]
@@ -157,7 +162,30 @@ impl ChatFormat {
 
     /// The prompt for the next assistant turn after `messages`.
     pub fn prompt(&self, messages: &[Message], thinking: bool) -> Result<ChatPrompt, TemplateError> {
-        let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..self.base.clone() };
+        self.render_prompt(messages, thinking, self.base.clone())
+    }
+
+    /// The prompt [`ChatFormat::prompt`] renders with `tools` shown and
+    /// `effort`, whatever this format shows: what one server request asks
+    /// for, rendered on the request's own thread.
+    pub fn prompt_for(
+        &self,
+        messages: &[Message],
+        thinking: bool,
+        tools: Option<serde_json::Value>,
+        effort: Option<String>,
+    ) -> Result<ChatPrompt, TemplateError> {
+        let base = RenderOptions { tools, reasoning_effort: effort, ..self.base.clone() };
+        self.render_prompt(messages, thinking, base)
+    }
+
+    fn render_prompt(
+        &self,
+        messages: &[Message],
+        thinking: bool,
+        base: RenderOptions,
+    ) -> Result<ChatPrompt, TemplateError> {
+        let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..base };
         let mut text = self.template.render(messages, &opts)?;
         let reply_at = self.reply_start(messages, &opts, &text);
         if !thinking && self.think == ThinkControl::Prefill {

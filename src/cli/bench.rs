@@ -34,9 +34,10 @@ pub struct BenchArgs {
     /// Prompt.
     #[arg(short, long, default_value = "The capital of Japan is")]
     pub prompt: String,
-    /// A configuration to run instead of the default matrix, NAME=FLAGS (repeatable), e.g.
-    /// "c1000=--moe-stream --cache-mb 1000". Default: mmap, stream-cache0, stream-cacheFIXED, stream-auto.
-    #[arg(long = "config", value_name = "NAME=FLAGS")]
+    /// A setting to run instead of the default matrix, NAME=FLAGS (repeatable): `generate` flags,
+    /// e.g. "c1000=--moe-stream --cache-mb 1000" (a bmoe.toml goes in FLAGS as `--config FILE`).
+    /// Default: mmap, stream-cache0, stream-cacheFIXED, stream-auto.
+    #[arg(long = "setting", value_name = "NAME=FLAGS")]
     pub configs: Vec<String>,
     /// A configuration run outside the memory cap, interleaved with the others, NAME=FLAGS
     /// (repeatable): the baseline the capped runs are compared with, e.g. "resident=" for the

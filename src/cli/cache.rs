@@ -112,6 +112,7 @@ fn listing(entries: &[CachedCopy], now: SystemTime) -> String {
             (Some(m), _) => format!("{} (gone)", m.display()),
             (None, _) => format!("? ({})", c.path.display()),
         };
+        let model = if c.partial { format!("{model} (partial: the experts read so far)") } else { model };
         let ago = ago(now.duration_since(c.last_used).unwrap_or_default());
         let _ = writeln!(out, "{:<9} {:>10} {:>9}  {model}", c.kind.name(), gib(c.disk_bytes), ago);
     }

@@ -27,7 +27,7 @@ pub struct EvalArgs {
     pub tokens: usize,
     /// A setting to measure against the exact run: `generate` flags added to the others,
     /// optionally named, `[NAME=]FLAGS` (repeatable), e.g. "top2=--n-expert-used 2" or
-    /// "--drop-plugin drop-cold --drop-param T=0.6".
+    /// "--drop-plugin drop-cold --drop-param F=0.6".
     #[arg(long, value_name = "[NAME=]FLAGS", required_unless_present = "branches", allow_hyphen_values = true)]
     pub against: Vec<String>,
     /// Print, per layer, how large the MoE branch's output is against the residual stream it is

@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::chat::Kind;
 use crate::config::{CacheMb, RunConfig};
-use crate::host::{Cut, Host, HostEvent};
+use crate::host::{Cut, Host, HostEvent, StopScan};
 use crate::interrupt::{self, Forward};
 
 /// `bmoe generate`
@@ -67,12 +67,13 @@ pub struct RunFlags {
     #[arg(long, value_name = "decay|lru")]
     pub cache_policy: Option<String>,
     /// How dense weights are held while streaming: mmap (llama.cpp's mapping), warm (touched
-    /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction) [moe.dense_weights].
+    /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction)
+    /// [moe.dense_weights, default mmap].
     #[arg(long, value_name = "mmap|warm|anon")]
     pub dense_weights: Option<String>,
     /// Expert banks for the CPU's faster repacked kernels (types by CPU: `bmoe --version`):
     /// auto (resident: when the model file fits in the memory available; streamed: when read
-    /// from a whole repacked copy, or the file fits), on, off [model.repack]. Output is identical
+    /// from a whole repacked copy, or the file fits), on, off [model.repack, default auto]. Output is identical
     /// streamed and resident with the same choice.
     #[arg(long, value_name = "auto|on|off")]
     pub repack: Option<String>,
@@ -84,7 +85,7 @@ pub struct RunFlags {
     /// [model.rpc_layers, default: as many as the servers' free memory holds].
     #[arg(long, value_name = "N[,N...]")]
     pub rpc_layers: Option<String>,
-    /// Parallel read lanes [default 4].
+    /// Parallel read lanes [moe.io_threads, default 4].
     #[arg(long)]
     pub io_threads: Option<u32>,
     /// Read experts through the page cache instead of O_DIRECT.
@@ -131,18 +132,22 @@ pub struct RunFlags {
     /// [moe.repacked_copy = false].
     #[arg(long)]
     pub no_repacked_copy: bool,
+    /// Most disk a model's repacked copy may take, in GiB; past it the copy is partial (only the
+    /// experts read so far) [moe.repacked_copy_max_gb, default 0: half the free space].
+    #[arg(long, value_name = "GIB")]
+    pub repacked_copy_max_gb: Option<f64>,
     /// Compute threads; 0 = tuned while decoding between 1 and one per core, together with
     /// read-ahead on or off, so a busy core elsewhere does not stall every step; a number fixes
     /// both [generate.threads, default 0].
     #[arg(short, long)]
     pub threads: Option<u32>,
-    /// Context length.
+    /// Context length in tokens [generate.ctx_size, default 4096].
     #[arg(short = 'c', long)]
     pub ctx_size: Option<u32>,
-    /// Most prompt tokens per decode call.
+    /// Most prompt tokens per decode call [generate.batch, default 512].
     #[arg(long)]
     pub batch: Option<u32>,
-    /// Most tokens per graph computation.
+    /// Most tokens per graph computation [generate.ubatch, default 512].
     #[arg(long)]
     pub ubatch: Option<u32>,
     /// Use llama.cpp's fastest kernels (flash attention; one KV buffer for all of a server's
@@ -151,16 +156,16 @@ pub struct RunFlags {
     /// differ from the same request sent alone [generate.batch_invariant = false].
     #[arg(long)]
     pub no_batch_invariant: bool,
-    /// Sampling temperature (0 = greedy).
+    /// Sampling temperature (0 = greedy) [generate.temp, default 0].
     #[arg(long)]
     pub temp: Option<f64>,
-    /// Top-k sampling stage.
+    /// Top-k sampling stage (0 = off) [generate.top_k, default 40].
     #[arg(long)]
     pub top_k: Option<i32>,
-    /// Top-p sampling stage.
+    /// Top-p sampling stage (1 = off) [generate.top_p, default 0.95].
     #[arg(long)]
     pub top_p: Option<f64>,
-    /// Sampling seed.
+    /// Sampling seed [generate.seed, default 0].
     #[arg(long)]
     pub seed: Option<u32>,
     /// A GBNF grammar file the generated text must follow (llama.cpp's grammar sampler) [generate.grammar].
@@ -172,17 +177,17 @@ pub struct RunFlags {
     /// Speculative decoding with this draft plugin: ngram, ngram-multi, suffix, or a .wasm file.
     #[arg(long, help_heading = "Plugins")]
     pub draft_plugin: Option<String>,
-    /// Most tokens drafted per step [default 3].
+    /// Most tokens drafted per step [plugins.draft, default 3].
     #[arg(long, help_heading = "Plugins")]
     pub draft: Option<u32>,
     /// Speculative decoding with the model's own MTP layers (GLM-4.5+, DeepSeek-V3, ...) [plugins.mtp].
     #[arg(long, help_heading = "Plugins")]
     pub mtp: bool,
-    /// An MTP draft stops before a token its head gives less probability than this [plugins.mtp_p_min, 0.5].
+    /// An MTP draft stops before a token its head gives less probability than this [plugins.mtp_p_min, default 0.5].
     #[arg(long, value_name = "P", help_heading = "Plugins")]
     pub mtp_p_min: Option<f32>,
     /// Which routed experts a streamed MTP layer drafts with: cached (those in the expert cache, reading at most
-    /// one per draft token) or all [plugins.mtp_experts, cached].
+    /// one per draft token) or all [plugins.mtp_experts, default cached].
     #[arg(long, value_name = "cached|all", help_heading = "Plugins")]
     pub mtp_experts: Option<String>,
     /// A draft-plugin parameter, name=value (repeatable).
@@ -258,6 +263,7 @@ impl RunFlags {
             no_lean_open,
             no_page_recycle,
             no_repacked_copy,
+            repacked_copy_max_gb,
             threads,
             ctx_size,
             batch,
@@ -312,6 +318,7 @@ impl RunFlags {
             no_lean_open: no_lean_open || base.no_lean_open,
             no_page_recycle: no_page_recycle || base.no_page_recycle,
             no_repacked_copy: no_repacked_copy || base.no_repacked_copy,
+            repacked_copy_max_gb: repacked_copy_max_gb.or(base.repacked_copy_max_gb),
             threads: threads.or(base.threads),
             ctx_size: ctx_size.or(base.ctx_size),
             batch: batch.or(base.batch),
@@ -374,7 +381,7 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         g.batch_invariant = false;
     }
     let m = &mut c.moe;
-    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
+    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, repacked_copy_max_gb => m.repacked_copy_max_gb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
          io_threads => m.io_threads,
          n_expert_used => m.n_expert_used, prefetch => m.prefetch, predict_layers => m.predict_layers);
     if args.no_predict {
@@ -451,19 +458,21 @@ pub fn open_host(config: RunConfig, chatting: bool) -> Result<Host> {
 /// A progress bar on stderr for a repacked copy of the experts written
 /// while a model opens (the first streamed open of a model); Ctrl-C stops
 /// the copy. Shown while it lives.
-struct CopyBar;
+pub(super) struct CopyBar;
 
 impl CopyBar {
-    fn show() -> CopyBar {
+    /// Shows the bar, from the copy's first progress until this is dropped.
+    pub(super) fn show() -> CopyBar {
         let mut bar: Option<indicatif::ProgressBar> = None;
         crate::moe::repacked::report_progress(Some(Box::new(move |done, total| {
             let b = bar.get_or_insert_with(|| {
                 crate::notes::note(
                     "bmoe",
                     &format!(
-                        "writing a repacked copy of the experts, once: {:.1} GiB in the cache directory (`bmoe \
-                         cache` lists and removes copies; moe.repacked_copy_max_gb caps them)",
-                        total as f64 / (1u64 << 30) as f64
+                        "writing a repacked copy of the experts, once: {:.1} GiB into {} (`bmoe cache` lists \
+                         and removes copies; --repacked-copy-max-gb caps them, --no-repacked-copy goes without)",
+                        total as f64 / (1u64 << 30) as f64,
+                        crate::moe::copies::cache_root().display()
                     ),
                 );
                 crate::progress::progress_bar(total, "writing the repacked copy of the experts")
@@ -484,7 +493,22 @@ impl Drop for CopyBar {
     }
 }
 
+/// The texts a tool call can begin with, when `chat` turns show tools in
+/// a format bmoe parses.
+fn call_openings(host: &Host, chat: bool) -> Option<Vec<String>> {
+    let format = host.chat_format();
+    let tools = format.tool_format().filter(|_| chat && format.tools().is_some())?;
+    Some(tools.openings().into_iter().map(str::to_string).collect())
+}
+
+/// Runs `bmoe generate`: the text on stdout, everything else on stderr.
 pub fn generate(args: GenerateArgs) -> Result<()> {
+    // Tools reach the model through its chat template, which only --chat applies.
+    for (flag, given) in [("--tools", args.run.tools.is_some()), ("--tool-choice", args.run.tool_choice.is_some())] {
+        if given && !args.chat {
+            bail!("{flag} needs --chat: tools are shown to the model by its chat template, which only --chat applies");
+        }
+    }
     let config = resolve_config(&args.run)?;
     let mut host = open_host(config, args.chat)?;
     // Ctrl-C from here on stops the decode at its next graph node.
@@ -493,6 +517,10 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out_error: Option<std::io::Error> = None;
     let mut shown_reasoning = false;
+    // With tools shown, answer text is held back from where a call can
+    // begin: a call goes to stderr parsed, never to stdout as markup.
+    let mut calls_held = call_openings(&host, args.chat).map(|openings| StopScan::new(&openings));
+    let mut sent = String::new();
     let mut on_event = |event: HostEvent<'_>| {
         // A generation clears its abort flag when it starts: a Ctrl-C
         // that landed just before is raised again here.
@@ -501,6 +529,11 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         }
         match event {
             HostEvent::Text { kind: Kind::Answer, text } => {
+                let text = match calls_held.as_mut() {
+                    Some(held) => held.push(text),
+                    None => text.to_string(),
+                };
+                sent.push_str(&text);
                 let mut out = stdout.lock();
                 if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
                     // Nobody reads the text any more (e.g. a closed pipe): stop generating.
@@ -537,7 +570,18 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     }
     host.keep_logits(args.logits_digest.is_some());
     let generation = if args.chat {
-        host.chat(&args.prompt, &mut on_event)?.generation
+        let turn = host.chat(&args.prompt, &mut on_event)?;
+        // Answer text held back that was no call (the turn's answer has the calls taken out).
+        if calls_held.is_some()
+            && out_error.is_none()
+            && let Some(rest) = turn.answer.trim_start().strip_prefix(sent.trim_start()).filter(|r| !r.is_empty())
+        {
+            let mut out = stdout.lock();
+            if let Err(e) = out.write_all(rest.as_bytes()).and_then(|()| out.flush()) {
+                out_error = Some(e);
+            }
+        }
+        turn.generation
     } else {
         host.complete(&args.prompt, false, &mut on_event)?
     };

@@ -79,7 +79,10 @@ pub enum Command {
         /// Model file (first shard of a split set).
         file: PathBuf,
     },
-    /// List the architectures bmoe can stream.
+    /// List the MoE architectures of the pinned llama.cpp and whether bmoe streams them: gated
+    /// `yes` (a synthetic model of each streams bit-identical to resident in the tests), `-`
+    /// (streams by capability, with a notice), `NO` (not a left-to-right text generator bmoe can run:
+    /// the reason is listed under the table).
     Archs,
     /// Measure routing skew and stability in route traces.
     TraceStats {

@@ -194,19 +194,40 @@ pub fn archs() -> String {
          to resident in `cargo test`).",
         recipe::RECIPES.len()
     );
-    let _ = writeln!(out, "{:<16} {:<6} {:<12} {:<62} models", "arch", "gated", "template", "moe features");
     let mut rows: Vec<&recipe::Recipe> = recipe::RECIPES.iter().collect();
     rows.sort_by_key(|r| (!r.gated(), r.support != recipe::Support::Capable, r.arch));
-    for r in &rows {
-        let templates = recipe::chat_templates(r.arch);
-        let template = if templates.is_empty() { "-".to_string() } else { templates.join(",") };
-        let gate = match r.support {
-            recipe::Support::Refused(_) => "NO",
-            recipe::Support::Capable if r.gated() => "yes",
-            recipe::Support::Capable => "-",
-        };
-        let features = if r.features.is_empty() { "routed experts only" } else { r.features };
-        let _ = writeln!(out, "{:<16} {:<6} {:<12} {:<62} {}", r.arch, gate, template, features, r.models);
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let templates = recipe::chat_templates(r.arch);
+            let template = if templates.is_empty() { "-".to_string() } else { templates.join(",") };
+            let gate = match r.support {
+                recipe::Support::Refused(_) => "NO",
+                recipe::Support::Capable if r.gated() => "yes",
+                recipe::Support::Capable => "-",
+            };
+            let features = if r.features.is_empty() { "routed experts only" } else { r.features };
+            [r.arch.to_string(), gate.to_string(), template, features.to_string(), r.models.to_string()]
+        })
+        .collect();
+    let header = ["arch", "gated", "template", "moe features", "models"].map(str::to_string);
+    // Each column as wide as its widest cell, so no name breaks the table.
+    let widths: Vec<usize> =
+        (0..4).map(|c| cells.iter().chain([&header]).map(|row| row[c].chars().count()).max().unwrap_or(0)).collect();
+    for row in [&header].into_iter().chain(&cells) {
+        let _ = writeln!(
+            out,
+            "{:<w0$} {:<w1$} {:<w2$} {:<w3$} {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
+        );
     }
     let _ =
         writeln!(out, "\ngated yes: generated and gated; -: streams by capability with a notice; NO: cannot stream:");

@@ -111,6 +111,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let server = Server::bind(&runtime, &options, config.clone(), move || {
         let model = crate::host::resolve_model(&opened).map_err(|e| e.to_string())?;
         let sequences = opened.serve.parallel;
+        let _bar = super::generate::CopyBar::show();
         let mut host = crate::host::Host::open_sequences(opened, &model, sequences).map_err(|e| e.to_string())?;
         host.print_open_notes("bmoe serve", true);
         Ok(host)

@@ -4,10 +4,10 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Result, anyhow};
 use clap::Args;
 
-use crate::chat::{ChatFormat, Conversation, Message, named_template};
+use crate::chat::{ChatFormat, Conversation, Message, named_template, named_template_list};
 use crate::gguf::{ModelFiles, Value};
 
 /// `bmoe template`
@@ -38,7 +38,9 @@ pub fn load_template(source: &str) -> Result<(String, Option<String>, String, St
     let path = Path::new(source);
     let is_model = path.extension().is_some_and(|e| e == "gguf");
     if !is_model {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {source}"))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow!("{source}: {e}; nor is it a bundled template (those are: {})", named_template_list())
+        })?;
         return Ok((source.to_string(), Some(text), String::new(), String::new()));
     }
     let files = ModelFiles::open(path)?;

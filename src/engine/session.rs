@@ -856,10 +856,7 @@ impl Session {
     /// added only where the vocabulary wants one and the template did not
     /// already write it (no doubled BOS).
     pub fn tokenize_rendered(&self, text: &str) -> Vec<i32> {
-        let model = self.ctx.model();
-        let mut tokens = model.tokenize(text, false);
-        model.add_bos_once(&mut tokens);
-        tokens
+        self.ctx.model().tokenize_rendered(text)
     }
 
     /// The text of the vocabulary's BOS and EOS tokens (empty when absent).

@@ -8,6 +8,7 @@ mod demo;
 mod ending;
 mod plugins;
 mod prompt_tokens;
+mod prompter;
 mod settings;
 mod sinks;
 mod turn;
@@ -25,6 +26,7 @@ use crate::engine::{
 use crate::gguf::ModelFiles;
 use crate::telemetry::summary::RunSummary;
 pub use ending::{Cut, Ending, FinishReason, Limit};
+pub use prompter::{Prepared, Prompter};
 use sinks::Sinks;
 pub use turn::{StopScan, TurnSettings};
 
@@ -346,7 +348,7 @@ impl Host {
     /// stopped turn keeps what was generated.
     pub fn chat(&mut self, message: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
         let settings = self.turn_settings()?;
-        self.reply(vec![Message::new("user", message)], &settings, on_event)
+        self.reply(vec![Message::new("user", message)], None, &settings, on_event)
     }
 
     /// The settings a turn runs with by the configuration.
@@ -355,16 +357,19 @@ impl Host {
     }
 
     /// The model's reply to `conversation` (which replaces the host's) with
-    /// `settings` instead of the configuration's: a server's request. The
-    /// session keeps whatever prefix of the prompt it already holds.
+    /// `settings` instead of the configuration's: a server's request,
+    /// its prompt `prepared` already by this host's [`Prompter`] (`None`:
+    /// rendered and tokenized here). The session keeps whatever prefix of
+    /// the prompt it already holds.
     pub fn reply_to(
         &mut self,
         conversation: Conversation,
+        prepared: Option<Prepared>,
         settings: &TurnSettings,
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Turn, HostError> {
         self.conversation = conversation;
-        self.reply(Vec::new(), settings, on_event)
+        self.reply(Vec::new(), prepared, settings, on_event)
     }
 
     /// The calls of the last reply that no `tool` message answers yet
@@ -404,7 +409,7 @@ impl Host {
             ));
         }
         let settings = self.turn_settings()?;
-        self.reply(Vec::new(), &settings, on_event)
+        self.reply(Vec::new(), None, &settings, on_event)
     }
 
     /// Sets the tools shown to the model from the next turn, over
@@ -426,17 +431,23 @@ impl Host {
         self.format.set_reasoning_effort(effort);
     }
 
-    /// The model's reply to the conversation with `new` messages appended;
-    /// on success both join the conversation.
+    /// The model's reply to the conversation with `new` messages appended
+    /// (its prompt `prepared` already, or rendered here); on success both
+    /// join the conversation.
     fn reply(
         &mut self,
         new: Vec<Message>,
+        prepared: Option<Prepared>,
         settings: &TurnSettings,
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Turn, HostError> {
         let mut messages = self.conversation.rendered_messages();
         messages.extend(new.iter().cloned());
-        let mut reply = self.begin_reply(&messages, settings, on_event)?;
+        let prepared = match prepared {
+            Some(prepared) => prepared,
+            None => self.prepare(&messages, settings.think)?,
+        };
+        let mut reply = self.begin_prepared_reply(prepared, &messages, settings, on_event)?;
         let tokens = self.prompt_tokens(&reply.prompt.text, reply.tokens.clone());
         let prompt_len = tokens.len();
         let request = reply.request(Prompt::Tokens(tokens), self.keep_logits);
@@ -480,22 +491,38 @@ impl Host {
         settings: &TurnSettings,
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Reply, HostError> {
-        let prompt = self.format.prompt(messages, settings.think)?;
+        let prepared = self.prepare(messages, settings.think)?;
+        self.begin_prepared_reply(prepared, messages, settings, on_event)
+    }
+
+    /// The prompt for a reply to `messages`, rendered with the tools and
+    /// effort the format shows now, and tokenized.
+    fn prepare(&self, messages: &[Message], think: bool) -> Result<Prepared, HostError> {
+        let prompt = self.format.prompt(messages, think)?;
+        prompter::chat_prepared(self.session.model(), prompt, messages, self.config.chat.markers_in_content)
+    }
+
+    /// A renderer and tokenizer of this host's prompts for other threads:
+    /// a second copy of its chat format, and the model's vocabulary.
+    pub fn prompter(&self) -> Result<Prompter, HostError> {
+        let format = chat_format(&self.config, &self.model, &self.session)?;
+        Ok(Prompter::new(format, self.session.model().clone(), self.config.chat.markers_in_content))
+    }
+
+    /// [`Host::begin_reply`] with its prompt `prepared` already (by this
+    /// host's [`Prompter`], with the tools and effort shown now).
+    pub fn begin_prepared_reply(
+        &mut self,
+        prepared: Prepared,
+        messages: &[Message],
+        settings: &TurnSettings,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Reply, HostError> {
+        let Prepared { prompt, tokens } = prepared;
         if !settings.think && !self.told_no_switch && self.format.think_control() == ThinkControl::None {
             self.told_no_switch = true;
             on_event(HostEvent::Notice(&self.format.no_switch_notice()));
         }
-        let tokens = if self.config.chat.markers_in_content {
-            self.session.tokenize_rendered(&prompt.text)
-        } else {
-            // The messages' own text stays text: no forged turns.
-            let contents: Vec<&str> = messages
-                .iter()
-                .flat_map(|m| m.reasoning.as_deref().into_iter().chain([m.content.as_str()]))
-                .filter(|c| !c.is_empty())
-                .collect();
-            prompt_tokens::tokenize_prompt(self.session.model(), &prompt.text, &contents).map_err(HostError::Setting)?
-        };
         let n_ctx = self.slot_ctx();
         let room = (n_ctx as usize).saturating_sub(tokens.len());
         if room < 2 {
@@ -531,9 +558,18 @@ impl Host {
     }
 
     /// Starts a raw completion of `prompt` (no template, special tokens
-    /// read) as a reply: all of it answer text, no tools.
-    pub fn begin_completion(&mut self, prompt: &str, settings: &TurnSettings) -> Result<Reply, HostError> {
-        let tokens = self.session.tokenize_rendered(prompt);
+    /// read) as a reply: all of it answer text, no tools. `prepared` holds
+    /// its tokens already (`None`: tokenized here).
+    pub fn begin_completion(
+        &mut self,
+        prompt: &str,
+        prepared: Option<Prepared>,
+        settings: &TurnSettings,
+    ) -> Result<Reply, HostError> {
+        let tokens = match prepared {
+            Some(prepared) => prepared.tokens,
+            None => self.session.tokenize_rendered(prompt),
+        };
         self.completion_reply(prompt, tokens, settings)
     }
 
@@ -646,16 +682,18 @@ impl Host {
     }
 
     /// Plain completion of `prompt` (no template, special tokens read)
-    /// with `settings`: a server's raw completion. The session keeps
+    /// with `settings`: a server's raw completion (`prepared`: its tokens,
+    /// when tokenized already). The session keeps
     /// whatever prefix of the prompt it already holds; the token limit is
     /// capped by the room left in the context.
     pub fn complete_with(
         &mut self,
         prompt: &str,
+        prepared: Option<Prepared>,
         settings: &TurnSettings,
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Generation, HostError> {
-        let reply = self.begin_completion(prompt, settings)?;
+        let reply = self.begin_completion(prompt, prepared, settings)?;
         let request = reply.request(Prompt::Tokens(reply.tokens.clone()), self.keep_logits);
         self.complete_request(&request, &settings.stop, on_event)
     }
@@ -948,7 +986,7 @@ fn chat_format(config: &RunConfig, model: &Path, session: &Session) -> Result<Ch
                 HostError::Setting(format!(
                     "chat.template: reading {}: {e} (bundled templates: {})",
                     path.display(),
-                    crate::chat::NAMED_TEMPLATES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    crate::chat::named_template_list()
                 ))
             })?,
         };
@@ -957,5 +995,13 @@ fn chat_format(config: &RunConfig, model: &Path, session: &Session) -> Result<Ch
     let (bos, eos) = session.special_texts();
     let effort = Some(config.chat.reasoning_effort.clone()).filter(|e| !e.is_empty());
     let tools = config.chat.tool_list().map_err(|e| HostError::Setting(format!("chat.tools: {e}")))?;
-    Ok(ChatFormat::new(&name, source.as_deref(), &bos, &eos)?.with_reasoning_effort(effort).with_tools(tools))
+    let format = ChatFormat::new(&name, source.as_deref(), &bos, &eos)?;
+    if tools.is_some() && format.is_fallback() {
+        return Err(HostError::Setting(format!(
+            "chat.tools: {name} has no chat template, so nothing shows the tools to the model; give one with \
+             --chat-template FILE|NAME (bundled: {})",
+            crate::chat::named_template_list()
+        )));
+    }
+    Ok(format.with_reasoning_effort(effort).with_tools(tools))
 }

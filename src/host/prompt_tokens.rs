@@ -22,7 +22,10 @@ pub fn tokenize_prompt(model: &Model, text: &str, contents: &[&str]) -> Result<V
     } else {
         Vec::new()
     };
-    let mut tokens = if spans.is_empty() { model.tokenize(text, false) } else { partition(model, text, &spans) };
+    if spans.is_empty() {
+        return Ok(model.tokenize_rendered(text));
+    }
+    let mut tokens = partition(model, text, &spans);
     model.add_bos_once(&mut tokens);
     Ok(tokens)
 }

@@ -187,6 +187,15 @@ impl Model {
         }
     }
 
+    /// Tokenizes a rendered prompt: special tokens read, and BOS added
+    /// only where the vocabulary wants one and the text did not already
+    /// write it (no doubled BOS).
+    pub fn tokenize_rendered(&self, text: &str) -> Vec<i32> {
+        let mut tokens = self.tokenize(text, false);
+        self.add_bos_once(&mut tokens);
+        tokens
+    }
+
     /// Tokenizes `text` as plain text: special-token markers in it stay
     /// text (no BOS added).
     pub fn tokenize_plain(&self, text: &str) -> Vec<i32> {

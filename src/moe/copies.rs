@@ -56,6 +56,9 @@ pub struct CachedCopy {
     pub disk_bytes: u64,
     /// When a session last opened it (demo models: last written).
     pub last_used: SystemTime,
+    /// A repacked copy holding only the experts read so far (its budget
+    /// did not allow the whole copy).
+    pub partial: bool,
 }
 
 /// The entries of the cache directory `root` (`~/.cache/bmoe`), newest use
@@ -78,6 +81,7 @@ pub fn list(root: &Path) -> io::Result<Vec<CachedCopy>> {
                 model,
                 disk_bytes: disk_bytes(&path)?,
                 last_used,
+                partial: kind == CopyKind::Repacked && path.join(super::partial::PRESENT_FILE).exists(),
                 path,
             });
         }
@@ -93,6 +97,7 @@ pub fn list(root: &Path) -> io::Result<Vec<CachedCopy>> {
                 model_exists: false,
                 disk_bytes: meta.blocks() * 512,
                 last_used: meta.modified()?,
+                partial: false,
                 path,
             });
         }
@@ -154,13 +159,18 @@ mod tests {
             f.write_all_at(&vec![7u8; 1 << 20], 8 << 20).unwrap();
         };
         copy("repacked", "a", &model);
+        copy("repacked", "p", &model);
+        // A partial copy: its bitmap of the experts it holds.
+        fs::write(root.path().join("repacked/p").join(crate::moe::partial::PRESENT_FILE), [1u8; 8]).unwrap();
         copy("lean", "b", &root.path().join("gone.gguf"));
         fs::File::create(root.path().join("demo-qwen3moe-v5.gguf")).unwrap().write_all(&[1u8; 8192]).unwrap();
         fs::write(root.path().join("unrelated.txt"), b"x").unwrap();
 
         let copies = list(root.path()).unwrap();
-        assert_eq!(copies.len(), 3, "{copies:?}");
-        let repacked = copies.iter().find(|c| c.kind == CopyKind::Repacked).unwrap();
+        assert_eq!(copies.len(), 4, "{copies:?}");
+        let repacked = copies.iter().find(|c| c.kind == CopyKind::Repacked && !c.partial).unwrap();
+        assert!(copies.iter().any(|c| c.kind == CopyKind::Repacked && c.partial && c.path.ends_with("p")));
+        assert!(copies.iter().filter(|c| c.kind != CopyKind::Repacked).all(|c| !c.partial));
         assert_eq!(repacked.model.as_deref(), Some(model.as_path()));
         assert!(repacked.model_exists);
         assert!((1 << 20..4 << 20).contains(&repacked.disk_bytes), "{} bytes: holes counted", repacked.disk_bytes);
@@ -170,7 +180,7 @@ mod tests {
 
         assert_eq!(remove(lean).unwrap(), lean.disk_bytes);
         assert!(!lean.path.exists());
-        assert_eq!(list(root.path()).unwrap().len(), 2);
+        assert_eq!(list(root.path()).unwrap().len(), 3);
         assert!(list(&root.path().join("nowhere")).unwrap().is_empty());
     }
 }

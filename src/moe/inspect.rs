@@ -107,6 +107,7 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
             repacked_layouts_of(files, &repackable)
         );
     }
+    let _ = writeln!(out, "chat template: {}", chat_template_line(files));
     let checked = crate::moe::capability::check_file(files);
     if let Ok(features) = &checked {
         let _ = writeln!(out, "moe features:  {}", features.describe().join(", "));
@@ -133,6 +134,38 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
     };
     let _ = writeln!(out, "streamable:    {verdict}");
     out
+}
+
+/// Which chat template the file carries (a bundled one's name, or its first
+/// line), how it marks reasoning and how thinking is turned off.
+fn chat_template_line(files: &ModelFiles) -> String {
+    use crate::chat::{ChatFormat, NAMED_TEMPLATES};
+    let Some(source) = files.meta().get_str("tokenizer.chat_template") else {
+        return "none in the file (chat falls back to plain turns; --chat-template FILE|NAME sets one)".into();
+    };
+    let which = match NAMED_TEMPLATES.iter().find(|(_, bundled)| bundled.trim() == source.trim()) {
+        Some((name, _)) => format!("the bundled {name}"),
+        None => {
+            let first = source.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
+            let shown: String = first.chars().take(48).collect();
+            let more = if shown.len() < first.len() { "..." } else { "" };
+            format!("{} bytes, first line {shown:?}{more}", source.len())
+        }
+    };
+    match ChatFormat::new("the model's", Some(source), "", "") {
+        Ok(format) => {
+            let switches = match format.think_switches() {
+                [] => String::new(),
+                names => format!(" ({})", names.join(", ")),
+            };
+            format!(
+                "{which}; reasoning {}, thinking control: {}{switches}",
+                format.family().name(),
+                format.think_control().name()
+            )
+        }
+        Err(e) => format!("{which}; it does not compile: {e}"),
+    }
 }
 
 /// What the vocabulary matrices cost: the embedding is gathered a row per

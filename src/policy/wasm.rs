@@ -389,8 +389,18 @@ fn start<P>(
     sandbox
         .call(|s| configure(&plugin, s, params))
         .map_err(|e| format!("{name}: configure {e}"))?
-        .map_err(|msg| format!("plugin `{}` rejected its parameters: {msg}", info.name))?;
+        .map_err(|msg| format!("plugin `{}` rejected its parameters: {msg}; {}", info.name, takes(&info)))?;
     Ok((sandbox, plugin, info))
+}
+
+/// The parameters a plugin says it takes, for an error about them.
+fn takes(info: &PluginInfo) -> String {
+    if info.params.is_empty() {
+        return "it takes no parameters".into();
+    }
+    let each: Vec<String> =
+        info.params.iter().map(|(name, default, _)| format!("{name} (default {default})")).collect();
+    format!("it takes {}", each.join(", "))
 }
 
 /// A draft policy running as a Wasm plugin.

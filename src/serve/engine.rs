@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -16,7 +16,7 @@ use super::metrics::Metrics;
 use super::request::{CompletionPrompt, Parsed, Work};
 use crate::chat::{Kind, ToolCall};
 use crate::config::RunConfig;
-use crate::host::{Host, HostError, HostEvent};
+use crate::host::{Host, HostError, HostEvent, Prompter};
 
 /// What the engine sends a waiting handler.
 #[derive(Debug)]
@@ -109,6 +109,9 @@ pub struct Engine {
     draining: AtomicBool,
     /// Set when the grace period is over: running requests end now.
     stopping: AtomicBool,
+    /// Renders and tokenizes prompts on the requests' side (set once the
+    /// model is open).
+    prompter: OnceLock<Arc<Prompter>>,
     /// The server's counters.
     pub metrics: Metrics,
     /// Each decode step's telemetry as JSON, for `/bmoe/events` (the page's
@@ -140,6 +143,7 @@ impl Engine {
             in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            prompter: OnceLock::new(),
             metrics: Metrics::default(),
             steps: tokio::sync::broadcast::channel(64).0,
             config,
@@ -160,6 +164,11 @@ impl Engine {
                 let model = host.session_mut().model().clone();
                 let max_token_bytes =
                     (0..model.n_vocab()).map(|t| model.token_bytes(t as i32).len()).max().unwrap_or(1).max(1);
+                // Without a prompter (it compiles the template again, which
+                // worked once already) the engine prepares prompts itself.
+                if let Ok(prompter) = host.prompter() {
+                    let _ = shared.prompter.set(Arc::new(prompter));
+                }
                 shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape, max_token_bytes });
                 // Drafts are verified one sequence at a time, by the host.
                 if host.session_mut().drafts() {
@@ -207,6 +216,41 @@ impl Engine {
             )));
         }
         Ok(())
+    }
+
+    /// Renders and tokenizes `request`'s prompt on a blocking thread (never
+    /// the engine's: a long prompt holds up no decoding), then refuses it
+    /// when it cannot fit a slot's context. A prompt of token ids is taken
+    /// as it is.
+    pub async fn prepare(&self, mut request: Parsed) -> Result<Parsed, ApiError> {
+        let Some(prompter) = self.prompter.get().cloned() else { return Ok(request) };
+        if matches!(request.work, Work::Complete { prompt: CompletionPrompt::Tokens(_) }) {
+            return Ok(request);
+        }
+        let request = tokio::task::spawn_blocking(move || -> Result<Parsed, ApiError> {
+            let prepared = match &request.work {
+                Work::Chat(work) => prompter
+                    .chat(
+                        &work.conversation.rendered_messages(),
+                        request.settings.think,
+                        work.tools.clone(),
+                        work.effort.clone(),
+                    )
+                    .map_err(host_error)?,
+                Work::Complete { prompt: CompletionPrompt::Text(text) } => prompter.completion(text),
+                Work::Complete { prompt: CompletionPrompt::Tokens(_) } => return Ok(request),
+            };
+            request.prepared = Some(prepared);
+            Ok(request)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))??;
+        if let (Status::Ready { n_ctx, .. }, Some(prepared)) = (self.status(), &request.prepared)
+            && prepared.tokens.len() + 2 > n_ctx as usize
+        {
+            return Err(host_error(HostError::ContextFull { needed: prepared.tokens.len() + 2, n_ctx }));
+        }
+        Ok(request)
     }
 
     /// Requests waiting for the engine (not the one running).
@@ -370,7 +414,9 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
     match &job.request.work {
         Work::Chat(work) => {
             host.show_for_request(work.tools.clone(), work.effort.clone());
-            let turn = host.reply_to(work.conversation.clone(), settings, &mut on_event).map_err(host_error)?;
+            let prepared = job.request.prepared.clone();
+            let turn =
+                host.reply_to(work.conversation.clone(), prepared, settings, &mut on_event).map_err(host_error)?;
             let summary = &turn.generation.summary;
             Ok(Finished {
                 reasoning: turn.reasoning,
@@ -387,7 +433,8 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
             "token-id prompts are not taken while the server decodes speculatively (a draft plugin or MTP)",
         )),
         Work::Complete { prompt: CompletionPrompt::Text(prompt) } => {
-            let generation = host.complete_with(prompt, settings, &mut on_event).map_err(host_error)?;
+            let prepared = job.request.prepared.clone();
+            let generation = host.complete_with(prompt, prepared, settings, &mut on_event).map_err(host_error)?;
             let reason = host.last_ending().map_or(crate::host::FinishReason::Stop, |e| e.reason);
             Ok(Finished {
                 answer: generation.text.clone(),

@@ -8,6 +8,7 @@ mod engine;
 mod error;
 mod logprobs;
 mod metrics;
+mod parse_errors;
 mod reply;
 mod request;
 mod routes;
@@ -24,6 +25,7 @@ pub use error::ApiError;
 
 use crate::config::RunConfig;
 use crate::host::Host;
+use parse_errors::ErrorBodies;
 
 /// The chat page served at `/`: one file, nothing fetched from elsewhere.
 const PAGE: &str = include_str!("page.html");
@@ -131,7 +133,7 @@ impl Server {
             tokio::spawn(async move {
                 let mut http = hyper::server::conn::http1::Builder::new();
                 http.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
-                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                let _ = http.serve_connection(TokioIo::new(ErrorBodies::new(stream)), service).await;
                 drop(guard);
             });
         }

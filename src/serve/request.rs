@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::error::ApiError;
 use crate::chat::{Conversation, Message, ToolCall};
 use crate::config::RunConfig;
-use crate::host::TurnSettings;
+use crate::host::{Prepared, TurnSettings};
 
 /// Most stop strings a request may give.
 const MAX_STOPS: usize = 16;
@@ -66,6 +66,9 @@ pub struct Parsed {
     /// Report each step's logits digest (a bmoe extension: the digests
     /// `bmoe generate --logits-digest` writes, to check exactness).
     pub logits_digest: bool,
+    /// The prompt rendered and tokenized on the request's side (`None`:
+    /// not yet; the engine does it).
+    pub prepared: Option<Prepared>,
 }
 
 /// `stop`: one string or a list.
@@ -153,6 +156,7 @@ pub fn chat(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Resul
         include_usage: include_usage(&common),
         logprobs,
         logits_digest: common.logits_digest.unwrap_or(false),
+        prepared: None,
     })
 }
 
@@ -183,6 +187,7 @@ pub fn completion(body: &Value, config: &RunConfig, default_max: Option<u32>) ->
         include_usage: include_usage(&common),
         logprobs,
         logits_digest: common.logits_digest.unwrap_or(false),
+        prepared: None,
     });
     Ok(parsed.collect())
 }

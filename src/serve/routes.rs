@@ -276,6 +276,7 @@ async fn chat(
         let model = state.engine.ready()?;
         let parsed = request::chat(&body, &state.engine.config, state.engine.default_max_tokens)?;
         state.engine.refuse_oversized(&parsed)?;
+        let parsed = state.engine.prepare(parsed).await?;
         let openings = match &parsed.work {
             Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
             _ => Vec::new(),
@@ -312,9 +313,13 @@ async fn completion(
     let answer = async {
         let body = read_json(&headers, body, state.body_limit).await?;
         let model = state.engine.ready()?;
-        let mut prompts = request::completion(&body, &state.engine.config, state.engine.default_max_tokens)?;
-        for p in &prompts {
+        let read = request::completion(&body, &state.engine.config, state.engine.default_max_tokens)?;
+        for p in &read {
             state.engine.refuse_oversized(p)?;
+        }
+        let mut prompts = Vec::with_capacity(read.len());
+        for p in read {
+            prompts.push(state.engine.prepare(p).await?);
         }
         let first = &prompts[0];
         let (stream, include_usage) = (first.stream, first.include_usage);

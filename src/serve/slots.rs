@@ -156,17 +156,21 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
 
 /// Starts `job` in the free slot whose tokens share the longest prefix
 /// with its prompt, or answers it with the error that prevents it.
-fn start<'m>(host: &mut Host, model: &'m Model, job: Job, running: &mut [Option<Slot<'m>>]) {
+fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, running: &mut [Option<Slot<'m>>]) {
+    let prepared = job.request.prepared.take();
+    let settings = &job.request.settings;
     let (begun, called_before) = match &job.request.work {
         Work::Chat(work) => {
             host.show_for_request(work.tools.clone(), work.effort.clone());
             let messages = work.conversation.rendered_messages();
             let called_before = work.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
-            (host.begin_reply(&messages, &job.request.settings, &mut |_| {}), called_before)
+            let begun = match prepared {
+                Some(prepared) => host.begin_prepared_reply(prepared, &messages, settings, &mut |_| {}),
+                None => host.begin_reply(&messages, settings, &mut |_| {}),
+            };
+            (begun, called_before)
         }
-        Work::Complete { prompt: CompletionPrompt::Text(text) } => {
-            (host.begin_completion(text, &job.request.settings), 0)
-        }
+        Work::Complete { prompt: CompletionPrompt::Text(text) } => (host.begin_completion(text, prepared, settings), 0),
         Work::Complete { prompt: CompletionPrompt::Tokens(ids) } => {
             (host.begin_completion_of_tokens(ids, &job.request.settings), 0)
         }

@@ -193,7 +193,9 @@ impl fmt::Display for RunSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "decode:  {} tokens in {:.2} s ({} tok/s) | prefill: {} tokens ({} tok/s) | load {:.2} s",
+            "decode:  {} tokens, {} decoded in {:.2} s ({} tok/s) | prefill: {} tokens ({} tok/s) | load {:.2} s",
+            // The first token comes from the prompt's logits, not a decode call.
+            self.generated.max(self.decode_tokens),
             self.decode_tokens,
             self.decode_ns as f64 / 1e9,
             opt(self.decode_tps(), 2, ""),

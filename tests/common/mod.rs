@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod requires;
 pub mod serve;
 
 use std::net::{TcpListener, TcpStream};
