@@ -1177,3 +1177,39 @@ fn templates_are_named_and_shown() {
     let help = stdout(&ok(&["archs", "--help"]));
     assert!(help.contains("`NO`") && help.contains("`yes`") && help.contains("`-`"), "{help}");
 }
+
+/// `bmoe run` says each note once however often a loop causes it, and
+/// names each file the script writes.
+#[test]
+fn a_script_says_each_note_once_and_names_its_files() {
+    let dir = tempdir();
+    let model = make_tiny(dir.path(), "m.gguf", &[]);
+    let script = dir.path().join("loop.rhai");
+    std::fs::write(
+        &script,
+        r#"
+let s = open(ARGS[0], #{ stream: true, cache_mb: 0, threads: 1 });
+let rows = [];
+for f in [0.25, 0.5, 0.25, 0.5] {
+    s.set("drop_plugin", "drop-cold");
+    s.set("drop_params", `F=${f}`);
+    let r = s.generate("hello", 2);
+    rows.push(#{ F: f, tokens: r.tokens });
+    s.set("drop_plugin", "");
+}
+write_csv("loop.csv", rows);
+"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = ok(&["run", script.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--", &model]);
+    let err = stderr(&out);
+    let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("bmoe run: note: ")).collect();
+    let mut unique = notes.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(notes.len(), unique.len(), "a note said twice:\n{err}");
+    assert!(notes.len() >= 2, "the plugin's notes are missing:\n{err}");
+    let csv = out_dir.join("loop.csv");
+    assert!(csv.exists() && err.contains(&format!("bmoe run: note: wrote {}", csv.display())), "{err}");
+}

@@ -182,6 +182,7 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
         let full = o.resolve(path).map_err(|e| fail("write_csv", e))?;
         let rows = output::maps(&rows, "write_csv")?;
         output::write_csv(&full, &rows).map_err(|e| fail("write_csv", e))?;
+        crate::notes::note("bmoe run", &format!("wrote {}", full.display()));
         Ok(full.display().to_string())
     });
     let o = out;
@@ -192,6 +193,7 @@ fn build_engine(options: &ScriptOptions, sessions: Rc<std::cell::RefCell<Vec<Ses
         }
         let chart = output::ChartSpec::from_map(&spec).map_err(|e| fail("chart", e))?;
         chart.draw(&full).map_err(|e| fail("chart", e))?;
+        crate::notes::note("bmoe run", &format!("wrote {}", full.display()));
         Ok(full.display().to_string())
     });
     engine.register_fn("table", |rows: Array| -> Fallible<()> {

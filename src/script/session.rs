@@ -136,10 +136,11 @@ impl Session {
         let outcome = host.set(&full, &text).map_err(|e| fail("set", e))?;
         if outcome.applied == Apply::Reopen {
             // A budget change from fixed to auto or off reopened the model: allowed, but say so.
-            eprintln!("bmoe run: note: {full} reopened the model");
+            crate::notes::note("bmoe run", &format!("{full} reopened the model"));
         }
+        // Each note once per process, however often a loop sets the same thing.
         for n in outcome.notices {
-            eprintln!("bmoe run: note: {n}");
+            crate::notes::note("bmoe run", &n);
         }
         Ok(())
     }
