@@ -1127,6 +1127,15 @@ fn help_shows_each_flags_real_default() {
     // eval's example of a drop parameter is one the bundled drop plugin takes.
     let eval_help = stdout(&ok(&["eval", "--help"]));
     assert!(eval_help.contains("--drop-plugin drop-cold --drop-param F=0.6"), "{eval_help}");
+    // eval scores given text: no generation, sampling or chat flags, one --csv, and its usage
+    // says a setting (or --branches) is required.
+    for absent in ["--n-predict", "--temp", "--top-k", "--tools", "--system", "--chat-template", "--route-trace"] {
+        assert!(!eval_help.contains(absent), "eval --help shows {absent}:\n{eval_help}");
+    }
+    assert_eq!(eval_help.matches("--csv <").count(), 1, "{eval_help}");
+    assert!(eval_help.contains("(--against [NAME=]FLAGS... | --branches)"), "{eval_help}");
+    let out = bmoe(&["eval", "--temp", "0.5", "--against", "x=--n-expert-used 1"]);
+    assert!(!out.status.success() && stderr(&out).contains("--temp"), "{}", stderr(&out));
 }
 
 /// `--tools` and `--tool-choice` do nothing without `--chat`, so they are an

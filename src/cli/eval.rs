@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Result, anyhow, bail};
 use clap::{Args, Parser};
 
-use super::generate::{RunFlags, open_host, resolve_config};
+use super::generate::{RunFlags, TurnFlags, open_host, resolve_config};
 use crate::eval::{self, KlStats, Position, Reference, kl_text};
 use crate::interrupt::{self, Forward};
 use crate::telemetry::summary::RunSummary;
@@ -133,7 +133,7 @@ pub(super) fn measure(
     positions: usize,
     source: Option<String>,
 ) -> Result<Vec<Measured>> {
-    let mut host = open_host(resolve_config(base)?, false)?;
+    let mut host = open_host(resolve_config(base, &TurnFlags::default())?, false)?;
     let session = host.session_mut();
     let mut tokens = session.model().tokenize(text, true);
     tokens.truncate(positions.saturating_add(1).min(session.n_ctx() as usize));
@@ -156,7 +156,7 @@ pub(super) fn measure(
         summary: exact,
     }];
     for setting in settings {
-        let mut host = open_host(resolve_config(&setting.flags)?, false)?;
+        let mut host = open_host(resolve_config(&setting.flags, &TurnFlags::default())?, false)?;
         let mut positions = Vec::with_capacity(scored);
         let summary = score(&mut host, &tokens, &setting.name, &mut |i, logits| {
             positions.push(eval::compare(&reference[i], logits))
@@ -169,7 +169,7 @@ pub(super) fn measure(
 /// Measures and prints each MoE layer's branch and residual sizes over the
 /// first `positions` tokens of `text` on `base`'s model, run resident.
 fn print_branches(base: &RunFlags, text: &str, positions: usize) -> Result<()> {
-    let config = resolve_config(base)?;
+    let config = resolve_config(base, &TurnFlags::default())?;
     // 0 means tuned while decoding; this measurement runs at one per core.
     let threads = match config.generate.threads {
         0 => std::thread::available_parallelism().map_or(2, |n| n.get() as u32),

@@ -31,21 +31,33 @@ pub struct GenerateArgs {
     /// `cmp a.txt b.txt`. Keeps the run's logits in memory until it ends.
     #[arg(long, value_name = "FILE")]
     pub logits_digest: Option<PathBuf>,
-    /// Model, engine and telemetry settings.
+    /// Model and engine settings.
     #[command(flatten)]
     pub run: RunFlags,
+    /// Length, sampling, chat and telemetry settings.
+    #[command(flatten)]
+    pub turn: TurnFlags,
 }
 
-/// The settings every command that runs a model takes; each overrides the
-/// `bmoe.toml` field in brackets.
+/// What `chat` and `repl` take: the model and engine settings, and what
+/// each turn generates.
+#[derive(Args, Debug, Default, Clone)]
+pub struct SessionFlags {
+    /// Model and engine settings.
+    #[command(flatten)]
+    pub run: RunFlags,
+    /// Length, sampling, chat and telemetry settings.
+    #[command(flatten)]
+    pub turn: TurnFlags,
+}
+
+/// The model and engine settings every command that runs a model takes;
+/// each overrides the `bmoe.toml` field in brackets.
 #[derive(Args, Debug, Default, Clone)]
 pub struct RunFlags {
     /// Model file; without one, a random-weight demo model is generated once and used.
     #[arg(short, long)]
     pub model: Option<PathBuf>,
-    /// Tokens to generate per turn [config: generate.n_predict, default 128].
-    #[arg(short = 'n', long)]
-    pub n_predict: Option<u32>,
     /// Read a bmoe.toml; flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -156,24 +168,6 @@ pub struct RunFlags {
     /// differ from the same request sent alone [generate.batch_invariant = false].
     #[arg(long)]
     pub no_batch_invariant: bool,
-    /// Sampling temperature (0 = greedy) [generate.temp, default 0].
-    #[arg(long)]
-    pub temp: Option<f64>,
-    /// Top-k sampling stage (0 = off) [generate.top_k, default 40].
-    #[arg(long)]
-    pub top_k: Option<i32>,
-    /// Top-p sampling stage (1 = off) [generate.top_p, default 0.95].
-    #[arg(long)]
-    pub top_p: Option<f64>,
-    /// Sampling seed [generate.seed, default 0].
-    #[arg(long)]
-    pub seed: Option<u32>,
-    /// A GBNF grammar file the generated text must follow (llama.cpp's grammar sampler) [generate.grammar].
-    #[arg(long, value_name = "FILE.gbnf")]
-    pub grammar: Option<PathBuf>,
-    /// A JSON schema the generated text must follow: a file, or the schema itself ({...}) [generate.json_schema].
-    #[arg(long, value_name = "FILE|JSON")]
-    pub json_schema: Option<String>,
     /// Speculative decoding with this draft plugin: ngram, ngram-multi, suffix, or a .wasm file.
     #[arg(long, help_heading = "Plugins")]
     pub draft_plugin: Option<String>,
@@ -199,15 +193,44 @@ pub struct RunFlags {
     /// A drop-plugin parameter, name=value (repeatable), e.g. F=0.75.
     #[arg(long = "drop-param", value_name = "NAME=VALUE", help_heading = "Plugins")]
     pub drop_params: Vec<String>,
+    /// Show llama.cpp's log.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// What a turn generates and where its records go: length, sampling,
+/// constraints, the chat template's settings and the telemetry files;
+/// each overrides the `bmoe.toml` field in brackets. `eval`, which scores
+/// given text, takes none of them.
+#[derive(Args, Debug, Default, Clone)]
+pub struct TurnFlags {
+    /// Tokens to generate per turn [config: generate.n_predict, default 128].
+    #[arg(short = 'n', long)]
+    pub n_predict: Option<u32>,
+    /// Sampling temperature (0 = greedy) [generate.temp, default 0].
+    #[arg(long)]
+    pub temp: Option<f64>,
+    /// Top-k sampling stage (0 = off) [generate.top_k, default 40].
+    #[arg(long)]
+    pub top_k: Option<i32>,
+    /// Top-p sampling stage (1 = off) [generate.top_p, default 0.95].
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Sampling seed [generate.seed, default 0].
+    #[arg(long)]
+    pub seed: Option<u32>,
+    /// A GBNF grammar file the generated text must follow (llama.cpp's grammar sampler) [generate.grammar].
+    #[arg(long, value_name = "FILE.gbnf")]
+    pub grammar: Option<PathBuf>,
+    /// A JSON schema the generated text must follow: a file, or the schema itself ({...}) [generate.json_schema].
+    #[arg(long, value_name = "FILE|JSON")]
+    pub json_schema: Option<String>,
     /// Write per-token metrics to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
     /// Write per-token routing to this route-trace file (needs --moe-stream).
     #[arg(long)]
     pub route_trace: Option<PathBuf>,
-    /// Show llama.cpp's log.
-    #[arg(short, long)]
-    pub verbose: bool,
     /// Turn the model's reasoning off in chat turns [chat.think].
     #[arg(long, help_heading = "Chat")]
     pub no_think: bool,
@@ -241,7 +264,6 @@ impl RunFlags {
         // Every field named, so a new flag cannot be forgotten here.
         let RunFlags {
             model,
-            n_predict,
             config,
             moe_stream,
             cache_mb,
@@ -269,12 +291,6 @@ impl RunFlags {
             batch,
             ubatch,
             no_batch_invariant,
-            temp,
-            top_k,
-            top_p,
-            seed,
-            grammar,
-            json_schema,
             draft_plugin,
             draft,
             mtp,
@@ -283,20 +299,10 @@ impl RunFlags {
             draft_params,
             drop_plugin,
             drop_params,
-            csv,
-            route_trace,
             verbose,
-            no_think,
-            reasoning_effort,
-            tools,
-            tool_choice,
-            chat_template,
-            system,
-            markers_in_content,
         } = self;
         RunFlags {
             model: model.or_else(|| base.model.clone()),
-            n_predict: n_predict.or(base.n_predict),
             config: config.or_else(|| base.config.clone()),
             moe_stream: moe_stream || base.moe_stream,
             cache_mb: cache_mb.or(base.cache_mb),
@@ -324,12 +330,6 @@ impl RunFlags {
             batch: batch.or(base.batch),
             ubatch: ubatch.or(base.ubatch),
             no_batch_invariant: no_batch_invariant || base.no_batch_invariant,
-            temp: temp.or(base.temp),
-            top_k: top_k.or(base.top_k),
-            top_p: top_p.or(base.top_p),
-            seed: seed.or(base.seed),
-            grammar: grammar.or_else(|| base.grammar.clone()),
-            json_schema: json_schema.or_else(|| base.json_schema.clone()),
             draft_plugin: draft_plugin.or_else(|| base.draft_plugin.clone()),
             draft: draft.or(base.draft),
             mtp: mtp || base.mtp,
@@ -338,22 +338,13 @@ impl RunFlags {
             draft_params: if draft_params.is_empty() { base.draft_params.clone() } else { draft_params },
             drop_plugin: drop_plugin.or_else(|| base.drop_plugin.clone()),
             drop_params: if drop_params.is_empty() { base.drop_params.clone() } else { drop_params },
-            csv: csv.or_else(|| base.csv.clone()),
-            route_trace: route_trace.or_else(|| base.route_trace.clone()),
             verbose: verbose || base.verbose,
-            no_think: no_think || base.no_think,
-            markers_in_content: markers_in_content || base.markers_in_content,
-            reasoning_effort: reasoning_effort.or_else(|| base.reasoning_effort.clone()),
-            tools: tools.or_else(|| base.tools.clone()),
-            tool_choice: tool_choice.or_else(|| base.tool_choice.clone()),
-            chat_template: chat_template.or_else(|| base.chat_template.clone()),
-            system: system.or_else(|| base.system.clone()),
         }
     }
 }
 
 /// The configuration after the file (if any) and the flags.
-pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
+pub fn resolve_config(args: &RunFlags, turn: &TurnFlags) -> Result<RunConfig> {
     let mut c = match &args.config {
         Some(p) => RunConfig::from_file(p).map_err(|e| anyhow!(e))?,
         None => RunConfig::default(),
@@ -372,16 +363,18 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         c.model.rpc_layers = r.clone();
     }
     macro_rules! set {
-        ($($flag:ident => $field:expr),* $(,)?) => { $( if let Some(v) = args.$flag.clone() { $field = v; } )* };
+        ($from:ident: $($flag:ident => $field:expr),* $(,)?) => {
+            $( if let Some(v) = $from.$flag.clone() { $field = v; } )*
+        };
     }
-    set!(n_predict => g.n_predict, threads => g.threads, ctx_size => g.ctx_size, batch => g.batch,
-         ubatch => g.ubatch, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed,
+    set!(args: threads => g.threads, ctx_size => g.ctx_size, batch => g.batch, ubatch => g.ubatch);
+    set!(turn: n_predict => g.n_predict, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed,
          grammar => g.grammar, json_schema => g.json_schema);
     if args.no_batch_invariant {
         g.batch_invariant = false;
     }
     let m = &mut c.moe;
-    set!(cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, repacked_copy_max_gb => m.repacked_copy_max_gb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
+    set!(args: cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, repacked_copy_max_gb => m.repacked_copy_max_gb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
          io_threads => m.io_threads,
          n_expert_used => m.n_expert_used, prefetch => m.prefetch, predict_layers => m.predict_layers);
     if args.no_predict {
@@ -412,7 +405,7 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         m.io_uring = false;
     }
     let p = &mut c.plugins;
-    set!(draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin, mtp_p_min => p.mtp_p_min,
+    set!(args: draft_plugin => p.draft_plugin, draft => p.draft, drop_plugin => p.drop_plugin, mtp_p_min => p.mtp_p_min,
         mtp_experts => p.mtp_experts);
     if args.mtp {
         p.mtp = true;
@@ -424,17 +417,17 @@ pub fn resolve_config(args: &RunFlags) -> Result<RunConfig> {
         p.drop_params = args.drop_params.clone();
     }
     let t = &mut c.telemetry;
-    set!(csv => t.csv, route_trace => t.route_trace);
+    set!(turn: csv => t.csv, route_trace => t.route_trace);
     if args.verbose {
         t.verbose = true;
     }
     let ch = &mut c.chat;
-    set!(chat_template => ch.template, system => ch.system, reasoning_effort => ch.reasoning_effort, tools => ch.tools,
+    set!(turn: chat_template => ch.template, system => ch.system, reasoning_effort => ch.reasoning_effort, tools => ch.tools,
          tool_choice => ch.tool_choice);
-    if args.no_think {
+    if turn.no_think {
         ch.think = false;
     }
-    if args.markers_in_content {
+    if turn.markers_in_content {
         ch.markers_in_content = true;
     }
     c.validate()?;
@@ -504,12 +497,12 @@ fn call_openings(host: &Host, chat: bool) -> Option<Vec<String>> {
 /// Runs `bmoe generate`: the text on stdout, everything else on stderr.
 pub fn generate(args: GenerateArgs) -> Result<()> {
     // Tools reach the model through its chat template, which only --chat applies.
-    for (flag, given) in [("--tools", args.run.tools.is_some()), ("--tool-choice", args.run.tool_choice.is_some())] {
+    for (flag, given) in [("--tools", args.turn.tools.is_some()), ("--tool-choice", args.turn.tool_choice.is_some())] {
         if given && !args.chat {
             bail!("{flag} needs --chat: tools are shown to the model by its chat template, which only --chat applies");
         }
     }
-    let config = resolve_config(&args.run)?;
+    let config = resolve_config(&args.run, &args.turn)?;
     let mut host = open_host(config, args.chat)?;
     // Ctrl-C from here on stops the decode at its next graph node.
     let _forward = Forward::to(host.abort_handle().flag())?;

@@ -21,7 +21,7 @@ use clap::{Parser, Subcommand};
 use crate::interrupt;
 
 pub use crate::host::resolve_model;
-pub use generate::{GenerateArgs, RunFlags, open_host, resolve_config};
+pub use generate::{GenerateArgs, RunFlags, SessionFlags, TurnFlags, open_host, resolve_config};
 pub use model::MakeModelArgs;
 pub use plugin::PluginCommand;
 
@@ -67,9 +67,9 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Chat with a model in a full-screen terminal app with a live expert-routing panel
     /// (`?` shows the keys); without a model, the demo model with streaming on.
-    Chat(RunFlags),
+    Chat(SessionFlags),
     /// Chat with a model in a line REPL (`:help` lists its commands); reads a pipe too.
-    Repl(RunFlags),
+    Repl(SessionFlags),
     /// Print the prompt a chat template renders for a conversation.
     Template(template::TemplateArgs),
     /// Write a synthetic MoE model (random weights, real architecture).
@@ -101,6 +101,9 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Measure what lossy settings cost: KL divergence from the exact run and top-1 agreement,
     /// teacher-forced over a text, beside each setting's speed and bytes read.
+    #[command(
+        override_usage = "bmoe eval [-m MODEL] [EXACT RUN'S FLAGS] (--against [NAME=]FLAGS... | --branches) [OPTIONS]"
+    )]
     Eval(eval::EvalArgs),
     /// Benchmark a model under a memory cap: a matrix of configurations, repeated, as a table and CSV.
     Bench(bench::BenchArgs),
@@ -150,14 +153,14 @@ const DEMO_CHAT_CACHE_MIB: f64 = 64.0;
 
 /// `bmoe chat`: a host (the demo model, streaming with a small cache, when
 /// no model is given), then the full-screen chat.
-fn chat(flags: &RunFlags) -> Result<()> {
+fn chat(flags: &SessionFlags) -> Result<()> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         anyhow::bail!("bmoe chat needs a terminal; `bmoe repl` reads and writes pipes");
     }
-    let mut config = resolve_config(flags)?;
+    let mut config = resolve_config(&flags.run, &flags.turn)?;
     let demo = config.model.path.as_os_str().is_empty();
-    if demo && flags.config.is_none() && flags.cache_mb.is_none() {
+    if demo && flags.run.config.is_none() && flags.run.cache_mb.is_none() {
         config.moe.stream = true;
         config.moe.cache_mb = crate::config::CacheMb::Mib(DEMO_CHAT_CACHE_MIB);
     }
@@ -166,8 +169,8 @@ fn chat(flags: &RunFlags) -> Result<()> {
 }
 
 /// `bmoe repl`: a host, Ctrl-C wired to stop replies, the REPL loop.
-fn repl(flags: &RunFlags) -> Result<()> {
-    let config = resolve_config(flags)?;
+fn repl(flags: &SessionFlags) -> Result<()> {
+    let config = resolve_config(&flags.run, &flags.turn)?;
     let mut host = open_host(config, true)?;
     let _forward = interrupt::Forward::to(host.abort_handle().flag())?;
     crate::ui::repl::run(&mut host)

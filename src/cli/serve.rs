@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::Args;
 
-use super::generate::{RunFlags, resolve_config};
+use super::generate::{RunFlags, TurnFlags, resolve_config};
 use crate::interrupt;
 use crate::serve::{ServeOptions, Server, Status};
 
@@ -42,9 +42,12 @@ pub struct ServeArgs {
     /// e.g. http://localhost:3000; `*` allows any [serve.cors, default none].
     #[arg(long, value_name = "ORIGINS")]
     pub cors: Option<String>,
-    /// Model, engine and telemetry settings.
+    /// Model and engine settings.
     #[command(flatten)]
     pub run: RunFlags,
+    /// Length, sampling, chat and telemetry settings (a request's own fields win).
+    #[command(flatten)]
+    pub turn: TurnFlags,
 }
 
 /// The demo's cache budget in `bmoe serve`, as in `bmoe chat`.
@@ -52,7 +55,7 @@ const DEMO_CACHE_MIB: f64 = 64.0;
 
 /// Runs the server until Ctrl-C (or SIGTERM).
 pub fn serve(args: ServeArgs) -> Result<()> {
-    let mut config = resolve_config(&args.run)?;
+    let mut config = resolve_config(&args.run, &args.turn)?;
     let s = &mut config.serve;
     if let Some(host) = args.host {
         s.host = host;
@@ -97,7 +100,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     let mut options = ServeOptions::from_config(&config).map_err(|e| anyhow!(e))?;
     // -n given: the limit of a request that sets none (else the context's room).
-    options.default_max_tokens = args.run.n_predict;
+    options.default_max_tokens = args.turn.n_predict;
     interrupt::install()?;
     interrupt::also_on_sigterm()?;
     crate::notes::raise_to_verbose(config.telemetry.verbose);
