@@ -158,6 +158,24 @@ const SIGSEGV: &str = "SIGSEGV";
 const ABORT: &str = "llama.cpp assertion";
 /// llama.cpp's own error about a tensor's shape, which names no key.
 const SHAPE: &str = "llama.cpp shape error";
+/// A decode that never finished.
+const HANG: &str = "hang";
+/// A run with another tokenizer (or expert count) than the file's, without a word.
+const RAN: &str = "ran";
+/// llama.cpp's own error, which names an index but not the key.
+const VOCAB: &str = "llama.cpp vocabulary error";
+
+/// `tokenizer.ggml.token_type` with `edit` applied to its list.
+fn edit_token_types(h: &mut Header, edit: impl FnOnce(&mut Vec<Value>)) {
+    let Value::Array(ty, mut types) = h.get("tokenizer.ggml.token_type").clone() else { panic!("token types") };
+    edit(&mut types);
+    h.set("tokenizer.ggml.token_type", Value::Array(ty, types));
+}
+
+/// The number of tokens in the vocabulary.
+fn vocabulary_size(h: &Header) -> u32 {
+    h.get("tokenizer.ggml.tokens").as_array().unwrap().len() as u32
+}
 
 /// Every fixture: its name, what it did before, the damage, and the error.
 const MUTANTS: &[Mutant] = &[
@@ -464,6 +482,100 @@ const MUTANTS: &[Mutant] = &[
         expect: &["granitehybrid.ssm.time_step_rank is", "does not divide granitehybrid.ssm.inner_size"],
     },
     Mutant {
+        name: "rope-dimension-count-0",
+        before: HANG,
+        base: Base::Qwen3Next,
+        edit: |h| h.set("ARCH.rope.dimension_count", Value::U32(0)),
+        flags: &[],
+        expect: &["qwen3next.rope.dimension_count is 0", "even number of rotated dimensions"],
+    },
+    Mutant {
+        name: "rope-dimension-count-odd",
+        before: ABORT,
+        base: Base::Qwen3Moe,
+        edit: |h| h.set("ARCH.rope.dimension_count", Value::U32(15)),
+        flags: &[],
+        expect: &["qwen3moe.rope.dimension_count is 15", "even number"],
+    },
+    Mutant {
+        name: "rope-dimension-count-wider-than-a-head",
+        before: ABORT,
+        base: Base::Qwen3Moe,
+        edit: |h| h.set("ARCH.rope.dimension_count", Value::U32(32)),
+        flags: &[],
+        expect: &["qwen3moe.rope.dimension_count is 32, wider than a key head (qwen3moe.attention.key_length: 16)"],
+    },
+    Mutant {
+        name: "rope-dimension-count-missing-with-latent-attention",
+        before: ABORT,
+        base: Base::Deepseek2,
+        edit: |h| h.remove("ARCH.rope.dimension_count"),
+        flags: &[],
+        expect: &["deepseek2.rope.dimension_count is missing", "rotated width of a key head"],
+    },
+    Mutant {
+        name: "rope-sections-all-0",
+        before: ABORT,
+        base: Base::Qwen35Moe,
+        edit: |h| h.set("ARCH.rope.dimension_sections", Value::Array(ValueType::I32, vec![Value::I32(0); 4])),
+        flags: &[],
+        expect: &["qwen35moe.rope.dimension_sections is [0, 0, 0, 0]", "one of the first three above 0"],
+    },
+    Mutant {
+        name: "rope-sections-negative",
+        before: ABORT,
+        base: Base::Qwen35Moe,
+        edit: |h| {
+            let sections = [-4, 2, 2, 0].map(Value::I32).to_vec();
+            h.set("ARCH.rope.dimension_sections", Value::Array(ValueType::I32, sections));
+        },
+        flags: &[],
+        expect: &["qwen35moe.rope.dimension_sections is [-4, 2, 2, 0]", "non-negative widths"],
+    },
+    Mutant {
+        name: "token-types-fewer-than-tokens",
+        before: VOCAB,
+        base: Base::Qwen3Moe,
+        edit: |h| edit_token_types(h, |t| drop(t.pop())),
+        flags: &[],
+        expect: &["tokenizer.ggml.token_type holds", "types for", "expected one per token"],
+    },
+    Mutant {
+        name: "token-types-more-than-tokens",
+        before: RAN,
+        base: Base::Qwen3Moe,
+        edit: |h| edit_token_types(h, |t| t.push(t[0].clone())),
+        flags: &[],
+        expect: &["tokenizer.ggml.token_type holds", "expected one per token"],
+    },
+    Mutant {
+        name: "token-type-out-of-range",
+        before: RAN,
+        base: Base::Qwen3Moe,
+        edit: |h| edit_token_types(h, |t| t[7] = Value::I32(9)),
+        flags: &[],
+        expect: &["tokenizer.ggml.token_type holds 9 for token 7", "0 to 6"],
+    },
+    Mutant {
+        name: "eos-past-the-vocabulary",
+        before: RAN,
+        base: Base::Qwen3Moe,
+        edit: |h| {
+            let n = vocabulary_size(h);
+            h.set("tokenizer.ggml.eos_token_id", Value::U32(n));
+        },
+        flags: &[],
+        expect: &["tokenizer.ggml.eos_token_id is", "past the vocabulary"],
+    },
+    Mutant {
+        name: "expert-shared-count-huge",
+        before: RAN,
+        base: Base::Qwen2Moe,
+        edit: |h| h.set("ARCH.expert_shared_count", Value::U32(u32::MAX)),
+        flags: &[],
+        expect: &["qwen2moe.expert_shared_count is 4294967295", "at most 1024"],
+    },
+    Mutant {
         name: "short-conv-length-1",
         before: SHAPE,
         base: Base::Lfm2Moe,
@@ -686,6 +798,19 @@ fn wrong_split_number_is_said_plainly() {
         assert!(e.contains(shown) && e.contains("expected 1 (this is shard 2 of 3"), "{e}");
         assert!(!e.contains("Some(") && !e.contains("None"), "{e}");
     }
+}
+
+/// A shard whose `split.count` differs from the first shard's is refused,
+/// naming the shard.
+#[test]
+fn a_shard_with_another_split_count_is_refused() {
+    let dir = tempdir();
+    let first = common::write_tiny(dir.path(), "c.gguf", Arch::Qwen3Moe, |s| s.split = 3);
+    let third = split_path(&dir.path().join("c"), 3, 3);
+    mutate(&third, &third, |h| h.set("split.count", Value::U16(4)));
+    let e = ModelFiles::open(&first).unwrap_err().to_string();
+    assert!(e.contains("split.count is 4; expected 3") && e.contains("shard 3"), "{e}");
+    assert!(e.contains(&third.display().to_string()), "{e}");
 }
 
 /// Writes every fixture into `$BMOE_FIXTURES_OUT` (for a look with other

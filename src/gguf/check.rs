@@ -54,6 +54,7 @@ pub fn check_model(files: &ModelFiles, run: &RunShape) -> Result<(), String> {
     check_experts(&keys, run)?;
     check_hybrid(&keys)?;
     check_widths(&keys)?;
+    check_rope(&keys)?;
     check_norm_eps(&keys)?;
     check_vocabulary(meta)?;
     check_tensor_types(files)
@@ -189,6 +190,14 @@ fn check_experts(k: &Keys, run: &RunShape) -> Result<(), String> {
                 groups - 1
             ));
         }
+    }
+    if let Some(shared) = k.uint("expert_shared_count")?
+        && shared > MAX_EXPERTS
+    {
+        return Err(format!(
+            "{} is {shared}; expected a few shared experts (at most {MAX_EXPERTS})",
+            k.name("expert_shared_count")
+        ));
     }
     let gating_key = k.name("expert_gating_func");
     if let Some(v) = k.meta.get(&gating_key)
@@ -334,6 +343,64 @@ fn check_widths(k: &Keys) -> Result<(), String> {
     Ok(())
 }
 
+/// Architectures whose graph rotates with `ggml_rope_multi` (M-RoPE), which
+/// asserts that one of the first three `rope.dimension_sections` is wide.
+const MROPE_ARCHS: &[&str] = &["qwen2vl", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe"];
+
+/// Architectures with multi-head latent attention: a key head's rotated
+/// part is `rope.dimension_count` wide, and without the key llama.cpp
+/// takes the whole head, leaving the unrotated part empty.
+const MLA_ARCHS: &[&str] = &["deepseek2", "deepseek32"];
+
+/// The rotated dimensions of a head: the CPU rope asserts an even count no
+/// wider than the head, and with none it never finishes a step.
+fn check_rope(k: &Keys) -> Result<(), String> {
+    let Some(n_head) = k.uint_per_layer("attention.head_count", true)?.filter(|&h| h > 0) else {
+        // No attention heads: nothing is rotated.
+        return Ok(());
+    };
+    let key = k.name("rope.dimension_count");
+    let (width_key, width) = match k.uint("attention.key_length")? {
+        Some(w) => (k.name("attention.key_length"), Some(w)),
+        None => (
+            format!("{} / {}", k.name("embedding_length"), k.name("attention.head_count")),
+            k.uint("embedding_length")?.map(|d| d / n_head),
+        ),
+    };
+    match k.uint("rope.dimension_count")? {
+        None if MLA_ARCHS.contains(&k.arch) => {
+            return Err(format!(
+                "{key} is missing; {}'s attention takes the rotated width of a key head from it",
+                k.arch
+            ));
+        }
+        None => {}
+        Some(n) if n == 0 || n % 2 == 1 => {
+            return Err(format!("{key} is {n}; expected an even number of rotated dimensions per head (2 or more)"));
+        }
+        Some(n) => {
+            if let Some(w) = width.filter(|&w| n > w) {
+                return Err(format!("{key} is {n}, wider than a key head ({width_key}: {w}); expected at most {w}"));
+            }
+        }
+    }
+    let sections_key = k.name("rope.dimension_sections");
+    if MROPE_ARCHS.contains(&k.arch)
+        && let Some(v) = k.meta.get(&sections_key)
+    {
+        let sections: Option<Vec<u64>> = v.as_array().and_then(|items| items.iter().map(Value::as_u64).collect());
+        match sections {
+            Some(s) if s.len() >= 3 && s[..3].iter().any(|&w| w > 0) => {}
+            _ => {
+                return Err(format!(
+                    "{sections_key} is {v}; expected four non-negative widths, one of the first three above 0"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Norm epsilons: the CPU norms assert `eps >= 0`.
 fn check_norm_eps(k: &Keys) -> Result<(), String> {
     for suffix in ["attention.layer_norm_epsilon", "attention.layer_norm_rms_epsilon", "attention.group_norm_epsilon"] {
@@ -348,10 +415,43 @@ fn check_norm_eps(k: &Keys) -> Result<(), String> {
     Ok(())
 }
 
+/// llama.cpp's token types (`LLAMA_TOKEN_TYPE_UNDEFINED` to `_BYTE`).
+const TOKEN_TYPES: std::ops::RangeInclusive<u64> = 0..=6;
+
 /// Vocabulary strings: llama.cpp maps each text to one id and asserts that
-/// no two tokens share one.
+/// no two tokens share one. The token types must match the tokens one for
+/// one, and the BOS and EOS ids must be tokens: llama.cpp reads past a
+/// short type list and quietly swaps an id past the vocabulary for another,
+/// so such a file would run with a tokenizer other than its own.
 fn check_vocabulary(meta: &GgufFile) -> Result<(), String> {
     let Some(Value::Array(_, tokens)) = meta.get("tokenizer.ggml.tokens") else { return Ok(()) };
+    if let Some(types) = meta.get("tokenizer.ggml.token_type") {
+        let Some(types) = types.as_array() else {
+            return Err(format!("tokenizer.ggml.token_type is {types}; expected one token type per token"));
+        };
+        if types.len() != tokens.len() {
+            return Err(format!(
+                "tokenizer.ggml.token_type holds {} types for {} tokens; expected one per token",
+                types.len(),
+                tokens.len()
+            ));
+        }
+        if let Some((id, bad)) =
+            types.iter().enumerate().find(|(_, t)| !t.as_u64().is_some_and(|t| TOKEN_TYPES.contains(&t)))
+        {
+            return Err(format!(
+                "tokenizer.ggml.token_type holds {bad} for token {id}; expected a token type (0 to 6: normal 1, \
+                 control 3, byte 6, ...)"
+            ));
+        }
+    }
+    for key in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"] {
+        if let Some(v) = meta.get(key)
+            && !v.as_u64().is_some_and(|id| id < tokens.len() as u64)
+        {
+            return Err(format!("{key} is {v}, past the vocabulary ({} tokens); expected a token id", tokens.len()));
+        }
+    }
     let mut seen: HashMap<&str, usize> = HashMap::with_capacity(tokens.len());
     for (id, token) in tokens.iter().enumerate() {
         let Some(text) = token.as_str() else {

@@ -70,6 +70,17 @@ impl ModelFiles {
                     ),
                 ));
             }
+            let count = shard.get("split.count");
+            if count.and_then(Value::as_u64) != Some(declared) {
+                let count = count.map_or_else(|| "missing".to_string(), Value::to_string);
+                return Err(split_error(
+                    p,
+                    format!(
+                        "split.count is {count}; expected {declared}, as the first shard says (this is shard {})",
+                        i + 1
+                    ),
+                ));
+            }
             shards.push(shard);
         }
         let mut index = HashMap::new();
