@@ -447,7 +447,7 @@ fn check_vocabulary(meta: &GgufFile) -> Result<(), String> {
     }
     for key in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"] {
         if let Some(v) = meta.get(key)
-            && !v.as_u64().is_some_and(|id| id < tokens.len() as u64)
+            && v.as_u64().is_none_or(|id| id >= tokens.len() as u64)
         {
             return Err(format!("{key} is {v}, past the vocabulary ({} tokens); expected a token id", tokens.len()));
         }
