@@ -813,6 +813,20 @@ fn a_shard_with_another_split_count_is_refused() {
     assert!(e.contains(&third.display().to_string()), "{e}");
 }
 
+/// A tensor of a type llama.cpp cannot use in a later shard: the error
+/// names that shard.
+#[test]
+fn a_bad_type_in_a_later_shard_names_the_shard() {
+    let dir = tempdir();
+    let first = common::write_tiny(dir.path(), "t.gguf", Arch::Qwen3Moe, |s| s.split = 3);
+    let second = split_path(&dir.path().join("t"), 2, 3);
+    let norm =
+        GgufFile::open(&second).unwrap().tensors().iter().find(|t| t.name.contains("norm")).unwrap().name.clone();
+    mutate(&second, &second, |h| h.retype(&norm, "f16"));
+    let e = bmoe::gguf::check_model(&ModelFiles::open(&first).unwrap(), &RunShape::default()).unwrap_err();
+    assert!(e.starts_with(&format!("{} (shard 2 of 3): tensor {norm} has type f16", second.display())), "{e}");
+}
+
 /// Writes every fixture into `$BMOE_FIXTURES_OUT` (for a look with other
 /// tools, or as fuzz seeds): `BMOE_FIXTURES_OUT=dir cargo test --release
 /// --test model_checks -- --ignored write_fixtures`.

@@ -493,28 +493,41 @@ pub fn is_elementwise(name: &str, dims: &[u64]) -> bool {
 }
 
 /// Each tensor's type by its role: norms and biases f32, everything else
-/// (matrix weights, embeddings) a type the CPU can multiply by and look rows up in.
+/// (matrix weights, embeddings) a type the CPU can multiply by and look rows
+/// up in. In a split model the error names the shard holding the tensor.
 fn check_tensor_types(files: &ModelFiles) -> Result<(), String> {
+    let split = files.paths().len() > 1;
     for t in files.tensors() {
-        let (name, ty) = (t.info.name.as_str(), t.info.ty);
-        if is_elementwise(name, &t.info.dims) {
-            if ty != GgmlType::F32 {
-                return Err(format!(
-                    "tensor {name} has type {ty}; expected f32 (norms, biases and other element-wise weights \
-                     combine with f32 activations)"
-                ));
+        check_tensor_type(&t).map_err(|e| match split {
+            true => {
+                format!("{} (shard {} of {}): {e}", files.paths()[t.shard].display(), t.shard + 1, files.paths().len())
             }
-        } else if !has_cpu_kernel(ty) {
-            let role = if name == "token_embd.weight" || name.ends_with("embed_tokens.weight") {
-                "llama.cpp's CPU backend has no row lookup (or dot product) for it"
-            } else {
-                "llama.cpp's CPU backend has no dot-product kernel to multiply by it"
-            };
+            false => e,
+        })?;
+    }
+    Ok(())
+}
+
+/// One tensor's type by its role (see [`check_tensor_types`]).
+fn check_tensor_type(t: &super::TensorLocation<'_>) -> Result<(), String> {
+    let (name, ty) = (t.info.name.as_str(), t.info.ty);
+    if is_elementwise(name, &t.info.dims) {
+        if ty != GgmlType::F32 {
             return Err(format!(
-                "tensor {name} has type {ty}: {role}; expected f32, f16, bf16 or a quantized weight type (q4_0, \
-                 q8_0, q4_K, iq4_xs, mxfp4, ...)"
+                "tensor {name} has type {ty}; expected f32 (norms, biases and other element-wise weights \
+                 combine with f32 activations)"
             ));
         }
+    } else if !has_cpu_kernel(ty) {
+        let role = if name == "token_embd.weight" || name.ends_with("embed_tokens.weight") {
+            "llama.cpp's CPU backend has no row lookup (or dot product) for it"
+        } else {
+            "llama.cpp's CPU backend has no dot-product kernel to multiply by it"
+        };
+        return Err(format!(
+            "tensor {name} has type {ty}: {role}; expected f32, f16, bf16 or a quantized weight type (q4_0, \
+             q8_0, q4_K, iq4_xs, mxfp4, ...)"
+        ));
     }
     Ok(())
 }
