@@ -9,17 +9,59 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use llama_cpp_sys_2 as sys;
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
-static RECENT: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+/// The latest errors and, apart, the latest warnings: a load that logs
+/// dozens of warnings before its one error still has the error.
+static RECENT: Mutex<Recent> = Mutex::new(Recent { errors: VecDeque::new(), warnings: VecDeque::new() });
 const KEEP: usize = 8;
+
+/// The last `KEEP` lines of each level.
+struct Recent {
+    errors: VecDeque<String>,
+    warnings: VecDeque<String>,
+}
+
+impl Recent {
+    fn push(&mut self, error: bool, line: String) {
+        let lines = if error { &mut self.errors } else { &mut self.warnings };
+        if lines.len() == KEEP {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// The errors (oldest first), then the warnings.
+    fn lines(&self) -> Vec<String> {
+        self.errors.iter().chain(&self.warnings).cloned().collect()
+    }
+
+    /// The latest error, or the latest warning if none.
+    fn latest(&self) -> Option<String> {
+        self.errors.back().or(self.warnings.back()).cloned()
+    }
+}
 
 /// Shows llama.cpp's informational log on stderr.
 pub fn set_verbose(on: bool) {
     VERBOSE.store(on, Ordering::Relaxed);
 }
 
-/// The latest warnings and errors llama.cpp logged, oldest first.
+/// The latest errors llama.cpp logged (oldest first), then its latest
+/// warnings: the reason for a refusal comes before what it warned about.
 pub fn last_errors() -> Vec<String> {
-    RECENT.lock().map(|r| r.iter().cloned().collect()).unwrap_or_default()
+    RECENT.lock().map(|r| r.lines()).unwrap_or_default()
+}
+
+/// The latest error llama.cpp logged, or its latest warning if none.
+pub fn last_error() -> Option<String> {
+    RECENT.lock().ok()?.latest()
+}
+
+/// Forgets the lines kept so far (before an operation whose failure they explain).
+pub fn clear_recent() {
+    if let Ok(mut recent) = RECENT.lock() {
+        recent.errors.clear();
+        recent.warnings.clear();
+    }
 }
 
 pub(super) fn install() {
@@ -36,12 +78,32 @@ unsafe extern "C" fn on_log(level: sys::ggml_log_level, text: *const c_char, _us
     let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
     let important = level == sys::GGML_LOG_LEVEL_WARN || level == sys::GGML_LOG_LEVEL_ERROR;
     if important && let Ok(mut recent) = RECENT.lock() {
-        if recent.len() == KEEP {
-            recent.pop_front();
-        }
-        recent.push_back(line.trim().to_string());
+        recent.push(level == sys::GGML_LOG_LEVEL_ERROR, line.trim().to_string());
     }
     if VERBOSE.load(Ordering::Relaxed) {
         eprint!("{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Errors come first however many warnings came before and after them,
+    /// and each level keeps its own latest lines.
+    #[test]
+    fn errors_come_before_the_warnings_around_them() {
+        let mut recent = Recent { errors: VecDeque::new(), warnings: VecDeque::new() };
+        for i in 0..20 {
+            recent.push(false, format!("model has unused tensor {i} -- ignoring"));
+        }
+        recent.push(true, "missing tensor 'blk.0.attn_q.weight'".into());
+        recent.push(false, "one more warning".into());
+        let lines = recent.lines();
+        assert_eq!(lines[0], "missing tensor 'blk.0.attn_q.weight'");
+        assert_eq!(lines.len(), 1 + KEEP);
+        assert_eq!(lines[1], "model has unused tensor 13 -- ignoring");
+        assert_eq!(lines.last().unwrap(), "one more warning");
+        assert_eq!(recent.latest().as_deref(), Some("missing tensor 'blk.0.attn_q.weight'"));
     }
 }

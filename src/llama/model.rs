@@ -107,6 +107,8 @@ impl Model {
                 .push(sys::llama_model_tensor_buft_override { pattern: std::ptr::null(), buft: std::ptr::null_mut() });
             params.tensor_buft_overrides = buft_overrides.as_ptr();
         }
+        // What llama.cpp logs from here explains a failed load.
+        super::log::clear_recent();
         // SAFETY: cpath, overrides, patterns, buft_overrides, devices and split outlive the call;
         // llama.cpp copies what it keeps.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), params) };

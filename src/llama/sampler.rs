@@ -74,7 +74,7 @@ impl<'m> Sampler<'m> {
         });
         if stage.is_null() {
             let why = printed.lines().find_map(|l| l.split_once("error parsing grammar: ").map(|(_, e)| e.trim()));
-            let why = why.map(str::to_string).or_else(|| super::log::last_errors().last().cloned());
+            let why = why.map(str::to_string).or_else(super::log::last_error);
             return Err(format!("the grammar was refused: {}", why.unwrap_or_else(|| "it does not parse".into())));
         }
         // SAFETY: a new chain takes ownership of the grammar stage.
