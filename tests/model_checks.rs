@@ -33,6 +33,7 @@ enum Base {
     Glm4Moe,
     GraniteHybrid,
     Lfm2Moe,
+    GptOss,
 }
 
 impl Base {
@@ -46,6 +47,7 @@ impl Base {
             Base::Glm4Moe => Arch::Glm4Moe,
             Base::GraniteHybrid => Arch::GraniteHybrid,
             Base::Lfm2Moe => Arch::Lfm2Moe,
+            Base::GptOss => Arch::GptOss,
         };
         let path = dir.join(format!("base-{self:?}.gguf"));
         if !path.exists() {
@@ -576,6 +578,33 @@ const MUTANTS: &[Mutant] = &[
         expect: &["qwen2moe.expert_shared_count is 4294967295", "at most 1024"],
     },
     Mutant {
+        name: "gpt-oss-value-length-15",
+        before: ABORT,
+        base: Base::GptOss,
+        edit: |h| h.set("ARCH.attention.value_length", Value::U32(15)),
+        flags: &[],
+        expect: &["gpt-oss.attention.value_length is 15 but", "is 16", "as wide as the rotated width"],
+    },
+    Mutant {
+        name: "gpt-oss-key-length-17",
+        before: ABORT,
+        base: Base::GptOss,
+        edit: |h| h.set("ARCH.attention.key_length", Value::U32(17)),
+        flags: &[],
+        expect: &["gpt-oss.attention.key_length is 17; with no gpt-oss.rope.dimension_count", "must be even"],
+    },
+    Mutant {
+        name: "kv-heads-do-not-divide-heads",
+        before: ABORT,
+        base: Base::Qwen3Moe,
+        edit: |h| {
+            let Value::U32(heads) = *h.get("ARCH.attention.head_count") else { panic!("u32 head count") };
+            h.set("ARCH.attention.head_count_kv", Value::U32(heads - 1));
+        },
+        flags: &[],
+        expect: &["qwen3moe.attention.head_count_kv is", "(layer 0); expected a divisor of the query heads"],
+    },
+    Mutant {
         name: "short-conv-length-1",
         before: SHAPE,
         base: Base::Lfm2Moe,
@@ -631,6 +660,7 @@ fn the_base_models_pass() {
         Base::Glm4Moe,
         Base::GraniteHybrid,
         Base::Lfm2Moe,
+        Base::GptOss,
     ] {
         let path = base.write(dir.path());
         let files = ModelFiles::open(&path).unwrap();

@@ -297,6 +297,7 @@ fn check_widths(k: &Keys) -> Result<(), String> {
             ));
         }
     }
+    check_kv_heads(k)?;
     let (heads_key, groups_key, inner_key) =
         (k.name("ssm.time_step_rank"), k.name("ssm.group_count"), k.name("ssm.inner_size"));
     if DELTA_NET_ARCHS.contains(&k.arch) || MAMBA2_ARCHS.contains(&k.arch) {
@@ -374,13 +375,38 @@ fn check_rope(k: &Keys) -> Result<(), String> {
                 k.arch
             ));
         }
-        None => {}
+        // Without the key the whole head is rotated.
+        None => {
+            if let Some(w) = width.filter(|w| w % 2 == 1) {
+                return Err(format!(
+                    "{width_key} is {w}; with no {key} that is the rotated width of a head, which must be even"
+                ));
+            }
+        }
         Some(n) if n == 0 || n % 2 == 1 => {
             return Err(format!("{key} is {n}; expected an even number of rotated dimensions per head (2 or more)"));
         }
         Some(n) => {
             if let Some(w) = width.filter(|&w| n > w) {
                 return Err(format!("{key} is {n}, wider than a key head ({width_key}: {w}); expected at most {w}"));
+            }
+        }
+    }
+    if k.arch == "gpt-oss" {
+        // gpt-oss's tensors and graph take every head as wide as the rotated width.
+        let (rot_key, rotated) = match k.uint("rope.dimension_count")? {
+            Some(n) => (key.clone(), Some(n)),
+            None => (width_key.clone(), width),
+        };
+        let value = k.uint("attention.value_length")?.or_else(|| k.uint("embedding_length").ok()?.map(|d| d / n_head));
+        for (len_key, len) in [(width_key.clone(), width), (k.name("attention.value_length"), value)] {
+            if let (Some(len), Some(rot)) = (len, rotated)
+                && len != rot
+            {
+                return Err(format!(
+                    "{len_key} is {len} but {rot_key} is {rot}; gpt-oss's attention needs key and value heads as \
+                     wide as the rotated width"
+                ));
             }
         }
     }
@@ -396,6 +422,41 @@ fn check_rope(k: &Keys) -> Result<(), String> {
                     "{sections_key} is {v}; expected four non-negative widths, one of the first three above 0"
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Grouped-query attention: each layer's key/value heads are shared by its
+/// query heads evenly (ggml broadcasts them, and asserts that it can).
+fn check_kv_heads(k: &Keys) -> Result<(), String> {
+    let per_layer = |suffix: &str| -> Result<Vec<u64>, String> {
+        let key = k.name(suffix);
+        match k.meta.get(&key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(_, items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_u64().ok_or_else(|| format!("{key} holds {v}; expected one non-negative integer per layer"))
+                })
+                .collect(),
+            Some(v) => Ok(vec![v.as_u64().ok_or_else(|| format!("{key} is {v}; expected a non-negative integer"))?]),
+        }
+    };
+    let (heads, kv_heads) = (per_layer("attention.head_count")?, per_layer("attention.head_count_kv")?);
+    if heads.is_empty() || kv_heads.is_empty() {
+        return Ok(());
+    }
+    for layer in 0..heads.len().max(kv_heads.len()) {
+        let h = heads[layer.min(heads.len() - 1)];
+        let kv = kv_heads[layer.min(kv_heads.len() - 1)];
+        // No key/value heads: a layer without attention (recurrent, convolution).
+        if kv > 0 && !h.is_multiple_of(kv) {
+            return Err(format!(
+                "{} is {kv} but {} is {h} (layer {layer}); expected a divisor of the query heads",
+                k.name("attention.head_count_kv"),
+                k.name("attention.head_count")
+            ));
         }
     }
     Ok(())
