@@ -92,6 +92,26 @@ fn integer_bounds() {
     }
 }
 
+/// Numbers with whole bounds, inclusive and exclusive, either sign: what the
+/// model writes under llama.cpp's grammar sampler parses as a number within them.
+#[test]
+fn number_bounds() {
+    let dir = common::tempdir();
+    let m = model(dir.path());
+    let ranges: [(&str, fn(f64) -> bool); 5] = [
+        (r#""minimum":0,"maximum":1"#, |x| (0.0..=1.0).contains(&x)),
+        (r#""exclusiveMinimum":0,"exclusiveMaximum":3"#, |x| x > 0.0 && x < 3.0),
+        (r#""exclusiveMinimum":-2,"maximum":2"#, |x| x > -2.0 && x <= 2.0),
+        (r#""minimum":-50,"exclusiveMaximum":-40"#, |x| (-50.0..-40.0).contains(&x)),
+        (r#""minimum":100"#, |x| x >= 100.0),
+    ];
+    for (bounds, inside) in ranges {
+        let schema =
+            format!(r#"{{"type":"object","properties":{{"p":{{"type":"number",{bounds}}}}},"required":["p"]}}"#);
+        each(&m, &schema, |v| v["p"].as_f64().is_some_and(inside));
+    }
+}
+
 #[test]
 fn array_counts_and_prefix_items() {
     let dir = common::tempdir();
@@ -187,7 +207,7 @@ fn what_is_not_supported_is_named() {
         (r#"{"type":"string","not":{}}"#, "root: `not` is not supported"),
         (r#"{"type":"string","pattern":"a(?=b)"}"#, "`(?` other than `(?:` is not supported"),
         (r#"{"type":"string","format":"email"}"#, "`format` \"email\" is not supported"),
-        (r#"{"type":"number","maximum":3}"#, "`maximum` is supported on integers only"),
+        (r#"{"type":"number","maximum":0.5}"#, "`maximum` 0.5: bounds of a number must be whole numbers"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["generate", "-m", &m, "-p", "x", "--json-schema", schema])

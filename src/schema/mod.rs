@@ -16,7 +16,8 @@
 //!   schema, all written; further items only when `items` is a schema),
 //!   `minItems` and `maxItems`;
 //! - `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` of
-//!   integers, as an exact digit grammar ([`int_range`]);
+//!   integers, as an exact digit grammar ([`int_range`]), and of numbers
+//!   when the bounds are whole (written without an exponent then);
 //! - `minLength` and `maxLength` of strings (in characters), `pattern` (a
 //!   plain regex subset, see [`regex`]), `format` `date`, `time`,
 //!   `date-time` and `uuid`;
@@ -29,8 +30,8 @@
 //! - annotations (`title`, `description`, `$schema`, `$id`, `$comment`,
 //!   `default`, `examples`) change nothing.
 //!
-//! The JSON written has no whitespace but one optional space after `:` and
-//! `,`, so a model cannot pad its answer forever.
+//! The JSON written has no whitespace but one optional space after `{`, `[`,
+//! `:` and `,`, so a model cannot pad its answer forever.
 
 mod int_range;
 mod regex;
@@ -280,10 +281,7 @@ impl Converter<'_> {
                 "any" => "value".into(),
                 "string" => self.string_rule(object, path)?,
                 "integer" => integer_rule(object, path)?,
-                "number" => match BOUNDS.iter().find(|b| object.contains_key(**b)) {
-                    Some(bound) => return Err(format!("{path}: `{bound}` is supported on integers only")),
-                    None => "number".into(),
-                },
+                "number" => number_rule(object, path)?,
                 "boolean" | "null" => t.to_string(),
                 "object" => self.object_rule(object, path)?,
                 "array" => self.array_rule(object, path)?,
@@ -508,6 +506,109 @@ fn integer_rule(object: &Map<String, Value>, path: &str) -> Result<String, Strin
     Ok(int_range::gbnf(&alternatives))
 }
 
+/// A fraction of up to 16 digits.
+const FRACTION: &str = r#""." [0-9]{1,16}"#;
+/// A fraction of zeros only (the bound itself, written with decimals).
+const ZERO_FRACTION: &str = r#""." "0"{1,16}"#;
+/// A fraction with a digit that is not zero (just above a whole number).
+const NONZERO_FRACTION: &str = r#""." "0"{0,15} [1-9] [0-9]{0,15}"#;
+
+/// One end of a range of numbers: the value and whether it is allowed.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    at: i128,
+    allowed: bool,
+}
+
+/// A number within its bounds (`minimum`, `maximum` and their exclusive
+/// forms), as exact decimal text without an exponent. Bounds must be whole
+/// numbers (the usual 0, 1, 100); a fractional one is an error naming it.
+fn number_rule(object: &Map<String, Value>, path: &str) -> Result<String, String> {
+    let bound = |key: &str| -> Result<Option<i128>, String> {
+        let Some(v) = object.get(key) else { return Ok(None) };
+        let x = v.as_f64().ok_or_else(|| format!("{path}: `{key}` is a number, not {v}"))?;
+        if x.fract() != 0.0 || x.abs() > 1e15 {
+            return Err(format!(
+                "{path}: `{key}` {v}: bounds of a number must be whole numbers of at most 15 digits here"
+            ));
+        }
+        Ok(Some(x as i128))
+    };
+    // The tighter of each pair; at equal values the exclusive one wins.
+    let tighter = |inclusive: Option<i128>, exclusive: Option<i128>, lower: bool| -> Option<End> {
+        let ends = [inclusive.map(|at| End { at, allowed: true }), exclusive.map(|at| End { at, allowed: false })];
+        ends.into_iter().flatten().reduce(|a, b| {
+            let a_tighter = if lower { a.at > b.at } else { a.at < b.at };
+            if a.at == b.at {
+                End { at: a.at, allowed: a.allowed && b.allowed }
+            } else if a_tighter {
+                a
+            } else {
+                b
+            }
+        })
+    };
+    let low = tighter(bound("minimum")?, bound("exclusiveMinimum")?, true);
+    let high = tighter(bound("maximum")?, bound("exclusiveMaximum")?, false);
+    if low.is_none() && high.is_none() {
+        return Ok("number".into());
+    }
+    let mut alternatives = Vec::new();
+    // Zero and above: magnitudes from max(low, 0) to high.
+    if high.is_none_or(|h| h.at >= 0) {
+        let from = match low {
+            Some(l) if l.at >= 0 => l,
+            _ => End { at: 0, allowed: true },
+        };
+        alternatives.extend(magnitudes(from, high));
+    }
+    // Below zero: "-" and magnitudes from max(-high, 0) to -low.
+    if low.is_none_or(|l| l.at < 0) {
+        let from = match high {
+            Some(h) if h.at <= 0 => End { at: -h.at, allowed: h.allowed },
+            _ => End { at: 0, allowed: false },
+        };
+        let to = low.map(|l| End { at: -l.at, allowed: l.allowed });
+        alternatives.extend(magnitudes(from, to).into_iter().map(|m| format!("\"-\" {m}")));
+    }
+    if alternatives.is_empty() {
+        return Err(format!("{path}: no number is within the bounds"));
+    }
+    Ok(format!("({})", alternatives.join(" | ")))
+}
+
+/// The texts of the non-negative numbers from `low` to `high` (`None`: no
+/// upper end), whole numbers at both ends (`low.at >= 0`).
+fn magnitudes(low: End, high: Option<End>) -> Vec<String> {
+    let whole = |lo: i128, hi: Option<i128>| {
+        int_range::alternatives(Some(lo), hi).map(|a| int_range::gbnf(&a)).filter(|_| hi.is_none_or(|h| lo <= h))
+    };
+    let mut out = Vec::new();
+    if let Some(h) = high
+        && h.at <= low.at
+    {
+        // One point at most: the bound itself, when both ends allow it.
+        if h.at == low.at && h.allowed && low.allowed {
+            out.push(format!("\"{}\" ({ZERO_FRACTION})?", low.at));
+        }
+        return out;
+    }
+    // The whole part at the low end: any fraction, or only one above zero.
+    out.push(match low.allowed {
+        true => format!("\"{}\" ({FRACTION})?", low.at),
+        false => format!("\"{}\" {NONZERO_FRACTION}", low.at),
+    });
+    // Whole parts strictly between the ends: any fraction.
+    if let Some(between) = whole(low.at + 1, high.map(|h| h.at - 1)) {
+        out.push(format!("{between} ({FRACTION})?"));
+    }
+    // The high end itself, with zeros after the point at most.
+    if let Some(h) = high.filter(|h| h.allowed) {
+        out.push(format!("\"{}\" ({ZERO_FRACTION})?", h.at));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,8 +652,53 @@ mod tests {
         assert_eq!(root(r#"{"maximum":-10}"#), "(\"-\" [1-9] [0-9] | \"-\" [1-9] [0-9]{2} [0-9]{0,13})");
         let e = to_grammar(r#"{"type":"integer","minimum":3,"exclusiveMaximum":3}"#).unwrap_err();
         assert!(e.contains("no integer"), "{e}");
-        let e = to_grammar(r#"{"type":"number","minimum":3}"#).unwrap_err();
-        assert!(e.contains("integers only"), "{e}");
+    }
+
+    /// The optional space stands only after `{`, `[`, `:` and `,`, as
+    /// docs/chat.md says.
+    #[test]
+    fn whitespace_only_after_openers_and_separators() {
+        let g = to_grammar(
+            r#"{"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}},"b":true},
+                "required":["a","b"],"additionalProperties":{"type":"string"}}"#,
+        )
+        .unwrap();
+        let mut uses = 0;
+        for (at, _) in g.match_indices(" ws") {
+            let before = g[..at].trim_end();
+            assert!([r#""{""#, r#""[""#, r#"":""#, r#"",""#].iter().any(|t| before.ends_with(t)), "{}", &g[..at + 3]);
+            uses += 1;
+        }
+        assert!(uses > 4, "{g}");
+    }
+
+    /// A number's bounds as alternatives: the low end, the whole parts in
+    /// between, the high end (tests/schemas.rs runs them through llama.cpp's
+    /// grammar sampler).
+    #[test]
+    fn number_bounds() {
+        assert_eq!(
+            root(r#"{"type":"number","minimum":0,"maximum":1}"#),
+            r#"("0" ("." [0-9]{1,16})? | "1" ("." "0"{1,16})?)"#
+        );
+        assert_eq!(
+            root(r#"{"type":"number","exclusiveMinimum":0,"maximum":3}"#),
+            r#"("0" "." "0"{0,15} [1-9] [0-9]{0,15} | ([1-2]) ("." [0-9]{1,16})? | "3" ("." "0"{1,16})?)"#
+        );
+        // Both signs: -2 < x < 2.
+        assert_eq!(
+            root(r#"{"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":2}"#),
+            r#"("0" ("." [0-9]{1,16})? | ("1") ("." [0-9]{1,16})? | "-" "0" "." "0"{0,15} [1-9] [0-9]{0,15} | "-" ("1") ("." [0-9]{1,16})?)"#
+        );
+        // One end open: at least 10.
+        assert!(root(r#"{"type":"number","minimum":10}"#).starts_with(r#"("10" ("." [0-9]{1,16})? | "#));
+        assert_eq!(root(r#"{"type":"number","minimum":5,"maximum":5}"#), r#"("5" ("." "0"{1,16})?)"#);
+        let e = to_grammar(r#"{"type":"number","minimum":5,"exclusiveMaximum":5}"#).unwrap_err();
+        assert!(e.contains("no number"), "{e}");
+        let e = to_grammar(r#"{"type":"number","maximum":0.5}"#).unwrap_err();
+        assert!(e.contains("`maximum` 0.5") && e.contains("whole numbers"), "{e}");
+        // A whole bound written with a point is whole.
+        assert!(to_grammar(r#"{"type":"number","minimum":-3.0,"maximum":250}"#).is_ok());
     }
 
     #[test]
