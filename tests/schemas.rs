@@ -92,13 +92,16 @@ fn integer_bounds() {
     }
 }
 
+/// Whether a number is within a schema's bounds.
+type Inside = fn(f64) -> bool;
+
 /// Numbers with whole bounds, inclusive and exclusive, either sign: what the
 /// model writes under llama.cpp's grammar sampler parses as a number within them.
 #[test]
 fn number_bounds() {
     let dir = common::tempdir();
     let m = model(dir.path());
-    let ranges: [(&str, fn(f64) -> bool); 5] = [
+    let ranges: [(&str, Inside); 5] = [
         (r#""minimum":0,"maximum":1"#, |x| (0.0..=1.0).contains(&x)),
         (r#""exclusiveMinimum":0,"exclusiveMaximum":3"#, |x| x > 0.0 && x < 3.0),
         (r#""exclusiveMinimum":-2,"maximum":2"#, |x| x > -2.0 && x <= 2.0),
