@@ -837,7 +837,7 @@ impl Host {
         }
         let mut notices = match applied {
             Apply::Reopen => self.reopen(new)?,
-            Apply::Live => self.apply_live(&key, new)?,
+            Apply::Live | Apply::ServeStart => self.apply_live(&key, new)?,
         };
         notices.extend(kept.1);
         Ok(SetOutcome { key, applied, notices })

@@ -10,6 +10,9 @@ pub enum Apply {
     /// The model is opened again with it (the conversation is kept and
     /// prefilled again on the next turn).
     Reopen,
+    /// Read by `bmoe serve` when it starts; a running session only keeps
+    /// it (for `:save` and a later `bmoe serve --config`).
+    ServeStart,
 }
 
 impl Apply {
@@ -18,6 +21,7 @@ impl Apply {
         match self {
             Apply::Live => "live",
             Apply::Reopen => "reopen",
+            Apply::ServeStart => "serve start",
         }
     }
 }
@@ -142,22 +146,18 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("telemetry.csv", Apply::Live, "per-token CSV file (empty = none)"),
     ("telemetry.route_trace", Apply::Live, "route trace file (empty = none; needs streaming)"),
     ("telemetry.verbose", Apply::Live, "show llama.cpp's log"),
-    ("serve.host", Apply::Live, "address `bmoe serve` listens on (read when it starts)"),
-    ("serve.port", Apply::Live, "port `bmoe serve` listens on (read when it starts)"),
-    ("serve.api_key", Apply::Live, "key `bmoe serve` clients must send; empty = none (read when it starts)"),
-    ("serve.queue", Apply::Live, "requests `bmoe serve` lets wait; more get 429 (read when it starts)"),
-    ("serve.parallel", Apply::Live, "requests `bmoe serve` decodes together (read when it starts)"),
-    ("serve.body_mb", Apply::Live, "largest request body `bmoe serve` reads, MiB (read when it starts)"),
+    ("serve.host", Apply::ServeStart, "address `bmoe serve` listens on"),
+    ("serve.port", Apply::ServeStart, "port `bmoe serve` listens on"),
+    ("serve.api_key", Apply::ServeStart, "key `bmoe serve` clients must send; empty = none"),
+    ("serve.queue", Apply::ServeStart, "requests `bmoe serve` lets wait; more get 429"),
+    ("serve.parallel", Apply::ServeStart, "requests `bmoe serve` decodes together"),
+    ("serve.body_mb", Apply::ServeStart, "largest request body `bmoe serve` reads, MiB"),
     (
         "serve.shutdown_grace_s",
-        Apply::Live,
-        "seconds running requests get to finish when `bmoe serve` is stopped (read when it starts)",
+        Apply::ServeStart,
+        "seconds running requests get to finish when `bmoe serve` is stopped",
     ),
-    (
-        "serve.cors",
-        Apply::Live,
-        "origins allowed to call `bmoe serve` from a browser, comma-separated (read when it starts)",
-    ),
+    ("serve.cors", Apply::ServeStart, "origins allowed to call `bmoe serve` from a browser, comma-separated"),
 ];
 
 /// How `key` (a full `section.key` name) applies.
@@ -181,5 +181,13 @@ mod tests {
         let mut described: Vec<&str> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
         described.sort_unstable();
         assert_eq!(keys, described, "SETTINGS must list every bmoe.toml key once");
+    }
+
+    /// The server's settings are read when it starts, never live in a session.
+    #[test]
+    fn server_settings_apply_when_the_server_starts() {
+        for (key, apply, _) in SETTINGS {
+            assert_eq!(key.starts_with("serve."), *apply == Apply::ServeStart, "{key}");
+        }
     }
 }

@@ -553,6 +553,7 @@ fn draw_settings(frame: &mut Frame, app: &App, selected: usize, editing: Option<
     let how = match apply {
         crate::host::Apply::Live => "applies from the next turn",
         crate::host::Apply::Reopen => "reopens the model (the conversation is kept)",
+        crate::host::Apply::ServeStart => "read by `bmoe serve` when it starts; nothing changes here",
     };
     let mut footer = vec![match editing {
         Some(edit) if edit.is_selected() => Line::from(vec![

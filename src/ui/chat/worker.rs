@@ -177,6 +177,7 @@ fn serve(
                     let how = match o.applied {
                         Apply::Live => "from the next turn",
                         Apply::Reopen => "model reopened",
+                        Apply::ServeStart => "kept for `bmoe serve`, which reads it when it starts",
                     };
                     let mut text = format!("{} = {value} ({how})", o.key);
                     for n in o.notices {

@@ -148,6 +148,7 @@ fn execute(host: &mut Host, input: Input, style: &Style) -> Result<(), String> {
             let how = match outcome.applied {
                 Apply::Live => "from the next turn",
                 Apply::Reopen => "model reopened",
+                Apply::ServeStart => "kept for `bmoe serve`, which reads it when it starts",
             };
             eprintln!("{} = {shown} ({how})", outcome.key);
         }
