@@ -440,6 +440,15 @@ impl App {
                 self.transcript.show_reasoning = !self.transcript.show_reasoning;
                 Effect::redraw()
             }
+            Action::ThinkSwitch => {
+                if self.generating || self.applying {
+                    self.transcript.push(Entry::Notice("a reply is still being written: Esc stops it".into()));
+                    return Effect::redraw();
+                }
+                let thinking = self.info.setting("chat.think") != "false";
+                self.applying = true;
+                Effect { request: Some(Request::Set("chat.think".into(), (!thinking).to_string())), ..Effect::redraw() }
+            }
             Action::PageUp => self.scroll(PAGE),
             Action::PageDown => self.scroll(-PAGE),
             Action::RoutingUp => {
@@ -503,6 +512,21 @@ mod tests {
 
     fn key(app: &mut App, code: KeyCode) -> Effect {
         press(app, code, KeyModifiers::NONE)
+    }
+
+    /// Ctrl-T asks for `chat.think` the other way round from what is in
+    /// effect, and not while a reply or a setting is under way.
+    #[test]
+    fn ctrl_t_switches_thinking() {
+        let mut a = app();
+        a.info.settings = vec![("chat.think".into(), "true".into())];
+        let effect = press(&mut a, KeyCode::Char('t'), KeyModifiers::CONTROL);
+        assert_eq!(effect.request, Some(Request::Set("chat.think".into(), "false".into())));
+        assert_eq!(press(&mut a, KeyCode::Char('t'), KeyModifiers::CONTROL).request, None, "one setting at a time");
+        a.on_update(Update::SetDone(Ok("chat.think = false".into())));
+        a.info.settings = vec![("chat.think".into(), "false".into())];
+        let effect = press(&mut a, KeyCode::Char('t'), KeyModifiers::CONTROL);
+        assert_eq!(effect.request, Some(Request::Set("chat.think".into(), "true".into())));
     }
 
     #[test]

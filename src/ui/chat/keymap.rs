@@ -50,6 +50,8 @@ pub enum Action {
     RoutingView,
     /// Show or hide reasoning.
     ToggleThinking,
+    /// Turn the model's thinking off or on (`chat.think`) from the next turn.
+    ThinkSwitch,
     /// Scroll the conversation up a page.
     PageUp,
     /// Scroll the conversation down a page.
@@ -118,6 +120,14 @@ pub static KEYMAP: &[Binding] = &[
     ),
     bind!(Chat, [(KeyCode::Esc, NONE)], "Esc", Stop, "stop the reply; the conversation stays usable", "stop reply"),
     bind!(Chat, [(KeyCode::Tab, NONE)], "Tab", ToggleThinking, "show or hide the model's reasoning", "thinking"),
+    bind!(
+        Chat,
+        [(KeyCode::Char('t'), CTRL)],
+        "Ctrl-T",
+        ThinkSwitch,
+        "thinking off or on from the next turn (chat.think)",
+        ""
+    ),
     bind!(Chat, [(KeyCode::F(2), NONE)], "F2", Settings, "settings: change knobs between turns", "settings"),
     bind!(Chat, [(KeyCode::F(3), NONE)], "F3", RoutingView, "routing view: now, heat, cache", "view"),
     bind!(Chat, [(KeyCode::PageUp, NONE)], "PgUp", PageUp, "scroll the conversation up", ""),
