@@ -164,7 +164,7 @@ fn chat_template_line(files: &ModelFiles) -> String {
                 format.think_control().name()
             )
         }
-        Err(e) => format!("{which}; it does not compile: {e}"),
+        Err(e) => format!("{which}; it does not compile: {}", e.to_string().lines().next().unwrap_or_default()),
     }
 }
 
