@@ -53,6 +53,7 @@ shift
 # Inside the namespace: nothing mounted here is seen outside.
 mount --make-rprivate /
 hide=$(mktemp -d)
+trap 'rm -rf "$hide"' EXIT
 touch "$hide/empty-file"
 mkdir "$hide/empty-dir"
 hide_file() {
