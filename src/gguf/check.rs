@@ -81,22 +81,26 @@ impl Keys<'_> {
         }
     }
 
-    /// Like [`Keys::uint`], for a key that may also hold one value per layer
-    /// (llama.cpp's `get_key_or_arr`): the largest, or the first with `first`.
-    fn uint_per_layer(&self, suffix: &str, first: bool) -> Result<Option<u64>, String> {
+    /// A key that may hold one value or one per layer (llama.cpp's
+    /// `get_key_or_arr`), as a list: empty when it is missing.
+    fn per_layer(&self, suffix: &str) -> Result<Vec<u64>, String> {
         let key = self.name(suffix);
-        let Some(Value::Array(_, items)) = self.meta.get(&key) else { return self.uint(suffix) };
-        let mut out = None;
-        for item in items {
-            let v = item
-                .as_u64()
-                .ok_or_else(|| format!("{key} holds {item}; expected one non-negative integer per layer"))?;
-            if first {
-                return Ok(Some(v));
-            }
-            out = Some(out.map_or(v, |o: u64| o.max(v)));
+        match self.meta.get(&key) {
+            Some(Value::Array(_, items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_u64().ok_or_else(|| format!("{key} holds {v}; expected one non-negative integer per layer"))
+                })
+                .collect(),
+            _ => Ok(self.uint(suffix)?.into_iter().collect()),
         }
-        Ok(out)
+    }
+
+    /// Like [`Keys::uint`], for a key that may also hold one value per layer:
+    /// the largest, or the first with `first`.
+    fn uint_per_layer(&self, suffix: &str, first: bool) -> Result<Option<u64>, String> {
+        let values = self.per_layer(suffix)?;
+        Ok(if first { values.first().copied() } else { values.into_iter().max() })
     }
 }
 
@@ -430,20 +434,7 @@ fn check_rope(k: &Keys) -> Result<(), String> {
 /// Grouped-query attention: each layer's key/value heads are shared by its
 /// query heads evenly (ggml broadcasts them, and asserts that it can).
 fn check_kv_heads(k: &Keys) -> Result<(), String> {
-    let per_layer = |suffix: &str| -> Result<Vec<u64>, String> {
-        let key = k.name(suffix);
-        match k.meta.get(&key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(_, items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_u64().ok_or_else(|| format!("{key} holds {v}; expected one non-negative integer per layer"))
-                })
-                .collect(),
-            Some(v) => Ok(vec![v.as_u64().ok_or_else(|| format!("{key} is {v}; expected a non-negative integer"))?]),
-        }
-    };
-    let (heads, kv_heads) = (per_layer("attention.head_count")?, per_layer("attention.head_count_kv")?);
+    let (heads, kv_heads) = (k.per_layer("attention.head_count")?, k.per_layer("attention.head_count_kv")?);
     if heads.is_empty() || kv_heads.is_empty() {
         return Ok(());
     }
