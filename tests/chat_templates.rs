@@ -315,7 +315,7 @@ fn called(arguments: serde_json::Value) -> Vec<Message> {
     let call = ToolCall::new(Some("functions.get_weather:0".into()), "get_weather", arguments);
     vec![
         Message::new("user", "Weather in Paris?"),
-        Message { tool_calls: vec![call.clone()], ..Message::new("assistant", "") },
+        Message::reply("", None, vec![call.clone()]),
         Message::tool_result(&call, "sunny"),
     ]
 }
@@ -476,4 +476,98 @@ fn thinking_switches_found_in_what_the_template_reads() {
     assert_eq!(unknown.think_control(), ThinkControl::None);
     let notice = unknown.no_switch_notice();
     assert!(notice.contains("changes nothing") && notice.contains("`deep_reasoning_mode`"), "{notice}");
+}
+
+/// Where `a` and `b` first differ, with some text of each around it.
+fn first_difference(a: &str, b: &str) -> String {
+    let at = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let around = |s: &str| {
+        let start = s.floor_char_boundary(at.saturating_sub(60));
+        let end = s.ceil_char_boundary((at + 60).min(s.len()));
+        format!("{:?}", &s[start..end])
+    };
+    format!("at byte {at}: bmoe {} / transformers {}", around(a), around(b))
+}
+
+/// The renders transformers makes of each template in tests/data/chat-templates/
+/// (scripts/template-renders.sh wrote them): bmoe's render of the same
+/// conversation and setting is the same, byte for byte. Two differences are
+/// Jinja2's own and bmoe does not copy them: Jinja2 HTML-escapes plain text
+/// joined with `+` to `|safe` text (functionary's tool list: `&#34;`), and
+/// fails on a for loop over none where minijinja loops no times (command-r's
+/// tool-use template without tools); everything else in those renders must
+/// match. Where transformers fails otherwise, bmoe fails too.
+#[test]
+fn every_template_renders_as_transformers_does() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let read = |path: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let setup = read(data.join("template-renders/conversations.json"));
+    let now = chrono::NaiveDateTime::parse_from_str(setup["now"].as_str().unwrap(), "%Y-%m-%dT%H:%M:%S").unwrap();
+    let mut templates: Vec<_> =
+        std::fs::read_dir(data.join("chat-templates")).unwrap().map(|e| e.unwrap().path()).collect();
+    templates.sort();
+    assert_eq!(templates.len(), 25);
+    let (mut compared, mut failures) = (0, Vec::new());
+    for path in templates {
+        let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let template = ChatTemplate::new(&stem, &std::fs::read_to_string(&path).unwrap()).unwrap();
+        let expected = read(data.join(format!("template-renders/{stem}.json")));
+        for case in expected["cases"].as_array().unwrap() {
+            let (conversation, setting) = (case["conversation"].as_str().unwrap(), case["setting"].as_str().unwrap());
+            let conv = &setup["conversations"][conversation];
+            let messages: Vec<Message> = serde_json::from_value(conv["messages"].clone()).unwrap();
+            let (think, effort) = (&setup["settings"][setting][0], &setup["settings"][setting][1]);
+            let opts = RenderOptions {
+                add_generation_prompt: conv["add_generation_prompt"].as_bool().unwrap_or(true),
+                enable_thinking: think.as_bool().unwrap(),
+                reasoning_effort: effort.as_str().map(String::from),
+                bos_token: setup["bos"].as_str().unwrap().into(),
+                eos_token: setup["eos"].as_str().unwrap().into(),
+                tools: conv["tools"].as_bool().unwrap_or(false).then(|| setup["tools"].clone()),
+                now: Some(now),
+            };
+            let got = template.render(&messages, &opts);
+            let label = format!("{stem} / {conversation} / {setting}");
+            compared += 1;
+            let error = case["error"].as_str().unwrap_or_default();
+            let want = case["render"].as_str().map(|w| match stem.as_str() {
+                "meetkai-functionary-medium-v3.1" => w.replace("&#34;", "\"").replace("&#39;", "'"),
+                _ => w.to_string(),
+            });
+            match (got, want) {
+                (Ok(got), Some(want)) if got != want => {
+                    failures.push(format!("{label}: {}", first_difference(&got, &want)))
+                }
+                (Err(e), Some(_)) => failures.push(format!("{label}: bmoe failed: {e}")),
+                (Ok(_), None) if error.contains("'NoneType' object is not iterable") => {}
+                (Ok(_), None) => failures.push(format!("{label}: bmoe rendered; transformers failed: {error}")),
+                _ => {}
+            }
+        }
+    }
+    assert!(compared > 400, "{compared} cases");
+    assert!(failures.is_empty(), "{} of {compared} cases differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `--reasoning-effort` on a template that renders the same for every
+/// level says so; on one that reads it (under any name), nothing is said.
+#[test]
+fn an_effort_the_template_ignores_is_named() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/chat-templates");
+    let notice = |file: &str| {
+        let source = std::fs::read_to_string(data.join(file)).unwrap();
+        let format = ChatFormat::new(file, Some(&source), "<s>", "</s>").unwrap();
+        assert_eq!(format.effort_notice(), None, "{file}: no effort asked");
+        format.with_reasoning_effort(Some("low".into())).effort_notice()
+    };
+    // Cohere2MoE reads `reasoning_effort` only to turn thinking off.
+    for file in ["Cohere2MoE.jinja", "Qwen-Qwen3-0.6B.jinja", "LFM2-8B-A1B.jinja"] {
+        let said = notice(file).unwrap_or_else(|| panic!("{file}: nothing said"));
+        assert!(said.contains("`low` changes nothing") && said.contains(file), "{said}");
+    }
+    for file in ["muse-glimmer.jinja", "openai-gpt-oss-120b.jinja", "Kimi-K3.jinja", "upstage-Solar-Open-100B.jinja"] {
+        assert_eq!(notice(file), None, "{file}");
+    }
 }

@@ -1185,6 +1185,13 @@ fn templates_are_named_and_shown() {
     }
     let help = stdout(&ok(&["archs", "--help"]));
     assert!(help.contains("`NO`") && help.contains("`yes`") && help.contains("`-`"), "{help}");
+
+    // An effort the template does not read is named; one it reads is not.
+    let said = |name: &str| stderr(&ok(&["template", name, "--reasoning-effort", "low"]));
+    let ignored = said("qwen3");
+    assert!(ignored.contains("reasoning effort `low` changes nothing") && ignored.contains("qwen3"), "{ignored}");
+    let read = said("gpt-oss");
+    assert!(!read.contains("changes nothing"), "{read}");
 }
 
 /// `bmoe run` says each note once however often a loop causes it, and

@@ -3,6 +3,7 @@
 //! Pure code: no llama.cpp; the session host ties it to a model.
 
 mod conversation;
+mod jinja_compat;
 mod json;
 mod reasoning;
 mod template;
@@ -70,6 +71,9 @@ pub struct ChatFormat {
     empty_block: Option<String>,
     /// How the template writes tool calls, where bmoe reads its format.
     tool_format: Option<ToolFormat>,
+    /// The template renders differently for some effort level (low, medium,
+    /// high): `--reasoning-effort` changes something.
+    effort_matters: bool,
 }
 
 impl ChatFormat {
@@ -83,7 +87,8 @@ impl ChatFormat {
         let think = ThinkControl::probe(&template, family, &base)?;
         let empty_block = empty_block(&template, family, &base);
         let tool_format = ToolFormat::detect(&template, &base);
-        Ok(ChatFormat { template, family, think, base, fallback, empty_block, tool_format })
+        let effort_matters = effort_matters(&template, &base);
+        Ok(ChatFormat { template, family, think, base, fallback, empty_block, tool_format, effort_matters })
     }
 
     /// The same format rendering with an effort level for the templates
@@ -244,12 +249,36 @@ impl ChatFormat {
         )
     }
 
+    /// What to tell a user who asks for an effort level the template does
+    /// not read (it renders the same for low, medium and high), if they do.
+    pub fn effort_notice(&self) -> Option<String> {
+        let effort = self.base.reasoning_effort.as_deref()?;
+        (!self.effort_matters).then(|| {
+            format!(
+                "reasoning effort `{effort}` changes nothing here: the chat template {} renders the same for every \
+                 effort level",
+                self.template.name()
+            )
+        })
+    }
+
     /// A splitter for the text generated after `prompt`, starting in the
     /// kind of text the reply's opening leaves it in (never decided by a
     /// marker in the conversation's own text).
     pub fn splitter(&self, prompt: &ChatPrompt) -> Splitter {
         Splitter::new(self.family, prompt.reply_opening())
     }
+}
+
+/// True when `template` renders a conversation differently for some effort
+/// level (low, medium, high).
+fn effort_matters(template: &ChatTemplate, base: &RenderOptions) -> bool {
+    let messages = [Message::new("system", "S"), Message::new("user", "U")];
+    let render = |effort: &str| {
+        template.render(&messages, &RenderOptions { reasoning_effort: Some(effort.into()), ..base.clone() }).ok()
+    };
+    let low = render("low");
+    ["medium", "high"].iter().any(|e| render(e) != low)
 }
 
 /// A rendered prompt for the next assistant turn.

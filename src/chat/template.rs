@@ -21,26 +21,68 @@ const RENDER_FUEL: u64 = 50_000_000;
 /// these keys only (any other is an error naming it); the reasoning may
 /// also come as `reasoning_content`, the name other tools write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "WireMessage", into = "WireMessage")]
 pub struct Message {
     /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The text (for an assistant, the answer without its reasoning and
     /// tool calls; for a tool, the function's result). `null` reads as empty.
-    #[serde(default, deserialize_with = "null_as_empty")]
     pub content: String,
+    /// The content was `null`, not text (what the OpenAI API writes for a
+    /// reply that only calls tools): templates see none, where they take it.
+    pub content_null: bool,
     /// An assistant's reasoning, when it gave any.
-    #[serde(default, skip_serializing_if = "Option::is_none", alias = "reasoning_content")]
     pub reasoning: Option<String>,
     /// The functions an assistant called.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// A tool result's call id (the `id` of the call it answers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// A tool result's function name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// [`Message`] as JSON holds it.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "reasoning_content")]
+    reasoning: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+}
+
+impl From<WireMessage> for Message {
+    fn from(w: WireMessage) -> Message {
+        Message {
+            role: w.role,
+            content_null: w.content.is_none(),
+            content: w.content.unwrap_or_default(),
+            reasoning: w.reasoning,
+            tool_calls: w.tool_calls,
+            tool_call_id: w.tool_call_id,
+            name: w.name,
+        }
+    }
+}
+
+impl From<Message> for WireMessage {
+    fn from(m: Message) -> WireMessage {
+        WireMessage {
+            role: m.role,
+            content: (!m.content_null || !m.content.is_empty()).then_some(m.content),
+            reasoning: m.reasoning,
+            tool_calls: m.tool_calls,
+            tool_call_id: m.tool_call_id,
+            name: m.name,
+        }
+    }
 }
 
 impl Message {
@@ -49,10 +91,22 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            content_null: false,
             reasoning: None,
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+        }
+    }
+
+    /// An assistant's reply: its answer (none when it only called tools and
+    /// wrote nothing), reasoning and calls.
+    pub fn reply(answer: &str, reasoning: Option<String>, tool_calls: Vec<ToolCall>) -> Message {
+        Message {
+            content_null: answer.is_empty() && !tool_calls.is_empty(),
+            reasoning,
+            tool_calls,
+            ..Message::new("assistant", answer)
         }
     }
 
@@ -64,12 +118,6 @@ impl Message {
             ..Message::new("tool", result)
         }
     }
-}
-
-/// `null` (what the OpenAI API writes for a reply that only calls tools)
-/// read as an empty string.
-fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 /// What a render needs besides the messages.
@@ -90,8 +138,11 @@ pub struct RenderOptions {
     pub reasoning_effort: Option<String>,
     /// Functions the model may call, OpenAI-style (`[{"type": "function",
     /// "function": {"name", "description", "parameters"}}]`), passed as
-    /// `tools`; none: the variable is left undefined.
+    /// `tools`; none: `tools` is none, as transformers passes it.
     pub tools: Option<serde_json::Value>,
+    /// The moment `strftime_now` reports; none: the local time now. Set it
+    /// to render a dated template reproducibly.
+    pub now: Option<chrono::NaiveDateTime>,
 }
 
 impl Default for RenderOptions {
@@ -103,6 +154,7 @@ impl Default for RenderOptions {
             eos_token: String::new(),
             reasoning_effort: None,
             tools: None,
+            now: None,
         }
     }
 }
@@ -132,7 +184,7 @@ impl std::error::Error for TemplateError {}
 
 /// The variables templates read to switch thinking on and off, or to set
 /// how much to think, in the order bmoe names them.
-pub const THINK_SWITCHES: [&str; 7] = [
+pub const THINK_SWITCHES: [&str; 8] = [
     "enable_thinking",
     "thinking",
     "reasoning",
@@ -140,6 +192,7 @@ pub const THINK_SWITCHES: [&str; 7] = [
     "reasoning_effort",
     "thinking_budget",
     "thinking_effort",
+    "reasoning_strength",
 ];
 
 /// Words a string switch takes for "no thinking" (Hunyuan's
@@ -148,9 +201,44 @@ pub const THINK_SWITCHES: [&str; 7] = [
 /// source spells as a string literal is its off value.
 const OFF_WORDS: [&str; 5] = ["no_think", "disabled", "off", "none", "minimal"];
 
-/// The first of [`OFF_WORDS`] that `source` spells as a quoted literal.
-fn off_word(source: &str) -> Option<&'static str> {
-    OFF_WORDS.into_iter().find(|w| source.contains(&format!("'{w}'")) || source.contains(&format!("\"{w}\"")))
+/// How far after a switch's name a literal it is compared with or set to
+/// may stand (`reasoning_effort | lower == "none"`).
+const COMPARED_WITHIN: usize = 60;
+
+/// The first of [`OFF_WORDS`] that `source` spells as a quoted literal just
+/// after one of `switches` (the value the template compares it with or sets
+/// it to).
+fn off_word(source: &str, switches: &[&str]) -> Option<&'static str> {
+    let near: Vec<&str> = switches
+        .iter()
+        .flat_map(|name| mentions(source, name))
+        .map(|at| &source[at..source.ceil_char_boundary((at + COMPARED_WITHIN).min(source.len()))])
+        .collect();
+    OFF_WORDS
+        .into_iter()
+        .find(|w| near.iter().any(|n| n.contains(&format!("'{w}'")) || n.contains(&format!("\"{w}\""))))
+}
+
+/// Where `name` stands in `source` as a variable of its own (not part of a
+/// longer name or an attribute such as `message.thinking`).
+fn mentions<'a>(source: &'a str, name: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    source.match_indices(name).map(|(at, _)| at).filter(move |&at| {
+        let before = source[..at].chars().next_back();
+        let after = source[at + name.len()..].chars().next();
+        !before.is_some_and(|c| ident(c) || c == '.') && !after.is_some_and(ident)
+    })
+}
+
+/// True when the template reads `name` from its caller: minijinja finds it
+/// undeclared, or the template tests whether it is defined (`set x = x if x
+/// is defined else ...` declares it, yet reads the caller's value).
+fn reads_switch(source: &str, undeclared: &std::collections::HashSet<String>, name: &str) -> bool {
+    undeclared.contains(name)
+        || mentions(source, name).any(|at| {
+            let rest = source[at + name.len()..].trim_start();
+            ["is defined", "is not defined", "is undefined", "is not undefined"].iter().any(|t| rest.starts_with(t))
+        })
 }
 
 /// A compiled chat template.
@@ -222,20 +310,21 @@ impl ChatTemplate {
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        super::jinja_compat::install(&mut env);
         env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_filter("from_json", from_json);
         env.add_template_owned(name.to_string(), source.clone()).map_err(|e| error(name, &e))?;
         let reads = env.get_template(name).map_err(|e| error(name, &e))?.undeclared_variables(false);
-        let switches = THINK_SWITCHES.into_iter().filter(|v| reads.contains(*v)).collect();
+        let switches: Vec<&'static str> =
+            THINK_SWITCHES.into_iter().filter(|v| reads_switch(&source, &reads, v)).collect();
         let mut unknown_switches: Vec<String> = reads
             .iter()
             .filter(|v| (v.contains("think") || v.contains("reason")) && !THINK_SWITCHES.contains(&v.as_str()))
             .cloned()
             .collect();
         unknown_switches.sort();
-        let off_word = off_word(&source);
+        let off_word = off_word(&source, &switches);
         let on_effort = ["'high'", "\"high\""].iter().any(|w| source.contains(w)).then_some("high");
         let mut template = ChatTemplate {
             name: name.to_string(),
@@ -262,22 +351,25 @@ impl ChatTemplate {
             let call = ToolCall::new(Some("call_0".into()), "probe_fn", arguments);
             let messages = [
                 Message::new("user", "Hello"),
-                Message { tool_calls: vec![call.clone()], ..Message::new("assistant", "") },
+                Message::reply("", None, vec![call.clone()]),
                 Message::tool_result(&call, "probe result"),
             ];
             let opts = RenderOptions { add_generation_prompt: false, ..RenderOptions::default() };
             self.render_as(&messages, &opts, shape)
         };
         let object = serde_json::json!({ KEY: "probe value" });
+        let text = serde_json::Value::String(format!("{{\"{KEY}\":\"probe value\"}}"));
         let either = |null_content| CallShape { arguments: ArgumentsForm::Either, null_content };
-        let null_content =
-            render(object.clone(), either(true)).is_ok() || render(object.clone(), either(false)).is_err();
+        // None, unless no form of the arguments renders with it and one
+        // renders with an empty string.
+        let renders =
+            |null_content| [&object, &text].iter().any(|a| render((*a).clone(), either(null_content)).is_ok());
+        let null_content = renders(true) || !renders(false);
         let shows_key = |arguments: serde_json::Value| {
             render(arguments, either(null_content))
                 .is_ok_and(|text| text.match_indices(KEY).any(|(at, _)| !text[..at].ends_with("\\\"")))
         };
-        let text = shows_key(serde_json::Value::String(format!("{{\"{KEY}\":\"probe value\"}}")));
-        let arguments = match (text, shows_key(object)) {
+        let arguments = match (shows_key(text), shows_key(object)) {
             (false, true) => ArgumentsForm::Object,
             (true, false) => ArgumentsForm::Text,
             _ => ArgumentsForm::Either,
@@ -334,9 +426,13 @@ impl ChatTemplate {
             ("eos_token", Value::from(opts.eos_token.clone())),
         ];
         ctx.extend(self.switch_values(opts));
-        if let Some(tools) = &opts.tools {
-            ctx.push(("tools", Value::from_serialize(tools)));
-        }
+        // Transformers defines `tools` and `documents` always, as none when
+        // there are none.
+        let tools = opts.tools.as_ref().map_or(Value::from(()), Value::from_serialize);
+        ctx.push(("tools", tools));
+        ctx.push(("documents", Value::from(())));
+        let now = opts.now.unwrap_or_else(|| chrono::Local::now().naive_local());
+        ctx.push(("strftime_now", Value::from_function(move |fmt: String| strftime(now, &fmt))));
         let ctx: Value = ctx.into_iter().collect();
         template.render(ctx).map_err(|e| error(&self.name, &e))
     }
@@ -362,7 +458,7 @@ impl ChatTemplate {
                 "thinking_mode" if !think => self.off_word.map(Value::from),
                 "reasoning_effort" if !think && self.off_word.is_some() => self.off_word.map(Value::from),
                 "reasoning_effort" if self.off_word.is_some() => effort.or(self.on_effort).map(Value::from),
-                "reasoning_effort" | "thinking_effort" => effort.map(Value::from),
+                "reasoning_effort" | "thinking_effort" | "reasoning_strength" => effort.map(Value::from),
                 _ => None,
             };
             values.extend(value.map(|v| (switch, v)));
@@ -376,7 +472,7 @@ impl ChatTemplate {
 /// calls and the content of a reply that only calls tools as `shape`
 /// says; other absent keys left out rather than null.
 fn message_value(m: &Message, shape: CallShape) -> Value {
-    let content = if shape.null_content && m.content.is_empty() && !m.tool_calls.is_empty() {
+    let content = if m.content_null && shape.null_content && !m.tool_calls.is_empty() {
         Value::from(())
     } else {
         Value::from(m.content.clone())
@@ -464,11 +560,11 @@ fn raise_exception(msg: String) -> Result<Value, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, format!("the template refused the conversation: {msg}")))
 }
 
-/// `strftime_now(fmt)`: the local time, formatted.
-fn strftime_now(fmt: String) -> Result<Value, Error> {
+/// `strftime_now(fmt)`: `now`, formatted.
+fn strftime(now: chrono::NaiveDateTime, fmt: &str) -> Result<Value, Error> {
     use std::fmt::Write as _;
     let mut out = String::new();
-    write!(out, "{}", chrono::Local::now().format(&fmt))
+    write!(out, "{}", now.format(fmt))
         .map_err(|_| Error::new(ErrorKind::InvalidOperation, format!("strftime_now: bad format {fmt:?}")))?;
     Ok(Value::from(out))
 }

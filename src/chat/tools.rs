@@ -153,7 +153,7 @@ impl ToolFormat {
         );
         let messages = [
             Message::new("user", "Hello"),
-            Message { tool_calls: vec![call.clone()], ..Message::new("assistant", "") },
+            Message::reply("", None, vec![call.clone()]),
             Message::tool_result(&call, "probe result"),
         ];
         let opts = super::RenderOptions { add_generation_prompt: true, ..opts.clone() };
@@ -671,7 +671,7 @@ mod tests {
             let call = ToolCall::new(Some("functions.get_weather:0".into()), "get_weather", args.clone());
             let messages = [
                 Message::new("user", "Weather?"),
-                Message { tool_calls: vec![call.clone()], ..Message::new("assistant", "") },
+                Message::reply("", None, vec![call.clone()]),
                 Message::tool_result(&call, "sunny"),
             ];
             let text = f.template().render(&messages, &crate::chat::RenderOptions::default()).unwrap();

@@ -88,6 +88,12 @@ pub fn template(args: TemplateArgs) -> Result<()> {
         format.family().name(),
         format.think_control().name()
     );
+    if args.no_think && format.think_control() == crate::chat::ThinkControl::None {
+        eprintln!("bmoe: {}", format.no_switch_notice());
+    }
+    if let Some(notice) = format.effort_notice() {
+        eprintln!("bmoe: {notice}");
+    }
     // Exactly the prompt; a newline after it only for the eye on a terminal.
     print!("{prompt}");
     if !prompt.ends_with('\n') && std::io::stdout().is_terminal() {

@@ -184,6 +184,8 @@ pub struct Host {
     /// Thinking was asked off on a template with no switch bmoe knows, and
     /// the user has been told.
     told_no_switch: bool,
+    /// The user was told the reasoning effort asked for changes nothing.
+    told_effort_ignored: bool,
     /// How the last generation ended.
     last_ending: Option<Ending>,
 }
@@ -232,6 +234,7 @@ impl Host {
             held_text: None,
             keep_logits: false,
             told_no_switch: false,
+            told_effort_ignored: false,
             last_ending: None,
         }
     }
@@ -471,11 +474,8 @@ impl Host {
         let called_before: usize = self.conversation.messages.iter().map(|m| m.tool_calls.len()).sum();
         let turn = self.end_reply(reply, &mut generation, called_before, on_event);
         self.conversation.messages.extend(new);
-        let message = Message {
-            reasoning: (!turn.reasoning.is_empty()).then(|| turn.reasoning.clone()),
-            tool_calls: turn.tool_calls.clone(),
-            ..Message::new("assistant", &turn.answer)
-        };
+        let reasoning = (!turn.reasoning.is_empty()).then(|| turn.reasoning.clone());
+        let message = Message::reply(&turn.answer, reasoning, turn.tool_calls.clone());
         self.conversation.messages.push(message);
         Ok(turn)
     }
@@ -522,6 +522,12 @@ impl Host {
         if !settings.think && !self.told_no_switch && self.format.think_control() == ThinkControl::None {
             self.told_no_switch = true;
             on_event(HostEvent::Notice(&self.format.no_switch_notice()));
+        }
+        if !self.told_effort_ignored
+            && let Some(notice) = self.format.effort_notice()
+        {
+            self.told_effort_ignored = true;
+            on_event(HostEvent::Notice(&notice));
         }
         let n_ctx = self.slot_ctx();
         let room = (n_ctx as usize).saturating_sub(tokens.len());

@@ -425,6 +425,7 @@ fn conversation(messages: &Value) -> Result<Conversation, ApiError> {
             }
         };
         let mut message = Message::new(role, &content_text(&m.content, &at)?);
+        message.content_null = m.content.is_null();
         message.reasoning = m.reasoning_content.filter(|r| !r.is_empty());
         message.tool_call_id = m.tool_call_id;
         message.name = m.name;
@@ -565,7 +566,9 @@ mod tests {
                 {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
                 {"role": "assistant", "content": null, "tool_calls": [
                     {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "42"}
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c2", "type": "function", "function": {"name": "f", "arguments": {"a": 2}}}]}
             ],
             "some_future_field": true
         }))
@@ -577,6 +580,8 @@ mod tests {
         // Arguments stay as the client sent them: text.
         assert_eq!(m[1].tool_calls[0].function.arguments, json!("{\"a\":1}"));
         assert_eq!(m[2].tool_call_id.as_deref(), Some("c1"));
+        // A null content stays null for the template; an empty one stays text.
+        assert!(m[1].content_null && !m[3].content_null && m[3].content.is_empty());
         assert_eq!(parsed.settings.n_predict, u32::MAX);
     }
 
