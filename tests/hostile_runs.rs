@@ -180,3 +180,60 @@ fn copies_in(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// A model whose header is cut and restored over and over while bmoe reads
+/// it: each open either reads it whole or says what was cut, and the
+/// process lives (the header was mapped before, and a page cut away under
+/// the map killed it with SIGBUS). The header (a 24 MB token list) needs
+/// several reads, so most opens overlap a cut.
+#[test]
+fn a_header_cut_while_it_is_read_gives_an_error_not_a_signal() {
+    use bmoe::gguf::{GgufFile, GgufWriter, TensorSpec, Value, ValueType};
+    let dir = tempdir();
+    let path = dir.path().join("long-header.gguf");
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    let tokens = (0..400_000).map(|i| Value::String(format!("token-{i:08}-{}", "x".repeat(40)))).collect();
+    w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
+    w.add_tensor(TensorSpec::new("t.weight", &[32], GgmlType::F32));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    w.write(&mut out, &mut |_| Ok(vec![0; 128])).unwrap();
+    drop(out);
+    let whole = std::fs::read(&path).unwrap();
+    assert!(whole.len() > 20 << 20, "{} bytes", whole.len());
+    let parsed = GgufFile::open(&path).unwrap();
+    assert_eq!(parsed.file_size, whole.len() as u64);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cutter = {
+        let (path, stop, whole) = (path.clone(), stop.clone(), whole.clone());
+        std::thread::spawn(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let mut cuts = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.set_len(whole.len() as u64 / 3).unwrap();
+                f.write_all_at(&whole[whole.len() / 3..], whole.len() as u64 / 3).unwrap();
+                cuts += 1;
+            }
+            cuts
+        })
+    };
+    let (mut whole_reads, mut refused) = (0, 0);
+    for _ in 0..40 {
+        match GgufFile::open(&path) {
+            Ok(f) => {
+                assert_eq!(f.tensors().len(), 1);
+                whole_reads += 1;
+            }
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("long-header.gguf") && text.lines().count() == 1, "{text}");
+                refused += 1;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let cuts = cutter.join().unwrap();
+    eprintln!("{cuts} cuts; {whole_reads} opens read the header whole, {refused} were refused");
+    assert!(cuts > 0 && whole_reads + refused == 40, "{cuts} cuts, {whole_reads} whole, {refused} refused");
+}

@@ -612,6 +612,67 @@ const MUTANTS: &[Mutant] = &[
         flags: &[],
         expect: &["lfm2moe.shortconv.l_cache is 1", "at least 2"],
     },
+    Mutant {
+        name: "delta-net-inner-size-doubled",
+        before: ABORT,
+        base: Base::Qwen3Next,
+        edit: |h| {
+            let Value::U32(inner) = *h.get("ARCH.ssm.inner_size") else { panic!("u32 inner size") };
+            h.set("ARCH.ssm.inner_size", Value::U32(inner * 2));
+        },
+        flags: &[],
+        expect: &[
+            "qwen3next.ssm.inner_size is",
+            "expected qwen3next.ssm.time_step_rank",
+            "times qwen3next.ssm.state_size",
+        ],
+    },
+    Mutant {
+        name: "delta-net-inner-size-halved",
+        before: ABORT,
+        base: Base::Qwen35Moe,
+        edit: |h| {
+            let Value::U32(inner) = *h.get("ARCH.ssm.inner_size") else { panic!("u32 inner size") };
+            h.set("ARCH.ssm.inner_size", Value::U32(inner / 2));
+        },
+        flags: &[],
+        expect: &["qwen35moe.ssm.inner_size is", "times qwen35moe.ssm.state_size"],
+    },
+    Mutant {
+        name: "lfm2moe-head-count-doubled",
+        before: ABORT,
+        base: Base::Lfm2Moe,
+        edit: |h| {
+            let heads = h.get("ARCH.attention.head_count").clone();
+            let doubled = match heads {
+                Value::U32(n) => Value::U32(n * 2),
+                Value::Array(ty, a) => Value::Array(
+                    ty,
+                    a.into_iter()
+                        .map(|v| match v {
+                            Value::U32(n) => Value::U32(n * 2),
+                            v => v,
+                        })
+                        .collect(),
+                ),
+                v => v,
+            };
+            h.set("ARCH.attention.head_count", doubled);
+        },
+        flags: &[],
+        expect: &["lfm2moe.attention.head_count is", "expected lfm2moe.embedding_length", "query heads"],
+    },
+    Mutant {
+        name: "deepseek2-key-length-missing",
+        before: ABORT,
+        base: Base::Deepseek2,
+        edit: |h| h.remove("ARCH.attention.key_length"),
+        flags: &[],
+        expect: &[
+            "deepseek2.attention.key_length is missing",
+            "kv_lora_rank (32) plus deepseek2.rope.dimension_count (8)",
+        ],
+    },
 ];
 
 /// Writes every fixture under `dir`; returns (mutant, path).

@@ -302,6 +302,8 @@ fn check_widths(k: &Keys) -> Result<(), String> {
         }
     }
     check_kv_heads(k)?;
+    check_latent_widths(k)?;
+    check_lfm2_heads(k, n_embd)?;
     let (heads_key, groups_key, inner_key) =
         (k.name("ssm.time_step_rank"), k.name("ssm.group_count"), k.name("ssm.inner_size"));
     if DELTA_NET_ARCHS.contains(&k.arch) || MAMBA2_ARCHS.contains(&k.arch) {
@@ -320,6 +322,17 @@ fn check_widths(k: &Keys) -> Result<(), String> {
             return Err(format!(
                 "{heads_key} is {h}, not a multiple of {groups_key} ({g}); expected value heads that share the key \
                  heads evenly"
+            ));
+        }
+        // The tensors hold `state_size` per value head; the graph splits
+        // `inner_size` into the value heads.
+        if DELTA_NET_ARCHS.contains(&k.arch)
+            && let (Some(h), Some(state), Some(inner)) = (heads, k.uint("ssm.state_size")?, k.uint("ssm.inner_size")?)
+            && Some(inner) != h.checked_mul(state)
+        {
+            return Err(format!(
+                "{inner_key} is {inner}; expected {heads_key} ({h}) times {} ({state}), the value heads' width",
+                k.name("ssm.state_size")
             ));
         }
         if MAMBA2_ARCHS.contains(&k.arch)
@@ -344,6 +357,61 @@ fn check_widths(k: &Keys) -> Result<(), String> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// Multi-head latent attention in its absorbed form (`key_length_mla` and
+/// `value_length_mla` in the file): the cached key head is the compressed
+/// KV (`kv_lora_rank`) and the rotated part, the value head the compressed
+/// KV alone. The graph asserts on both widths.
+fn check_latent_widths(k: &Keys) -> Result<(), String> {
+    let (Some(_), Some(_), Some(lora)) =
+        (k.uint("attention.key_length_mla")?, k.uint("attention.value_length_mla")?, k.uint("attention.kv_lora_rank")?)
+    else {
+        return Ok(());
+    };
+    // A missing rotated width is check_rope's to name.
+    let Some(rotated) = k.uint("rope.dimension_count")? else {
+        return Ok(());
+    };
+    for (suffix, want) in [("attention.key_length", lora + rotated), ("attention.value_length", lora)] {
+        let key = k.name(suffix);
+        let what = format!("{} ({lora})", k.name("attention.kv_lora_rank"));
+        let expected = if suffix.ends_with("key_length") {
+            format!("{what} plus {} ({rotated})", k.name("rope.dimension_count"))
+        } else {
+            what
+        };
+        match k.uint(suffix)? {
+            None => return Err(format!("{key} is missing; with latent attention expected {want}: {expected}")),
+            Some(v) if v != want => {
+                return Err(format!("{key} is {v}; with latent attention expected {want}: {expected}"));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// LFM2's attention projects queries to `embedding_length` and splits them
+/// into `head_count` heads of the key width.
+fn check_lfm2_heads(k: &Keys, n_embd: Option<u64>) -> Result<(), String> {
+    if !k.arch.starts_with("lfm2") {
+        return Ok(());
+    }
+    let (Some(heads), Some(width), Some(d)) =
+        (k.uint_per_layer("attention.head_count", false)?, k.uint("attention.key_length")?, n_embd)
+    else {
+        return Ok(());
+    };
+    if heads.checked_mul(width) != Some(d) {
+        return Err(format!(
+            "{} is {heads}; expected {} ({d}) / {} ({width}) query heads",
+            k.name("attention.head_count"),
+            k.name("embedding_length"),
+            k.name("attention.key_length")
+        ));
     }
     Ok(())
 }

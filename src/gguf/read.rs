@@ -55,7 +55,9 @@ pub struct GgufFile {
 }
 
 impl GgufFile {
-    /// Opens and parses a file (memory-mapped; only the header pages are touched).
+    /// Opens and parses a file. The header is read into memory (a first
+    /// part, more while the parse needs it), not mapped: a file cut short
+    /// while it is read gives an error, not SIGBUS.
     pub fn open(path: &Path) -> Result<GgufFile> {
         let io_err = |source| GgufError::Io { path: path.to_path_buf(), source };
         let file = File::open(path).map_err(io_err)?;
@@ -63,13 +65,24 @@ impl GgufFile {
         if len == 0 {
             return Err(GgufError::invalid(0, "magic", "file is empty").in_file(path));
         }
-        let map = crate::llama::memory::map_file_readonly(&file).map_err(io_err)?;
-        GgufFile::parse(&map).map_err(|e| e.in_file(path))
+        let mut want = len.min(FIRST_READ);
+        loop {
+            let mut buf = vec![0u8; want as usize];
+            let got = read_up_to(&file, &mut buf).map_err(io_err)?;
+            buf.truncate(got);
+            // A file that shrank since its size was read is parsed as it is now.
+            let size = if got < want as usize { got as u64 } else { len };
+            let mut parser = Parser { buf: &buf, pos: 0, file_size: size, short: false };
+            match parser.file() {
+                Err(_) if parser.short && want < size => want = want.saturating_mul(4).min(size),
+                done => return done.map_err(|e| e.in_file(path)),
+            }
+        }
     }
 
     /// Parses a complete GGUF image held in memory.
     pub fn parse(bytes: &[u8]) -> Result<GgufFile> {
-        Parser { buf: bytes, pos: 0 }.file()
+        Parser { buf: bytes, pos: 0, file_size: bytes.len() as u64, short: false }.file()
     }
 
     /// All metadata in file order.
@@ -113,17 +126,42 @@ impl GgufFile {
     }
 }
 
-/// Path-free parse state over a byte image.
+/// How much of a file [`GgufFile::open`] reads first: most headers fit.
+const FIRST_READ: u64 = 4 << 20;
+
+/// Fills `buf` from offset 0 with `read_at` until it is full or the file
+/// ends; returns the bytes read.
+fn read_up_to(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Path-free parse state over the first bytes of a file.
 struct Parser<'a> {
+    /// The bytes read (the whole file, or its first part).
     buf: &'a [u8],
     pos: usize,
+    /// The whole file's size.
+    file_size: u64,
+    /// A read went past `buf` but not past the file: more must be read.
+    short: bool,
 }
 
 type Result<T> = std::result::Result<T, GgufError>;
 
 impl<'a> Parser<'a> {
+    /// Bytes of the file after the parse position.
     fn remaining(&self) -> u64 {
-        (self.buf.len() - self.pos) as u64
+        self.file_size - self.pos as u64
     }
 
     fn err(&self, field: &str, reason: impl Into<String>) -> GgufError {
@@ -137,6 +175,10 @@ impl<'a> Parser<'a> {
             );
         }
         let n = n as usize;
+        if self.pos + n > self.buf.len() {
+            self.short = true;
+            return Err(self.err(field, "lies past the part of the file read"));
+        }
         let out = &self.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(out)
@@ -220,7 +262,7 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn file(mut self) -> Result<GgufFile> {
+    fn file(&mut self) -> Result<GgufFile> {
         let magic = self.array::<4>("magic")?;
         if magic != MAGIC {
             return Err(GgufError::invalid(0, "magic", format!("expected \"GGUF\", found {}", shown_bytes(&magic))));
@@ -267,7 +309,7 @@ impl<'a> Parser<'a> {
         }
 
         let data_offset = (self.pos as u64).next_multiple_of(alignment);
-        let file_size = self.buf.len() as u64;
+        let file_size = self.file_size;
         if data_offset > file_size && !tensors.is_empty() {
             return Err(GgufError::invalid(data_offset, "data section", "starts past end of file"));
         }

@@ -42,15 +42,6 @@ pub fn whole_pages_in(page: usize, offset: usize, len: usize) -> Option<(usize, 
     (end > start).then(|| (start, end - start))
 }
 
-/// Maps a whole file read-only.
-pub fn map_file_readonly(file: &File) -> io::Result<memmap2::Mmap> {
-    // SAFETY: the map is read-only and private to this process. If another
-    // process truncates the file while it is mapped, touching the lost pages
-    // raises SIGBUS; bmoe only maps model files it is about to read and
-    // checks every offset against the size seen at open.
-    unsafe { memmap2::Mmap::map(file) }
-}
-
 /// Tells the kernel that `len` bytes at `offset` of `file` will not be read
 /// through the page cache soon, so clean cached pages can be dropped.
 pub fn drop_file_cache(file: &File, offset: u64, len: u64) -> io::Result<()> {
