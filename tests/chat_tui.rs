@@ -15,7 +15,9 @@ use bmoe::config::{CacheMb, RunConfig};
 use bmoe::host::{Host, HostEvent};
 use bmoe::synth::Arch;
 use bmoe::telemetry::mem::MemSnapshot;
-use bmoe::ui::chat::{App, HostInfo, Mark, Overlay, Routed, TurnStats, Update, View, render_to_buffer};
+use bmoe::ui::chat::{
+    App, Density, HostInfo, Mark, Overlay, Routed, TurnStats, Update, View, density, render_to_buffer,
+};
 use common::*;
 use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
@@ -123,6 +125,109 @@ fn screens_at_two_sizes() {
     assert_eq!(app.routing_view, View::Heat);
     app.colour = false;
     insta::assert_snapshot!("heat_mono_160x48", text(&render_to_buffer(&app, 160, 48)));
+}
+
+/// A host and a screen after two turns on a tiny model with `experts`
+/// experts a layer, 8 routed a token, and a cache of a few tokens' experts.
+fn chatted_wide(dir: &Path, experts: u32) -> (Host, App) {
+    let template = bmoe::chat::named_template("qwen3").map(str::to_string);
+    let model = write_tiny(dir, "wide.gguf", Arch::Qwen3Moe, |s| {
+        s.chat_template = template;
+        s.experts = experts;
+        s.experts_used = 8;
+    });
+    let mut host = Host::open(config(|c| c.moe.cache_mb = CacheMb::Mib(4.0)), &model).unwrap();
+    let mut app = App::new(HostInfo::of(&host), false, true);
+    turn(&mut host, &mut app, "How do experts get chosen?");
+    turn(&mut host, &mut app, "And then?");
+    (host, app)
+}
+
+/// The routing panel's rows on screen: for each, its line, where its cells
+/// start, and the cells up to the hit column.
+fn panel_rows(app: &App, screen: &str) -> Vec<(usize, usize, String)> {
+    let r = &app.routing;
+    (0..r.rows())
+        .map(|row| {
+            let label = format!("│L{:02} ", r.layer(row));
+            let (y, line) = screen.lines().enumerate().find(|(_, l)| l.contains(&label)).expect("layer row");
+            let x0 = line[..line.find(&label).unwrap()].chars().count() + label.chars().count();
+            let cells: String = line.chars().skip(x0).take_while(|&c| c != '%' && c != '│').collect();
+            let cells = cells.trim_end().trim_end_matches(|c: char| c.is_ascii_digit()).trim_end().to_string();
+            (y, x0, cells)
+        })
+        .collect()
+}
+
+#[test]
+fn two_experts_a_cell_still_tell_hit_from_read_without_colour() {
+    let dir = tempdir();
+    let _serial = llama_lock();
+    let (_host, mut app) = chatted_wide(dir.path(), 128);
+    for colour in [false, true] {
+        app.colour = colour;
+        let buf = render_to_buffer(&app, 160, 48);
+        let screen = text(&buf);
+        if !colour {
+            insta::assert_snapshot!("wide_mono_160x48", screen);
+        }
+        let r = &app.routing;
+        let (mut hits, mut reads) = (0, 0);
+        for (row, (y, x0, _)) in panel_rows(&app, &screen).into_iter().enumerate() {
+            for c in 0..r.n_expert() / 2 {
+                let want = Mark::stronger(r.mark(View::Now, row, 2 * c), r.mark(View::Now, row, 2 * c + 1));
+                let glyph = buf[((x0 + c) as u16, y as u16)].symbol().chars().next().unwrap();
+                assert_eq!(glyph, want.glyph(), "colour {colour}, layer {} cell {c}\n{screen}", r.layer(row));
+                hits += usize::from(want == Mark::Hit);
+                reads += usize::from(want == Mark::Miss);
+            }
+        }
+        assert!(hits > 0 && reads > 0, "want hits and reads\n{screen}");
+        // The legend names each glyph, in both modes.
+        assert!(screen.contains("│■ routed, hit  □ routed, read  × dropped"), "{screen}");
+        assert!(screen.contains("2 experts/cell: the stronger"), "{screen}");
+    }
+    let panel = screen_panel_width(&render_to_buffer(&app, 160, 48), &app);
+    assert_eq!(density(app.routing.n_expert(), panel), Density::Half);
+}
+
+/// The routing panel's inner width on a rendered screen.
+fn screen_panel_width(buf: &Buffer, app: &App) -> u16 {
+    let screen = text(buf);
+    let (_, x0, _) = panel_rows(app, &screen)[0];
+    let line = screen.lines().find(|l| l.contains("│L00 ")).unwrap();
+    (line.chars().count() - 1 - (x0 - 4)) as u16
+}
+
+#[test]
+fn f3_views_differ_at_80x24_and_help_shows_their_glyphs() {
+    let dir = tempdir();
+    let _serial = llama_lock();
+    let (_host, mut app) = chatted_wide(dir.path(), 64);
+    let mut seen = Vec::new();
+    for view in [View::Now, View::Heat, View::Cache] {
+        assert_eq!(app.routing_view, view);
+        let buf = render_to_buffer(&app, 80, 24);
+        assert_eq!(density(app.routing.n_expert(), screen_panel_width(&buf, &app)), Density::Folded);
+        let screen = text(&buf);
+        insta::assert_snapshot!(format!("wide_{}_80x24", view.name()), screen);
+        let rows: Vec<String> = panel_rows(&app, &screen).into_iter().map(|(_, _, cells)| cells).collect();
+        assert!(!seen.contains(&rows), "{view:?} looks like another view:\n{screen}");
+        seen.push(rows.clone());
+        // Help lists every glyph the panel draws.
+        app.overlay = Overlay::Help(u16::MAX);
+        let help = text(&render_to_buffer(&app, 80, 24));
+        if view == View::Heat {
+            insta::assert_snapshot!("wide_heat_help_80x24", help);
+        }
+        let legend = &help[help.find("F3 cycles its views").unwrap_or_else(|| panic!("{help}"))..];
+        assert!(legend.contains(&format!("At this width, the {} view:", view.name())), "{help}");
+        for glyph in rows.concat().chars().filter(|c| !c.is_whitespace() && !c.is_ascii_digit()) {
+            assert!(legend.contains(&format!("{glyph}")), "{glyph} of {view:?} not in help:\n{screen}\n{help}");
+        }
+        app.overlay = Overlay::None;
+        key(&mut app, KeyCode::F(3));
+    }
 }
 
 #[test]

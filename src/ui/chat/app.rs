@@ -408,8 +408,8 @@ impl App {
                 if self.input.text().trim().is_empty() {
                     return Effect::default();
                 }
-                if self.generating || self.applying {
-                    self.transcript.push(Entry::Notice("a reply is still being written: Esc stops it".into()));
+                if let Some(why) = self.busy() {
+                    self.transcript.push(Entry::Notice(why.into()));
                     return Effect::redraw();
                 }
                 let message = self.input.take();
@@ -441,8 +441,8 @@ impl App {
                 Effect::redraw()
             }
             Action::ThinkSwitch => {
-                if self.generating || self.applying {
-                    self.transcript.push(Entry::Notice("a reply is still being written: Esc stops it".into()));
+                if let Some(why) = self.busy() {
+                    self.transcript.push(Entry::Notice(why.into()));
                     return Effect::redraw();
                 }
                 let thinking = self.info.setting("chat.think") != "false";
@@ -465,8 +465,19 @@ impl App {
         }
     }
 
+    /// What is under way that keeps a turn or a setting from starting now.
+    fn busy(&self) -> Option<&'static str> {
+        if self.generating {
+            Some("a reply is still being written: Esc stops it")
+        } else if self.applying {
+            Some("a setting is still being applied: wait for it")
+        } else {
+            None
+        }
+    }
+
     fn settings_action(&mut self, action: Action) -> Effect {
-        let busy = self.generating || self.applying;
+        let busy = self.busy();
         let Overlay::Settings { selected, editing } = &mut self.overlay else { return Effect::default() };
         match (action, editing.is_some()) {
             (Action::Close, false) => self.overlay = Overlay::None,
@@ -481,8 +492,8 @@ impl App {
                 self.settings_message = None;
             }
             (Action::Enter, true) => {
-                if busy {
-                    self.settings_message = Some(Err("wait for the reply to finish (Esc stops it)".into()));
+                if let Some(why) = busy {
+                    self.settings_message = Some(Err(why.into()));
                     return Effect::redraw();
                 }
                 let key = SETTINGS[*selected].0.to_string();
@@ -527,6 +538,28 @@ mod tests {
         a.info.settings = vec![("chat.think".into(), "false".into())];
         let effect = press(&mut a, KeyCode::Char('t'), KeyModifiers::CONTROL);
         assert_eq!(effect.request, Some(Request::Set("chat.think".into(), "true".into())));
+    }
+
+    /// While a setting is applied, Enter and Ctrl-T say so (not that a
+    /// reply is being written) and ask nothing of the engine.
+    #[test]
+    fn keys_refused_while_a_setting_applies_say_why() {
+        let mut a = app();
+        a.applying = true;
+        a.on_terminal(TermEvent::Paste("hi".into()));
+        assert_eq!(key(&mut a, KeyCode::Enter).request, None);
+        assert_eq!(press(&mut a, KeyCode::Char('t'), KeyModifiers::CONTROL).request, None);
+        let notices: Vec<&Entry> = a.transcript.entries().collect();
+        let want = Entry::Notice("a setting is still being applied: wait for it".into());
+        assert_eq!(notices, [&want, &want]);
+        key(&mut a, KeyCode::F(2));
+        key(&mut a, KeyCode::Enter);
+        assert_eq!(key(&mut a, KeyCode::Enter).request, None);
+        assert!(matches!(&a.settings_message, Some(Err(e)) if e.contains("a setting is still being applied")));
+        a.on_update(Update::SetDone(Ok("chat.think = false".into())));
+        key(&mut a, KeyCode::Esc);
+        key(&mut a, KeyCode::Esc);
+        assert_eq!(key(&mut a, KeyCode::Enter).request, Some(Request::Chat("hi".into())));
     }
 
     #[test]
@@ -605,7 +638,7 @@ mod tests {
         key(&mut a, KeyCode::Char('9'));
         a.generating = true;
         assert_eq!(key(&mut a, KeyCode::Enter).request, None);
-        assert!(matches!(&a.settings_message, Some(Err(e)) if e.contains("wait for the reply")));
+        assert!(matches!(&a.settings_message, Some(Err(e)) if e.contains("a reply is still being written")));
         a.generating = false;
         let effect = key(&mut a, KeyCode::Enter);
         assert_eq!(effect.request, Some(Request::Set("generate.n_predict".into(), "9".into())));

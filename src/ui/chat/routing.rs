@@ -1,8 +1,9 @@
 //! The routing panel: a layers x experts matrix built from step reports as
 //! they arrive (routed now, hit or read, dropped; what the cache holds;
-//! recent routing frequency; per-layer hit rate), and its rendering in
-//! three densities: one cell per expert, two experts per cell (half
-//! blocks), or one mini bar per layer.
+//! recent routing frequency; per-layer hit rate), its rendering in three
+//! densities (one cell per expert, two experts per cell, or one mini bar per
+//! layer), and its legend. Every meaning has a glyph of its own at every
+//! density; colour only repeats it.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -108,8 +109,22 @@ impl Mark {
         }
     }
 
-    fn routed(self) -> bool {
-        matches!(self, Mark::Hit | Mark::Miss | Mark::Dropped)
+    /// Which of two marks sharing a cell shows (lower first): a read (what
+    /// costs), a hit, a drop, what the cache holds, the hotter heat.
+    fn rank(self) -> u8 {
+        match self {
+            Mark::Miss => 0,
+            Mark::Hit => 1,
+            Mark::Dropped => 2,
+            Mark::Resident => 3,
+            Mark::Heat(level) => 8 - level.clamp(1, 4),
+            Mark::Empty => 8,
+        }
+    }
+
+    /// What a cell shared by `a` and `b` shows: the stronger of the two.
+    pub fn stronger(a: Mark, b: Mark) -> Mark {
+        if b.rank() < a.rank() { b } else { a }
     }
 }
 
@@ -274,6 +289,25 @@ impl Routing {
         let count = |want| cells.iter().filter(|&&r| r == want).count();
         (count(Routed::Hit), count(Routed::Miss), count(Routed::Dropped))
     }
+
+    /// Heat levels (0 = none) of the `n` hottest experts of row `row`,
+    /// hottest first.
+    pub fn hottest(&self, row: usize, n: usize) -> Vec<u8> {
+        let mut levels: Vec<u8> = (0..self.n_expert)
+            .map(|e| match self.mark(View::Heat, row, e) {
+                Mark::Heat(level) => level,
+                _ => 0,
+            })
+            .collect();
+        levels.sort_unstable_by(|a, b| b.cmp(a));
+        levels.truncate(n);
+        levels
+    }
+
+    /// Experts of row `row` the cache holds.
+    pub fn resident_count(&self, row: usize) -> usize {
+        self.resident[row * self.n_expert..(row + 1) * self.n_expert].iter().filter(|&&r| r).count()
+    }
 }
 
 /// How many experts one terminal cell holds at this panel width.
@@ -322,9 +356,9 @@ pub fn render_rows(
         buf.set_stringn(area.x, y, &label, LABEL as usize, Style::default().add_modifier(Modifier::DIM));
         let x0 = area.x + LABEL;
         let width = match density {
-            Density::Full => render_full(routing, view, row, colour, x0, y, buf),
-            Density::Half => render_half(routing, view, row, colour, x0, y, buf),
-            Density::Folded => render_folded(routing, row, colour, x0, y, buf),
+            Density::Full => render_cells(routing, view, row, 1, colour, (x0, y), buf),
+            Density::Half => render_cells(routing, view, row, 2, colour, (x0, y), buf),
+            Density::Folded => render_folded(routing, view, row, colour, x0, y, buf),
         };
         let hit = routing.hit_pct(row).map_or_else(|| "   -".to_string(), |p| format!("{p:>4.0}%"));
         let hit_x = (x0 + width + 1).min(area.right().saturating_sub(HIT_COL));
@@ -341,66 +375,115 @@ fn style_of(mark: Mark, colour: bool) -> Style {
     }
 }
 
-fn render_full(routing: &Routing, view: View, row: usize, colour: bool, x0: u16, y: u16, buf: &mut Buffer) -> u16 {
-    for e in 0..routing.n_expert {
-        let mark = routing.mark(view, row, e);
-        let cell = &mut buf[(x0 + e as u16, y)];
-        cell.set_char(mark.glyph()).set_style(style_of(mark, colour));
-    }
-    routing.n_expert as u16
-}
-
-/// Two experts per cell. With colour each expert is one half-block pixel;
-/// without, the glyph's shape says which of the two is routed now.
-fn render_half(routing: &Routing, view: View, row: usize, colour: bool, x0: u16, y: u16, buf: &mut Buffer) -> u16 {
-    let cols = routing.n_expert.div_ceil(2);
+/// `per` experts a cell from `(x0, y)` on, each cell the stronger of its
+/// experts' marks.
+fn render_cells(
+    routing: &Routing,
+    view: View,
+    row: usize,
+    per: usize,
+    colour: bool,
+    at: (u16, u16),
+    buf: &mut Buffer,
+) -> u16 {
+    let (x0, y) = at;
+    let cols = routing.n_expert.div_ceil(per);
     for c in 0..cols {
-        let upper = routing.mark(view, row, 2 * c);
-        let lower = if 2 * c + 1 < routing.n_expert { routing.mark(view, row, 2 * c + 1) } else { Mark::Empty };
-        let cell = &mut buf[(x0 + c as u16, y)];
-        if colour {
-            cell.set_char('▀').set_style(Style::default().fg(upper.colour()).bg(lower.colour()));
-        } else {
-            cell.set_char(half_glyph(upper, lower)).set_style(Style::default());
-        }
+        let experts = c * per..((c + 1) * per).min(routing.n_expert);
+        let mark = experts.map(|e| routing.mark(view, row, e)).fold(Mark::Empty, Mark::stronger);
+        buf[(x0 + c as u16, y)].set_char(mark.glyph()).set_style(style_of(mark, colour));
     }
     cols as u16
 }
 
-/// The monochrome glyph of an expert pair: routed now by shape, then drops,
-/// then what the cache holds, then the hotter one's heat.
-pub fn half_glyph(upper: Mark, lower: Mark) -> char {
-    if upper == Mark::Dropped || lower == Mark::Dropped {
-        return '×';
+/// One mini bar per layer: the current token's routed slots (hits, then
+/// reads, then drops), the heat of as many of the layer's hottest experts,
+/// or how many experts the cache holds and how many were read now.
+fn render_folded(routing: &Routing, view: View, row: usize, colour: bool, x0: u16, y: u16, buf: &mut Buffer) -> u16 {
+    let (hits, misses, drops) = routing.now_counts(row);
+    let marks: Vec<Mark> = match view {
+        View::Now => std::iter::repeat_n(Mark::Hit, hits)
+            .chain(std::iter::repeat_n(Mark::Miss, misses))
+            .chain(std::iter::repeat_n(Mark::Dropped, drops))
+            .collect(),
+        View::Heat => routing
+            .hottest(row, hits + misses + drops)
+            .into_iter()
+            .map(|level| if level == 0 { Mark::Empty } else { Mark::Heat(level) })
+            .collect(),
+        View::Cache => {
+            let digits = routing.n_expert.to_string().len();
+            let cached = format!("·{:<digits$}", routing.resident_count(row));
+            buf.set_string(x0, y, &cached, style_of(Mark::Resident, colour));
+            let read = format!("□{:<digits$}", misses);
+            let x = x0 + cached.chars().count() as u16 + 1;
+            buf.set_string(x, y, &read, style_of(Mark::Miss, colour));
+            return x + read.chars().count() as u16 - x0;
+        }
+    };
+    for (x, mark) in marks.iter().enumerate() {
+        buf[(x0 + x as u16, y)].set_char(mark.glyph()).set_style(style_of(*mark, colour));
     }
-    match (upper.routed(), lower.routed()) {
-        (true, true) => '█',
-        (true, false) => '▀',
-        (false, true) => '▄',
-        (false, false) => match (upper, lower) {
-            (Mark::Resident, Mark::Resident) => ':',
-            (Mark::Resident, _) | (_, Mark::Resident) => '.',
-            // The hotter of the two.
-            (Mark::Heat(a), Mark::Heat(b)) => Mark::Heat(a.max(b)).glyph(),
-            (heat @ Mark::Heat(_), _) | (_, heat @ Mark::Heat(_)) => heat.glyph(),
-            _ => ' ',
-        },
+    marks.len() as u16
+}
+
+/// One legend entry: the glyphs (one per mark, then `N` for a count) and
+/// what they mean, in a word and in a few.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key {
+    /// The marks whose glyphs and colours the entry shows.
+    pub marks: &'static [Mark],
+    /// The glyphs stand before a number.
+    pub count: bool,
+    /// Its meaning in one word, for narrow panels.
+    pub word: &'static str,
+    /// Its meaning.
+    pub text: &'static str,
+}
+
+impl Key {
+    /// The glyphs as drawn in the panel.
+    pub fn glyphs(&self) -> String {
+        let glyphs: String = self.marks.iter().map(|m| m.glyph()).collect();
+        if self.count { glyphs + "N" } else { glyphs }
     }
 }
 
-/// One slot per routed expert of the current token: hits, then reads, then
-/// drops.
-fn render_folded(routing: &Routing, row: usize, colour: bool, x0: u16, y: u16, buf: &mut Buffer) -> u16 {
-    let (hits, misses, drops) = routing.now_counts(row);
-    let marks = std::iter::repeat_n(Mark::Hit, hits)
-        .chain(std::iter::repeat_n(Mark::Miss, misses))
-        .chain(std::iter::repeat_n(Mark::Dropped, drops));
-    let mut x = x0;
-    for mark in marks {
-        buf[(x, y)].set_char(mark.glyph()).set_style(style_of(mark, colour));
-        x += 1;
-    }
-    x - x0
+const HEAT: &[Mark] = &[Mark::Heat(1), Mark::Heat(2), Mark::Heat(3), Mark::Heat(4)];
+
+/// The legend of `view` at `density`: an entry for every glyph the panel
+/// can draw there, and how cells map to experts (short, for the panel, and
+/// in full, for help).
+pub fn legend(view: View, density: Density) -> (Vec<Key>, &'static str, &'static str) {
+    let key = |marks, word, text| Key { marks, count: false, word, text };
+    let hit = key(&[Mark::Hit], "hit", "routed, hit");
+    let read = key(&[Mark::Miss], "read", "routed, read");
+    let dropped = key(&[Mark::Dropped], "dropped", "dropped");
+    let cached = key(&[Mark::Resident], "cached", "in cache");
+    let keys = match (density, view) {
+        (Density::Folded, View::Now) => vec![hit, read, dropped],
+        (Density::Folded, View::Heat) => vec![key(HEAT, "hottest", "the layer's hottest experts")],
+        (Density::Folded, View::Cache) => vec![
+            Key { count: true, ..key(&[Mark::Resident], "cached", "experts in cache") },
+            Key { count: true, ..key(&[Mark::Miss], "read", "read now") },
+        ],
+        (_, View::Now) => vec![hit, read, dropped, cached, key(HEAT, "lately", "routed lately")],
+        (_, View::Heat) => vec![key(HEAT, "often", "routed often lately (last ~10 tokens)")],
+        (_, View::Cache) => vec![cached, key(&[Mark::Miss], "read", "read now")],
+    };
+    let (short, long) = match (density, view) {
+        (Density::Full, _) => ("", "one cell per expert"),
+        (Density::Half, _) => (
+            "2 experts/cell: the stronger",
+            "two experts per cell, showing the stronger (read, hit, dropped, cached, heat)",
+        ),
+        (Density::Folded, View::Now) => ("slots routed now", "one bar per layer: a slot per expert routed now"),
+        (Density::Folded, View::Heat) => {
+            ("as many as routed now", "one bar per layer: as many of its hottest experts as it routes a token")
+        }
+        (Density::Folded, View::Cache) => ("counts per layer", "one line per layer: how many experts"),
+    };
+    (keys, short, long)
 }
 
 #[cfg(test)]
@@ -491,12 +574,89 @@ mod tests {
         assert_eq!(density(128, 140), Density::Full);
         assert_eq!(density(128, 80), Density::Half);
         assert_eq!(density(128, 40), Density::Folded);
-        assert_eq!(half_glyph(Mark::Hit, Mark::Resident), '▀');
-        assert_eq!(half_glyph(Mark::Empty, Mark::Miss), '▄');
-        assert_eq!(half_glyph(Mark::Miss, Mark::Hit), '█');
-        assert_eq!(half_glyph(Mark::Resident, Mark::Heat(2)), '.');
-        assert_eq!(half_glyph(Mark::Dropped, Mark::Hit), '×');
-        assert_eq!(half_glyph(Mark::Heat(1), Mark::Heat(3)), '▓');
-        assert_eq!(half_glyph(Mark::Empty, Mark::Heat(2)), '▒');
+    }
+
+    /// A layer of 16 experts with every mark: hit, read, dropped, cached,
+    /// and the four heat levels.
+    fn every_mark() -> Routing {
+        let mut r = Routing::new(vec![0], 16, true);
+        // Experts 8 to 11 from hottest to barely warm; 12 cached.
+        for n in 0..30 {
+            let mut rows = vec![(0, 0, 8, true, false)];
+            if n >= 22 {
+                rows.push((0, 0, 9, true, false));
+            }
+            if n % 2 == 0 {
+                rows.push((0, 0, 10, true, false));
+            }
+            if n == 29 {
+                rows.push((0, 0, 11, true, false));
+            }
+            r.observe(&report(Phase::Decode, &rows, Vec::new()));
+        }
+        let mut residency = vec![false; 16];
+        residency[12] = true;
+        let rows = [(0, 0, 0, true, false), (0, 0, 3, false, false), (0, 0, 5, false, true)];
+        r.observe(&report(Phase::Decode, &rows, residency));
+        r
+    }
+
+    /// The panel's cells of row 0 as text, and the legend's glyphs.
+    fn drawn(r: &Routing, view: View, width: u16, colour: bool) -> (String, String) {
+        let area = Rect::new(0, 0, width, 1);
+        let mut buf = Buffer::empty(area);
+        render_rows(r, view, 0, colour, 0, area, &mut buf);
+        let cells: String = (LABEL..width).map(|x| buf[(x, 0)].symbol().to_string()).collect();
+        let cells = cells.trim_end().trim_end_matches(|c: char| c == '%' || c.is_ascii_digit()).trim_end().to_string();
+        let keys: String = legend(view, density(r.n_expert, width)).0.iter().map(Key::glyphs).collect();
+        (cells, keys)
+    }
+
+    #[test]
+    fn every_meaning_has_its_own_glyph_at_every_density() {
+        let marks = [
+            Mark::Hit,
+            Mark::Miss,
+            Mark::Dropped,
+            Mark::Resident,
+            Mark::Heat(1),
+            Mark::Heat(2),
+            Mark::Heat(3),
+            Mark::Heat(4),
+        ];
+        let glyphs: std::collections::HashSet<char> = marks.iter().map(|m| m.glyph()).collect();
+        assert_eq!(glyphs.len(), marks.len());
+        // A shared cell shows the stronger: a read before a hit, a hit before what is cached.
+        assert_eq!(Mark::stronger(Mark::Hit, Mark::Miss), Mark::Miss);
+        assert_eq!(Mark::stronger(Mark::Resident, Mark::Hit), Mark::Hit);
+        assert_eq!(Mark::stronger(Mark::Dropped, Mark::Resident), Mark::Dropped);
+        assert_eq!(Mark::stronger(Mark::Heat(1), Mark::Heat(3)), Mark::Heat(3));
+        assert_eq!(Mark::stronger(Mark::Empty, Mark::Heat(2)), Mark::Heat(2));
+        let r = every_mark();
+        for colour in [false, true] {
+            // 16 experts one a cell, two a cell, folded.
+            let (full, _) = drawn(&r, View::Now, 30, colour);
+            assert_eq!(full, "■  □ ×  █▓▒░·", "colour {colour}");
+            let (half, _) = drawn(&r, View::Now, 18, colour);
+            assert_eq!(half, "■□× █▒·", "colour {colour}");
+            let (folded, _) = drawn(&r, View::Now, 16, colour);
+            assert_eq!(folded, "■□×", "colour {colour}");
+        }
+        // Every glyph drawn is in the legend of its view and density.
+        for view in [View::Now, View::Heat, View::Cache] {
+            for width in [30, 18, 16] {
+                let (cells, keys) = drawn(&r, view, width, false);
+                for c in cells.chars().filter(|c| !c.is_whitespace() && !c.is_ascii_digit()) {
+                    assert!(keys.contains(c), "{view:?} at {width}: {c} of {cells:?} not in {keys:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_view_folds_its_own_way() {
+        let r = every_mark();
+        let folded: Vec<String> = [View::Now, View::Heat, View::Cache].map(|v| drawn(&r, v, 16, false).0).to_vec();
+        assert_eq!(folded, ["■□×", "█▓▒", "·1  □1"]);
     }
 }

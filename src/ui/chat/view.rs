@@ -12,7 +12,7 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use super::app::{App, Overlay};
 use super::keymap::{self, Context, KEYMAP};
-use super::routing::{self, Density, Mark, View};
+use super::routing::{self, Key};
 use super::telemetry::Telemetry;
 use crate::host::SETTINGS;
 
@@ -40,7 +40,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         draw_input(frame, app, input);
         // The panel takes the rows its layers need (borders and legend
         // included); telemetry sits right under it.
-        let panel_rows = app.routing.rows().max(1) as u16 + 4;
+        let panel_rows = panel_height(app, right.width);
         let [panel, tele, _] = Layout::vertical([
             Constraint::Max(panel_rows),
             Constraint::Length(telemetry_rows(app)),
@@ -57,7 +57,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         frame.render_widget(Paragraph::new(line), tele);
         draw_input(frame, app, input);
         if right.width > 0 {
-            let panel_rows = app.routing.rows().max(1) as u16 + 4;
+            let panel_rows = panel_height(app, right.width);
             let [panel, _] = Layout::vertical([Constraint::Max(panel_rows), Constraint::Fill(1)]).areas(right);
             draw_routing(frame, app, panel);
         }
@@ -68,6 +68,12 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Overlay::Help(scroll) => draw_help(frame, app, *scroll),
         Overlay::Settings { selected, editing } => draw_settings(frame, app, *selected, editing.as_ref()),
     }
+}
+
+/// Rows of a routing panel `width` columns wide: its layers, its legend and
+/// its borders.
+fn panel_height(app: &App, width: u16) -> u16 {
+    app.routing.rows().max(1) as u16 + legend(app, width.saturating_sub(2)).len() as u16 + 2
 }
 
 /// Columns of the right column: the routing panel at the densest view that
@@ -262,8 +268,7 @@ fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
         frame.render_widget(Paragraph::new(why).wrap(Wrap { trim: true }), inner);
         return;
     }
-    let density = routing::density(r.n_expert(), inner.width);
-    let legend = legend(app, density, inner.width);
+    let legend = legend(app, inner.width);
     let legend_rows = legend.len() as u16;
     let rows_area = Rect { height: inner.height.saturating_sub(legend_rows), ..inner };
     let first = app.routing_scroll.min(r.rows().saturating_sub(rows_area.height as usize));
@@ -283,54 +288,70 @@ fn draw_routing(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_widget(Paragraph::new(legend), legend_area);
 }
 
-fn legend(app: &App, density: Density, width: u16) -> Vec<Line<'static>> {
-    // A narrow panel gets the one-word legend.
-    let narrow = width < 40;
-    let item = |mark: Mark, text: &str| -> Vec<Span<'static>> {
-        let text = if narrow { text.split([',', ' ']).next_back().unwrap_or(text) } else { text };
-        let glyph = match density {
-            Density::Half if app.colour => "▀".to_string(),
-            _ => mark.glyph().to_string(),
-        };
-        let style = if app.colour { Style::default().fg(mark.colour()) } else { Style::default() };
-        vec![Span::styled(glyph, style), Span::raw(format!(" {text}  "))]
+/// The panel's legend in `width` columns: an entry per glyph it draws (in
+/// full when that takes no more lines than a word each), how its cells map
+/// to experts, and what the percentage is.
+fn legend(app: &App, width: u16) -> Vec<Line<'static>> {
+    let density = routing::density(app.routing.n_expert(), width);
+    let (keys, layout, _) = routing::legend(app.routing_view, density);
+    let words = pack(app, &keys, width, |k| k.word);
+    let full = pack(app, &keys, width, |k| k.text);
+    let fits = full.len() <= words.len() && full.iter().all(|l| l.width() <= width as usize);
+    let mut lines = if fits { full } else { words };
+    let hit = ["% = the layer's hit rate", "% = hit rate"];
+    let tail: Vec<String> = if layout.is_empty() {
+        hit.map(String::from).to_vec()
+    } else {
+        hit.iter().map(|h| format!("{layout} · {h}")).collect()
     };
-    let mut first: Vec<Span> = Vec::new();
-    let mut second: Vec<Span> = Vec::new();
-    match (density, app.routing_view) {
-        (Density::Folded, _) => {
-            first.extend(item(Mark::Hit, "hit"));
-            first.extend(item(Mark::Miss, "read"));
-            first.extend(item(Mark::Dropped, "dropped"));
-            second.push(Span::raw(if narrow { "% = hit rate" } else { "routed slots per layer · % = hit rate" }));
-        }
-        (_, View::Heat) => {
-            for level in 1..=4 {
-                first.extend(item(Mark::Heat(level), ""));
-            }
-            first.push(Span::raw(if narrow { "often" } else { "routed often lately (last ~10 tokens)" }));
-            second.push(Span::raw("% = layer hit rate"));
-        }
-        (_, View::Cache) => {
-            first.extend(item(Mark::Resident, "in cache"));
-            first.extend(item(Mark::Miss, "read now"));
-            second.push(Span::raw("% = layer hit rate"));
-        }
-        (_, View::Now) => {
-            first.extend(item(Mark::Hit, "routed, hit"));
-            first.extend(item(Mark::Miss, "routed, read"));
-            first.extend(item(Mark::Dropped, "dropped"));
-            second.extend(item(Mark::Resident, "in cache"));
-            second.extend(item(Mark::Heat(2), "routed lately"));
-            if !narrow {
-                second.push(Span::raw("% hit"));
-            }
-        }
+    let one = fit(&tail, width);
+    if one.chars().count() <= width as usize {
+        lines.push(Line::from(one.to_string()));
+    } else {
+        lines.push(Line::from(layout));
+        lines.push(Line::from(hit[1]));
     }
-    if density == Density::Half && !app.colour && app.routing_view == View::Now {
-        second = vec![Span::raw("2 experts/cell: ▀ upper ▄ lower █ both routed; : . cached")];
+    lines
+}
+
+/// A legend entry's glyphs, each in its mark's colour.
+fn key_spans(app: &App, key: &Key) -> Vec<Span<'static>> {
+    let mut spans: Vec<Span> = key
+        .marks
+        .iter()
+        .map(|m| {
+            let style = if app.colour { Style::default().fg(m.colour()) } else { Style::default() };
+            Span::styled(m.glyph().to_string(), style)
+        })
+        .collect();
+    if key.count {
+        spans.push(Span::raw("N"));
     }
-    vec![Line::from(first), Line::from(second)]
+    spans
+}
+
+/// Legend entries (glyphs, a space, `text`) two spaces apart, in lines of at
+/// most `width` columns.
+fn pack(app: &App, keys: &[Key], width: u16, text: fn(&Key) -> &'static str) -> Vec<Line<'static>> {
+    let mut lines: Vec<Vec<Span>> = Vec::new();
+    let mut used = 0;
+    for key in keys {
+        let len = key.glyphs().chars().count() + 1 + text(key).chars().count();
+        match lines.last_mut() {
+            Some(line) if used + 2 + len <= width as usize => {
+                line.push(Span::raw("  "));
+                used += 2 + len;
+            }
+            _ => {
+                lines.push(Vec::new());
+                used = len;
+            }
+        }
+        let line = lines.last_mut().expect("a line was pushed");
+        line.extend(key_spans(app, key));
+        line.push(Span::raw(format!(" {}", text(key))));
+    }
+    lines.into_iter().map(Line::from).collect()
 }
 
 fn draw_telemetry(frame: &mut Frame, app: &App, area: Rect) {
@@ -506,16 +527,7 @@ fn draw_help(frame: &mut Frame, app: &App, scroll: u16) {
         }
     }
     lines.push(Line::default());
-    // The legend in lines that fit an 80-column screen.
-    for line in [
-        "Routing panel: one row per expert layer (MTP: the draft layer),",
-        "one cell per expert (two per cell when narrow).",
-        "■ routed now, cache hit · □ routed now, read from disk",
-        "× dropped · · in cache · ░▒▓█ routed often lately",
-        "% = the layer's hit rate this chat",
-    ] {
-        lines.push(Line::from(line));
-    }
+    lines.extend(help_legend(app, frame.area().width));
     let area = centred(frame.area(), 96, lines.len() as u16 + 2);
     frame.render_widget(Clear, area);
     let total = lines.len() as u16;
@@ -527,6 +539,32 @@ fn draw_help(frame: &mut Frame, app: &App, scroll: u16) {
         block = block.title_bottom(Line::from(shown).right_aligned());
     }
     frame.render_widget(Paragraph::new(lines).block(block).scroll((scroll, 0)), area);
+}
+
+/// The routing panel's legend for help, in lines that fit an 80-column
+/// screen: the glyphs the panel draws at this screen's width and view.
+fn help_legend(app: &App, screen_width: u16) -> Vec<Line<'static>> {
+    let mut lines = vec![
+        Line::from("Routing panel: one row per expert layer (MTP: the draft layer);"),
+        Line::from("F3 cycles its views: now, heat, cache."),
+    ];
+    let panel = right_width(app, screen_width);
+    if panel == 0 {
+        lines.push(Line::from("It is hidden on screens under 60 columns."));
+        return lines;
+    }
+    let view = app.routing_view;
+    let (keys, _, layout) = routing::legend(view, routing::density(app.routing.n_expert(), panel - 2));
+    let one = format!("At this width, the {} view: {layout}.", view.name());
+    if one.chars().count() <= 76 {
+        lines.push(Line::from(one));
+    } else {
+        lines.push(Line::from(format!("At this width, the {} view:", view.name())));
+        lines.push(Line::from(format!("{layout}.")));
+    }
+    lines.extend(pack(app, &keys, 76, |k| k.text));
+    lines.push(Line::from("% = the layer's hit rate this chat"));
+    lines
 }
 
 fn draw_settings(frame: &mut Frame, app: &App, selected: usize, editing: Option<&super::input::InputBox>) {
@@ -607,8 +645,10 @@ mod tests {
         let screen: String = (0..buf.area.height)
             .map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>() + "\n")
             .collect();
-        for line in ["■ routed now, cache hit · □ routed now, read from disk", "% = the layer's hit rate this chat"]
-        {
+        for line in [
+            "■ routed, hit  □ routed, read  × dropped  · in cache  ░▒▓█ routed lately",
+            "% = the layer's hit rate this chat",
+        ] {
             assert!(screen.contains(line), "{screen}");
         }
     }
