@@ -29,3 +29,4 @@ pub mod serve;
 pub mod synth;
 pub mod telemetry;
 pub mod ui;
+pub mod units;

@@ -1009,6 +1009,10 @@ fn cache_lists_and_removes_copies() {
     let over =
         run(&["generate", "-m", &kept, "-n", "2", "-t", "1", "--moe-stream", "--repack", "on", "--config", config]);
     assert!(over.status.success() && stderr(&over).contains("over its disk budget"), "{}", stderr(&over));
+    // Its sizes in one unit.
+    let said = stderr(&over);
+    let line = said.lines().find(|l| l.contains("over its disk budget")).unwrap();
+    assert!(line.matches(" MiB").count() == 3 && !line.contains("GiB"), "{line}");
     let listing = stdout(&run(&["cache"]));
     assert!(listing.contains("repacked") && listing.contains(&kept) && listing.contains("1 entries"), "{listing}");
     for m in [&kept, &gone] {

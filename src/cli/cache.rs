@@ -87,14 +87,17 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
     }
     print!("{}", listing(&chosen, now));
     if args.dry_run {
-        println!("would free {} (--dry-run: nothing removed)", gib(chosen.iter().map(|c| c.disk_bytes).sum()));
+        println!(
+            "would free {} (--dry-run: nothing removed)",
+            crate::units::size(chosen.iter().map(|c| c.disk_bytes).sum())
+        );
         return Ok(());
     }
     let mut freed = 0;
     for c in &chosen {
         freed += copies::remove(c).map_err(|e| anyhow!("removing {}: {e}", c.path.display()))?;
     }
-    println!("removed {} entries, freed {}", chosen.len(), gib(freed));
+    println!("removed {} entries, freed {}", chosen.len(), crate::units::size(freed));
     Ok(())
 }
 
@@ -114,20 +117,13 @@ fn listing(entries: &[CachedCopy], now: SystemTime) -> String {
         };
         let model = if c.partial { format!("{model} (partial: the experts read so far)") } else { model };
         let ago = ago(now.duration_since(c.last_used).unwrap_or_default());
-        let _ = writeln!(out, "{:<9} {:>10} {:>9}  {model}", c.kind.name(), gib(c.disk_bytes), ago);
+        let _ = writeln!(out, "{:<9} {:>10} {:>9}  {model}", c.kind.name(), crate::units::size(c.disk_bytes), ago);
     }
     out
 }
 
 fn total(entries: &[CachedCopy]) -> String {
-    format!("{} entries, {}", entries.len(), gib(entries.iter().map(|c| c.disk_bytes).sum()))
-}
-
-fn gib(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-    }
+    format!("{} entries, {}", entries.len(), crate::units::size(entries.iter().map(|c| c.disk_bytes).sum()))
 }
 
 /// A duration as the listing shows it: `now`, `5 min`, `3 h`, `12 d`.

@@ -459,15 +459,7 @@ impl CopyBar {
         let mut bar: Option<indicatif::ProgressBar> = None;
         crate::moe::repacked::report_progress(Some(Box::new(move |done, total| {
             let b = bar.get_or_insert_with(|| {
-                crate::notes::note(
-                    "bmoe",
-                    &format!(
-                        "writing a repacked copy of the experts, once: {:.1} GiB into {} (`bmoe cache` lists \
-                         and removes copies; --repacked-copy-max-gb caps them, --no-repacked-copy goes without)",
-                        total as f64 / (1u64 << 30) as f64,
-                        crate::moe::copies::cache_root().display()
-                    ),
-                );
+                crate::notes::note("bmoe", &crate::moe::repacked::copy_announcement(total));
                 crate::progress::progress_bar(total, "writing the repacked copy of the experts")
             });
             b.set_position(done);

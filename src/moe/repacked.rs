@@ -65,6 +65,17 @@ pub type CopyProgress = Box<dyn FnMut(u64, u64) -> ControlFlow<()> + Send>;
 
 static PROGRESS: Mutex<Option<CopyProgress>> = Mutex::new(None);
 
+/// What a front end says before it writes a repacked copy of `total`
+/// bytes: its size, where it goes and how to manage copies.
+pub fn copy_announcement(total: u64) -> String {
+    format!(
+        "writing a repacked copy of the experts, once: {} into {} (`bmoe cache` lists and removes copies; \
+         --repacked-copy-max-gb caps them, --no-repacked-copy goes without)",
+        crate::units::size(total),
+        super::copies::cache_root().display()
+    )
+}
+
 /// Sets what this process tells of a repacked copy's progress while one is
 /// written (a front end's progress bar); `None` tells nothing.
 pub fn report_progress(progress: Option<CopyProgress>) {
@@ -72,7 +83,7 @@ pub fn report_progress(progress: Option<CopyProgress>) {
 }
 
 /// Passes progress on; false when the receiver asked to stop.
-fn tell(done: u64, total: u64) -> bool {
+pub(crate) fn tell(done: u64, total: u64) -> bool {
     match PROGRESS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
         Some(f) => f(done, total).is_continue(),
         None => true,
@@ -231,31 +242,24 @@ fn check_room(home: &Path, need: u64, max_bytes: Option<u64>) -> io::Result<()> 
     let free = rustix::fs::statvfs(home)
         .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
         .map_err(|e| at(home, io::Error::from(e)))?;
-    let mib = |b: u64| b as f64 / 1048576.0;
     let budget = max_bytes.unwrap_or(free / 2);
     if need > budget {
+        let [need, budget, free] = crate::units::sizes([need, budget, free]);
         let whose = match max_bytes {
             Some(_) => "moe.repacked_copy_max_gb".to_string(),
-            None => {
-                format!("half the {:.1} MiB free on {}; moe.repacked_copy_max_gb sets it", mib(free), home.display())
-            }
+            None => format!("half the {free} free on {}; moe.repacked_copy_max_gb sets it", home.display()),
         };
         return Err(io::Error::new(
             io::ErrorKind::StorageFull,
-            format!("it would take {:.1} MiB, over its budget of {:.1} MiB ({whose})", mib(need), mib(budget)),
+            format!("it would take {need}, over its budget of {budget} ({whose})"),
         ));
     }
     let margin = disk_margin(need);
     if free < need + margin {
+        let [free, need, margin] = crate::units::sizes([free, need, margin]);
         return Err(io::Error::new(
             io::ErrorKind::StorageFull,
-            format!(
-                "{} has {:.1} MiB free; the copy needs {:.1} MiB and {:.1} MiB to spare",
-                home.display(),
-                mib(free),
-                mib(need),
-                mib(margin)
-            ),
+            format!("{} has {free} free; the copy needs {need} and {margin} to spare", home.display()),
         ));
     }
     Ok(())

@@ -222,16 +222,13 @@ fn attach_stream(
     if let Some(dir) = stream.repacked_copy.as_ref().filter(|_| info.repacked_banks > 0) {
         match repacked::prepare(files, &banks.layers, banks.n_expert, dir, stream.repacked_copy_max_bytes) {
             Ok(copy) if copy.partial.is_some() => {
-                let mib = |b: u64| b as f64 / 1048576.0;
                 let whole: u64 = banks.layers.iter().flatten().map(|p| (p.slice_bytes * banks.n_expert) as u64).sum();
                 let partial = copy.partial.clone().expect("checked");
+                let [whole, budget, used] = crate::units::sizes([whole, partial.budget(), partial.used()]);
                 notices.push(format!(
-                    "the repacked copy of the experts ({:.1} MiB) is over its disk budget of {:.1} MiB \
-                     (moe.repacked_copy_max_gb): it holds {:.1} MiB, and the experts read are added to it \
-                     as they are repacked, while the budget lasts",
-                    mib(whole),
-                    mib(partial.budget()),
-                    mib(partial.used())
+                    "the repacked copy of the experts ({whole}) is over its disk budget of {budget} \
+                     (moe.repacked_copy_max_gb): it holds {used}, and the experts read are added to it \
+                     as they are repacked, while the budget lasts"
                 ));
                 partial_copy = Some((partial, read_paths.len()));
                 read_paths.extend(copy.paths);
@@ -239,8 +236,8 @@ fn attach_stream(
             Ok(copy) => {
                 if copy.written > 0 {
                     notices.push(format!(
-                        "wrote a repacked copy of the experts ({:.1} MiB, the CPU's kernels' layout) to {}",
-                        copy.written as f64 / 1048576.0,
+                        "wrote a repacked copy of the experts ({}, the CPU's kernels' layout) to {}",
+                        crate::units::size(copy.written),
                         copy.paths[0].parent().unwrap_or(dir).display()
                     ));
                 }

@@ -284,6 +284,10 @@ impl App {
                 self.telemetry.observe(&r);
             }
             Update::Notice(n) => self.transcript.push(Entry::Notice(n)),
+            Update::CopyProgress(done, total) => {
+                let [done, total] = crate::units::sizes([done, total]);
+                self.transcript.progress(format!("writing the repacked copy of the experts: {done} of {total}"));
+            }
             Update::ToolCall(call) => self.transcript.push(Entry::ToolCall(call)),
             Update::TurnDone(result) => {
                 self.generating = false;
@@ -645,5 +649,23 @@ mod tests {
         a.on_update(Update::SetDone(Err("generate.n_predict: bad".into())));
         assert!(!a.applying);
         assert!(matches!(a.transcript.entries().last(), Some(Entry::Error(_))));
+    }
+
+    #[test]
+    fn a_copy_in_progress_is_one_notice_that_moves_on() {
+        let mut a = app();
+        a.on_update(Update::Notice("writing a repacked copy of the experts, once: 1.0 GiB into /c".into()));
+        a.on_update(Update::CopyProgress(256 << 20, 1 << 30));
+        a.on_update(Update::CopyProgress(1 << 30, 1 << 30));
+        let notes: Vec<String> = a
+            .transcript
+            .entries()
+            .filter_map(|e| match e {
+                Entry::Notice(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(notes[1], "writing the repacked copy of the experts: 1.0 GiB of 1.0 GiB");
     }
 }

@@ -50,6 +50,9 @@ pub struct Transcript {
     pub show_reasoning: bool,
     /// Colours on.
     pub colour: bool,
+    /// The last entry is a notice of work in progress, replaced as it
+    /// goes on ([`Transcript::progress`]).
+    progress_open: bool,
 }
 
 impl Transcript {
@@ -60,7 +63,22 @@ impl Transcript {
 
     /// Appends an entry.
     pub fn push(&mut self, entry: Entry) {
+        self.progress_open = false;
         self.cells.push(Cell { entry, wrapped: RefCell::new(None) });
+    }
+
+    /// Shows `text` as a notice of work in progress: the first call appends
+    /// it, later ones replace it until another entry is pushed.
+    pub fn progress(&mut self, text: String) {
+        match self.cells.last_mut() {
+            Some(cell) if self.progress_open => {
+                *cell = Cell { entry: Entry::Notice(text), wrapped: RefCell::new(None) }
+            }
+            _ => {
+                self.push(Entry::Notice(text));
+                self.progress_open = true;
+            }
+        }
     }
 
     /// The entries, oldest first.

@@ -54,6 +54,9 @@ pub enum Update {
     SetDone(Result<String, String>),
     /// The conversation was cleared.
     ResetDone,
+    /// A repacked copy of the experts is being written (while a setting
+    /// reopens the model): bytes written, of the whole.
+    CopyProgress(u64, u64),
 }
 
 impl Update {
@@ -92,19 +95,17 @@ impl Worker {
         let (requests, inbox) = std::sync::mpsc::channel();
         let queue = Arc::new(Mutex::new(Vec::new()));
         let shared = queue.clone();
-        let push = move |u: Update| {
+        let push: Push = Arc::new(move |u: Update| {
             let urgent = u.is_urgent();
             shared.lock().unwrap_or_else(PoisonError::into_inner).push(u);
             if urgent {
                 let _ = waker.send(wake());
             }
-        };
+        });
         let closing = Arc::new(AtomicBool::new(false));
         let stop = closing.clone();
-        let thread = std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || {
-            let mut push = push;
-            serve(host, &inbox, &stop, &mut push)
-        })?;
+        let thread =
+            std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || serve(host, &inbox, &stop, &push))?;
         Ok(Worker { requests: Some(requests), abort, closing, queue, thread: Some(thread) })
     }
 
@@ -143,14 +144,42 @@ impl Drop for Worker {
     }
 }
 
+/// Where the engine thread's updates go (the UI's queue).
+type Push = Arc<dyn Fn(Update) + Send + Sync>;
+
+/// Tells the screen of a repacked copy written while it lives (a setting
+/// that reopens the model): the announcement, then its progress.
+struct CopyReport;
+
+impl CopyReport {
+    fn install(push: Push) -> CopyReport {
+        let mut shown = None;
+        crate::moe::repacked::report_progress(Some(Box::new(move |done, total| {
+            if shown.is_none() {
+                push(Update::Notice(crate::moe::repacked::copy_announcement(total)));
+            }
+            // One update per percent.
+            let percent = done.saturating_mul(100) / total.max(1);
+            if shown != Some(percent) {
+                shown = Some(percent);
+                push(Update::CopyProgress(done, total));
+            }
+            std::ops::ControlFlow::Continue(())
+        })));
+        CopyReport
+    }
+}
+
+impl Drop for CopyReport {
+    fn drop(&mut self) {
+        crate::moe::repacked::report_progress(None);
+    }
+}
+
 /// Serves requests until the UI hangs up; returns the host and the totals
 /// of the turns run while the thread was alive.
-fn serve(
-    mut host: Host,
-    inbox: &Receiver<Request>,
-    closing: &AtomicBool,
-    out: &mut dyn FnMut(Update),
-) -> (Host, RunSummary) {
+fn serve(mut host: Host, inbox: &Receiver<Request>, closing: &AtomicBool, push: &Push) -> (Host, RunSummary) {
+    let out = &mut |u: Update| push(u);
     out(Update::Info(Box::new(HostInfo::of(&host))));
     for notice in host.take_notices() {
         out(Update::Notice(notice));
@@ -173,6 +202,7 @@ fn serve(
                 out(Update::TurnDone(done.map_err(|e| e.to_string())));
             }
             Request::Set(key, value) => {
+                let _copy = CopyReport::install(push.clone());
                 let done = host.set(&key, &value).map(|o| {
                     let how = match o.applied {
                         Apply::Live => "from the next turn",
@@ -204,4 +234,35 @@ fn merge(into: &mut RunSummary, s: &RunSummary) {
     into.decode_tokens += s.decode_tokens;
     into.decode_ns += s.decode_ns;
     into.decode_steps += s.decode_steps;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While a setting applies, a copy's progress reaches the screen: its
+    /// announcement once, then one update per percent; nothing after.
+    #[test]
+    fn a_copy_written_while_a_setting_applies_is_told() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let push: Push = Arc::new(move |u| sink.lock().unwrap().push(u));
+        let report = CopyReport::install(push);
+        for done in [0, 5, 500, 1000] {
+            assert!(crate::moe::repacked::tell(done << 20, 1000 << 20));
+        }
+        drop(report);
+        crate::moe::repacked::tell(1, 2);
+        let seen = seen.lock().unwrap();
+        let Update::Notice(first) = &seen[0] else { panic!("{:?}", seen[0]) };
+        assert!(first.contains("writing a repacked copy of the experts, once: 1000.0 MiB into"), "{first}");
+        let progress: Vec<(u64, u64)> = seen[1..]
+            .iter()
+            .map(|u| match u {
+                Update::CopyProgress(d, t) => (d >> 20, t >> 20),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(progress, [(0, 1000), (500, 1000), (1000, 1000)]);
+    }
 }
