@@ -267,24 +267,25 @@ impl Default for GenerateConfig {
 }
 
 impl GenerateConfig {
-    /// The GBNF grammar the output must follow, if any: `json_schema`
-    /// converted (the schema itself when it starts with `{`, else the file
-    /// it names), or the `grammar` file's text. Errors name the setting.
-    pub fn constraint(&self) -> Result<Option<String>, ConfigError> {
+    /// What the output must follow, if anything: the `json_schema` (the
+    /// schema itself when it starts with `{`, else the file it names),
+    /// checked, or the `grammar` file's text. Errors name the setting.
+    pub fn constraint(&self) -> Result<Option<crate::llama::Constraint>, ConfigError> {
         if !self.json_schema.is_empty() {
             let text = if self.json_schema.trim_start().starts_with('{') {
                 Ok(self.json_schema.clone())
             } else {
                 std::fs::read_to_string(&self.json_schema).map_err(|e| format!("reading {}: {e}", self.json_schema))
             };
-            let grammar = text.and_then(|t| crate::schema::to_grammar(&t));
-            return grammar.map(Some).map_err(|e| bad("generate.json_schema", e));
+            let schema = text.and_then(|t| crate::llama::Constraint::json_schema(&t));
+            return schema.map(Some).map_err(|e| bad("generate.json_schema", e));
         }
         if self.grammar.as_os_str().is_empty() {
             return Ok(None);
         }
         let text = std::fs::read_to_string(&self.grammar);
-        text.map(Some).map_err(|e| bad("generate.grammar", format!("reading {}: {e}", self.grammar.display())))
+        text.map(|t| Some(crate::llama::Constraint::Grammar(t)))
+            .map_err(|e| bad("generate.grammar", format!("reading {}: {e}", self.grammar.display())))
     }
 }
 

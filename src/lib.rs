@@ -14,6 +14,7 @@ pub mod eval;
 pub mod fuzz;
 pub mod gguf;
 pub mod host;
+pub mod hub;
 pub mod interrupt;
 #[allow(unsafe_code)]
 pub mod llama;

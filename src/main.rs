@@ -4,7 +4,9 @@ use bmoe::interrupt;
 use clap::Parser;
 
 fn main() {
-    let cli = bmoe::cli::Cli::parse();
+    // llama.cpp's `-hf REPO` spelling, as `--hf REPO`.
+    let args = std::env::args_os().map(|a| if a == "-hf" { "--hf".into() } else { a });
+    let cli = bmoe::cli::Cli::parse_from(args);
     if let Err(e) = bmoe::cli::run(cli) {
         if e.downcast_ref::<interrupt::Interrupted>().is_some() {
             eprintln!("bmoe: interrupted");

@@ -162,7 +162,7 @@ fn learn_successors(path: &Path, threads: u32) -> Result<(HashMap<usize, usize>,
             sampling: Sampling::default(),
             continue_context: false,
             keep_logits: false,
-            grammar: None,
+            constraint: None,
         };
         let g = session.generate(&request, &mut |_| {}).map_err(|e| e.to_string())?;
         seen += g.tokens.len();

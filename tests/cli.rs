@@ -852,7 +852,7 @@ fn generate_under_a_grammar() {
     assert!(value["ok"].is_boolean(), "{value}");
     fails_with_one_line(
         &["generate", "-m", &m, "-p", "x", "--json-schema", r#"{"type":"string","not":{}}"#],
-        "generate.json_schema: root: `not` is not supported",
+        r#"generate.json_schema: the schema cannot be used: Unimplemented keys: ["not"]"#,
     );
     fails_with_one_line(&["generate", "-m", &m, "-p", "x", "--grammar", g, "--json-schema", schema], "not both");
 }

@@ -26,7 +26,7 @@ fn settings() -> TurnSettings {
     TurnSettings {
         n_predict: 4,
         sampling: Default::default(),
-        grammar: None,
+        constraint: None,
         think: false,
         require_call: false,
         stop: Vec::new(),

@@ -22,7 +22,7 @@ fn request(n: u32) -> GenerateRequest {
         sampling: Sampling::default(),
         continue_context: false,
         keep_logits: true,
-        grammar: None,
+        constraint: None,
     }
 }
 

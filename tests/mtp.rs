@@ -7,7 +7,7 @@
 mod common;
 
 use bmoe::engine::{Event, GenerateRequest, Session, SessionOptions};
-use bmoe::llama::{MtpExperts, MtpParams, Sampling};
+use bmoe::llama::{Constraint, MtpExperts, MtpParams, Sampling};
 use bmoe::synth::Arch;
 use common::*;
 
@@ -98,18 +98,20 @@ fn mtp_is_refused_where_it_cannot_work() {
     let m = write_tiny(dir.path(), "g.gguf", Arch::Glm4Moe, |_| {});
     let mut s = Session::open(with_mtp(options(&m, None), 0.5)).unwrap();
     assert!(s.drafts_with_mtp());
-    let request = |sampling: Sampling, grammar: Option<String>| GenerateRequest {
+    let request = |sampling: Sampling, constraint: Option<Constraint>| GenerateRequest {
         prompt: PROMPT.into(),
         n_predict: 4,
         sampling,
         continue_context: false,
         keep_logits: false,
-        grammar,
+        constraint,
     };
     let hot = Sampling { temp: 0.8, ..Sampling::default() };
     let e = s.generate(&request(hot, None), &mut |_| {}).unwrap_err();
     assert!(e.to_string().contains("use --temp 0 with --mtp"), "{e}");
-    let e = s.generate(&request(Sampling::default(), Some("root ::= \"a\"".into())), &mut |_| {}).unwrap_err();
+    let e = s
+        .generate(&request(Sampling::default(), Some(Constraint::Grammar("root ::= \"a\"".into()))), &mut |_| {})
+        .unwrap_err();
     assert!(e.to_string().contains("a grammar and MTP drafting do not go together"), "{e}");
     // Still usable after the refusals.
     let mut steps = 0;

@@ -160,7 +160,7 @@ fn a_server_that_goes_away_between_turns_is_an_error_and_the_process_lives_on() 
         sampling: Default::default(),
         continue_context: false,
         keep_logits: false,
-        grammar: None,
+        constraint: None,
     };
     // The close reaches this side asynchronously (until it does, the
     // session cannot know): wait for the kernel to show it.

@@ -50,7 +50,7 @@ fn alone(opts: &SessionOptions, prompts: &[&str]) -> Vec<Run> {
                 sampling: Sampling::default(),
                 continue_context: false,
                 keep_logits: true,
-                grammar: None,
+                constraint: None,
             };
             session.reset();
             let g = session.generate(&request, &mut |_| {}).expect("generate");

@@ -21,7 +21,7 @@ fn request(prompt: &str, n: u32) -> GenerateRequest {
         sampling: Sampling::default(),
         continue_context: false,
         keep_logits: true,
-        grammar: None,
+        constraint: None,
     }
 }
 

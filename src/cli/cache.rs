@@ -127,7 +127,7 @@ fn total(entries: &[CachedCopy]) -> String {
 }
 
 /// A duration as the listing shows it: `now`, `5 min`, `3 h`, `12 d`.
-fn ago(d: Duration) -> String {
+pub(super) fn ago(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => "now".into(),

@@ -55,9 +55,14 @@ pub struct SessionFlags {
 /// each overrides the `bmoe.toml` field in brackets.
 #[derive(Args, Debug, Default, Clone)]
 pub struct RunFlags {
-    /// Model file; without one, a random-weight demo model is generated once and used.
+    /// Model file (or hf:OWNER/NAME[:QUANT], pulled from the Hugging Face Hub); without one, a
+    /// random-weight demo model is generated once and used.
     #[arg(short, long)]
     pub model: Option<PathBuf>,
+    /// A model on the Hugging Face Hub, OWNER/NAME[:QUANT] (also written -hf): downloaded into the hub
+    /// cache on first use (as `bmoe pull`), then opened from there.
+    #[arg(long = "hf", value_name = "OWNER/NAME[:QUANT]", conflicts_with = "model")]
+    pub hf: Option<String>,
     /// Read a bmoe.toml; flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -264,6 +269,7 @@ impl RunFlags {
         // Every field named, so a new flag cannot be forgotten here.
         let RunFlags {
             model,
+            hf,
             config,
             moe_stream,
             cache_mb,
@@ -303,6 +309,7 @@ impl RunFlags {
         } = self;
         RunFlags {
             model: model.or_else(|| base.model.clone()),
+            hf: hf.or_else(|| base.hf.clone()),
             config: config.or_else(|| base.config.clone()),
             moe_stream: moe_stream || base.moe_stream,
             cache_mb: cache_mb.or(base.cache_mb),
@@ -352,6 +359,9 @@ pub fn resolve_config(args: &RunFlags, turn: &TurnFlags) -> Result<RunConfig> {
     let g = &mut c.generate;
     if let Some(m) = &args.model {
         c.model.path = m.clone();
+    }
+    if let Some(spec) = &args.hf {
+        c.model.path = PathBuf::from(format!("hf:{spec}"));
     }
     if let Some(r) = &args.repack {
         c.model.repack = r.clone();

@@ -6,7 +6,9 @@ mod cache;
 mod eval;
 mod generate;
 mod model;
+mod models;
 mod plugin;
+mod pull;
 mod replay;
 mod rpc_server;
 mod run;
@@ -74,6 +76,16 @@ pub enum Command {
     Template(template::TemplateArgs),
     /// Write a synthetic MoE model (random weights, real architecture).
     MakeModel(MakeModelArgs),
+    /// Download a model from the Hugging Face Hub (OWNER/NAME[:QUANT]) into the hub cache, resumably
+    /// and checked against the hub's SHA-256; prints the file to pass as -m (or use -hf OWNER/NAME).
+    Pull(pull::PullArgs),
+    /// The GGUF models on this machine (hub cache, demo models, files runs opened): size,
+    /// architecture, type, whether they stream, copies, last use; `models rm` removes one.
+    Models {
+        /// What to do (default: list).
+        #[command(subcommand)]
+        command: Option<models::ModelsCommand>,
+    },
     /// Describe a GGUF model and whether bmoe can stream it.
     Inspect {
         /// Model file (first shard of a split set).
@@ -133,6 +145,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Repl(flags) => repl(&flags),
         Command::Template(args) => template::template(args),
         Command::MakeModel(args) => model::make_model(args),
+        Command::Pull(args) => pull::pull(args),
+        Command::Models { command } => models::models(command),
         Command::Inspect { file } => model::inspect(&file),
         Command::Archs => print_stdout(&model::archs()),
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),

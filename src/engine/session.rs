@@ -242,9 +242,10 @@ pub struct GenerateRequest {
     pub continue_context: bool,
     /// Keep a copy of the logits each token was chosen from.
     pub keep_logits: bool,
-    /// A GBNF grammar the generated text must follow (llama.cpp's grammar
-    /// sampler masks every token it does not allow), or none.
-    pub grammar: Option<String>,
+    /// What the generated text must follow: a GBNF grammar (llama.cpp's
+    /// grammar sampler) or a JSON schema (llguidance), each masking every
+    /// token it does not allow; or none.
+    pub constraint: Option<crate::llama::Constraint>,
 }
 
 /// The result of a generation.
@@ -453,7 +454,7 @@ impl Session {
         let model = self.ctx.model().clone();
         // Built before anything is decoded, so a refused grammar leaves the
         // session as it was.
-        let mut sampler = match &req.grammar {
+        let mut sampler = match &req.constraint {
             Some(_) if self.drafts_with_mtp() => {
                 return Err(EngineError::Request(
                     "a grammar and MTP drafting do not go together (drafts are verified against unconstrained greedy \
@@ -468,8 +469,9 @@ impl Session {
                         .into(),
                 ));
             }
-            Some(grammar) => Sampler::with_grammar(req.sampling, &model, grammar).map_err(EngineError::Request)?,
-            None => Sampler::new(req.sampling),
+            constraint => {
+                Sampler::constrained(req.sampling, &model, constraint.as_ref()).map_err(EngineError::Request)?
+            }
         };
         let (input, turn_start, old_pending, reused) = match &req.prompt {
             Prompt::Text(text) => {
@@ -580,6 +582,9 @@ impl Session {
         for index in 0..req.n_predict {
             let logits = self.ctx.last_logits();
             let Some(token) = sampler.sample(logits) else {
+                if let Some(why) = sampler.failure() {
+                    return Err(EngineError::Request(why.to_string()));
+                }
                 // The grammar is complete and allows no end token: the text is done.
                 out.stopped_at_eog = true;
                 break;

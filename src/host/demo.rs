@@ -6,13 +6,34 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 
 use crate::config::RunConfig;
+use crate::hub::{self, HubSettings, HubSpec};
 use crate::progress::write_model_with_progress;
 use crate::synth::{self, Arch, ModelSpec, Preset};
 
-/// The model `config` names, or the demo model (generated on first use,
-/// with a progress bar; Ctrl-C stops it cleanly).
+/// The model `config` names (`hf:OWNER/NAME[:QUANT]`: pulled from the
+/// hub unless cached), or the demo model (generated on first use, with a
+/// progress bar; Ctrl-C stops it cleanly). Recorded for `bmoe models`.
 pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
+    let path = locate_model(config)?;
+    super::recent::record_use(&path);
+    Ok(path)
+}
+
+/// The model file `config` means, fetched or generated when needed.
+fn locate_model(config: &RunConfig) -> Result<PathBuf> {
     let given = &config.model.path;
+    if let Some(spec) = given.to_str().and_then(HubSpec::from_model_arg) {
+        let spec = spec.map_err(|e| anyhow::anyhow!(e))?;
+        let pulled = hub::pull(&spec, &HubSettings::from_env())?;
+        if pulled.downloaded > 0 {
+            eprintln!(
+                "bmoe: {spec}: {} downloaded to {}",
+                crate::units::size(pulled.downloaded),
+                pulled.model.display()
+            );
+        }
+        return Ok(pulled.model);
+    }
     if !given.as_os_str().is_empty() {
         if !given.exists() {
             anyhow::bail!(

@@ -9,6 +9,7 @@ mod ending;
 mod plugins;
 mod prompt_tokens;
 mod prompter;
+mod recent;
 mod settings;
 mod sinks;
 mod turn;
@@ -16,6 +17,7 @@ mod turn;
 use std::path::{Path, PathBuf};
 
 pub use demo::resolve_model;
+pub use recent::models_used;
 pub use settings::{Apply, SETTINGS, apply_of, description};
 
 use crate::chat::{ChatFormat, ChatPrompt, Conversation, Kind, Message, TemplateError, ThinkControl, ToolCall};
@@ -105,9 +107,9 @@ pub struct Reply {
     pub n_predict: u32,
     /// Token selection.
     pub sampling: crate::llama::Sampling,
-    /// The grammar the reply follows (a forced tool call's, or the
-    /// settings'), if any.
-    pub grammar: Option<String>,
+    /// What the reply follows (a forced tool call's grammar, or the
+    /// settings' constraint), if anything.
+    pub constraint: Option<crate::llama::Constraint>,
     forced_call: bool,
     stop: StopScan,
     splitter: crate::chat::Splitter,
@@ -125,7 +127,7 @@ impl Reply {
             sampling: self.sampling,
             continue_context: false,
             keep_logits,
-            grammar: self.grammar.clone(),
+            constraint: self.constraint.clone(),
         }
     }
 
@@ -534,11 +536,11 @@ impl Host {
         if room < 2 {
             return Err(HostError::ContextFull { needed: tokens.len() + 2, n_ctx });
         }
-        let mut grammar = settings.grammar.clone();
+        let mut constraint = settings.constraint.clone();
         // A reply to the user that must call a tool follows the call grammar.
         let forced_call = messages.last().is_some_and(|m| m.role == "user") && settings.require_call;
         if forced_call {
-            if grammar.is_some() {
+            if constraint.is_some() {
                 return Err(HostError::Setting(
                     "chat.tool_choice = required and a grammar (generate.grammar or json_schema) both constrain the \
                      reply: unset one"
@@ -546,7 +548,8 @@ impl Host {
                 ));
             }
             let call = self.format.call_grammar(prompt.reply_opening());
-            grammar = Some(call.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?);
+            let call = call.map_err(|e| HostError::Setting(format!("chat.tool_choice = required: {e}")))?;
+            constraint = Some(crate::llama::Constraint::Grammar(call));
         }
         Ok(Reply {
             splitter: self.format.splitter(&prompt),
@@ -554,7 +557,7 @@ impl Host {
             tokens,
             n_predict: settings.n_predict.min(room as u32),
             sampling: settings.sampling,
-            grammar,
+            constraint,
             forced_call,
             stop: StopScan::new(&settings.stop),
             tools: self.format.tools().cloned(),
@@ -608,7 +611,7 @@ impl Host {
             tokens,
             n_predict: settings.n_predict.min(room as u32),
             sampling: settings.sampling,
-            grammar: settings.grammar.clone(),
+            constraint: settings.constraint.clone(),
             forced_call: false,
             stop: StopScan::new(&settings.stop),
             tools: None,
@@ -642,7 +645,7 @@ impl Host {
         } else if call_open || reply.forced_call {
             Some(Cut::ToolCall)
         } else {
-            reply.grammar.as_ref().map(|_| Cut::Constrained)
+            reply.constraint.as_ref().map(|_| Cut::Constrained)
         };
         let ending = self.ending(generation, found.len(), reply.n_predict, open);
         let strip = |text: &str| format.map_or_else(|| text.trim().to_string(), |f| f.strip_calls(text, &found));
@@ -733,7 +736,7 @@ impl Host {
             on_event(HostEvent::Text { kind: Kind::Answer, text: &rest });
         }
         cut_at_stop(&mut generation, &stop);
-        let open = request.grammar.as_ref().map(|_| Cut::Constrained);
+        let open = request.constraint.as_ref().map(|_| Cut::Constrained);
         self.ending(&generation, 0, request.n_predict, open);
         Ok(generation)
     }
@@ -774,7 +777,7 @@ impl Host {
             sampling: settings.sampling,
             continue_context: false,
             keep_logits: self.keep_logits,
-            grammar: settings.grammar.clone(),
+            constraint: settings.constraint.clone(),
         }
     }
 

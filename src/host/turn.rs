@@ -12,8 +12,8 @@ pub struct TurnSettings {
     pub n_predict: u32,
     /// Token selection.
     pub sampling: Sampling,
-    /// A GBNF grammar the reply must follow, if any.
-    pub grammar: Option<String>,
+    /// What the reply must follow (a grammar or a JSON schema), if anything.
+    pub constraint: Option<crate::llama::Constraint>,
     /// Let the model think (where the template has a switch).
     pub think: bool,
     /// A reply to the user must be a call of a shown tool.
@@ -23,13 +23,13 @@ pub struct TurnSettings {
 }
 
 impl TurnSettings {
-    /// The settings `config` gives (its grammar file read now, so an edited
+    /// The settings `config` gives (its grammar or schema file read now, so an edited
     /// file counts from the next turn).
     pub fn from_config(config: &RunConfig) -> Result<TurnSettings, String> {
         Ok(TurnSettings {
             n_predict: config.generate.n_predict,
             sampling: config.sampling(),
-            grammar: config.generate.constraint().map_err(|e| e.to_string())?,
+            constraint: config.generate.constraint().map_err(|e| e.to_string())?,
             think: config.chat.think,
             require_call: config.chat.tool_choice == "required",
             stop: Vec::new(),

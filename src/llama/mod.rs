@@ -2,6 +2,7 @@
 //! memory. Everything here wraps an FFI call or a pointer in a small safe
 //! type; every `unsafe` block says which contract makes it sound.
 
+mod constraint;
 mod context;
 pub mod cpu_layouts;
 mod log;
@@ -19,6 +20,7 @@ use std::sync::Once;
 
 use llama_cpp_sys_2 as sys;
 
+pub use constraint::{Constraint, SchemaGuide, TokenTable};
 pub use context::{Context, ContextParams, DecodeError, EvalHook, Logits, NoHook, SeqPart, batch_index_of_last};
 pub use log::{last_errors, set_verbose};
 pub use model::{Model, ModelLoadError};

@@ -1,6 +1,6 @@
 //! Token selection: greedy argmax (bmoe's own, ties to the lowest id) or
 //! llama.cpp's top-k -> top-p -> temperature -> seeded draw chain, either
-//! one behind a GBNF grammar.
+//! one behind a [`Constraint`]: a GBNF grammar or a JSON schema.
 
 use std::ffi::CString;
 use std::marker::PhantomData;
@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
 
-use super::Model;
+use super::{Constraint, Model, SchemaGuide};
 
 /// Sampling settings; `temp <= 0` means greedy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,13 +29,23 @@ impl Default for Sampling {
     }
 }
 
-/// A sampler built from [`Sampling`], optionally behind a grammar that
-/// masks every token it does not allow (llama.cpp's grammar sampler, GBNF).
+/// A sampler built from [`Sampling`], optionally behind a constraint that
+/// masks every token it does not allow: a GBNF grammar (llama.cpp's
+/// grammar sampler, the chain's first stage) or a JSON schema (llguidance).
 pub struct Sampler<'m> {
     chain: Option<NonNull<sys::llama_sampler>>,
-    /// Greedy choice (argmax over the logits the grammar left), not a draw.
+    /// The chain's grammar stage, owned by the chain.
+    grammar: Option<NonNull<sys::llama_sampler>>,
+    /// The JSON schema's matcher.
+    schema: Option<SchemaGuide>,
+    /// Greedy choice (argmax over the logits the constraint left), not a draw.
     greedy: bool,
     scratch: Vec<sys::llama_token_data>,
+    /// The logits a schema masked.
+    masked: Vec<f32>,
+    /// Why the last [`Sampler::sample`] chose nothing, when the schema's
+    /// matcher failed (not a complete text).
+    failure: Option<String>,
     /// The grammar stage reads the model's vocabulary.
     _model: PhantomData<&'m Model>,
 }
@@ -46,20 +56,51 @@ unsafe impl Send for Sampler<'_> {}
 impl Sampler<'static> {
     /// Builds the sampler.
     pub fn new(s: Sampling) -> Sampler<'static> {
-        if s.temp <= 0.0 {
-            return Sampler { chain: None, greedy: true, scratch: Vec::new(), _model: PhantomData };
+        let mut sampler = Sampler::bare(s.temp <= 0.0);
+        if !sampler.greedy {
+            sampler.chain = new_chain();
+            sampler.add_draw_stages(s);
         }
-        super::init();
-        // SAFETY: a new chain, owned by the sampler.
-        let chain = unsafe { sys::llama_sampler_chain_init(sys::llama_sampler_chain_params { no_perf: true }) };
-        let mut sampler =
-            Sampler { chain: NonNull::new(chain), greedy: false, scratch: Vec::new(), _model: PhantomData };
-        sampler.add_draw_stages(s);
         sampler
     }
 }
 
+/// A new, empty sampler chain.
+fn new_chain() -> Option<NonNull<sys::llama_sampler>> {
+    super::init();
+    // SAFETY: a new chain, owned by the caller.
+    NonNull::new(unsafe { sys::llama_sampler_chain_init(sys::llama_sampler_chain_params { no_perf: true }) })
+}
+
 impl<'m> Sampler<'m> {
+    /// A sampler without a chain or a constraint.
+    fn bare(greedy: bool) -> Sampler<'m> {
+        Sampler {
+            chain: None,
+            grammar: None,
+            schema: None,
+            greedy,
+            scratch: Vec::new(),
+            masked: Vec::new(),
+            failure: None,
+            _model: PhantomData,
+        }
+    }
+
+    /// Builds the sampler behind `constraint` (none: [`Sampler::new`]).
+    pub fn constrained(s: Sampling, model: &'m Model, constraint: Option<&Constraint>) -> Result<Sampler<'m>, String> {
+        match constraint {
+            None => Ok(Sampler::new(s)),
+            Some(Constraint::Grammar(grammar)) => Sampler::with_grammar(s, model, grammar),
+            Some(Constraint::JsonSchema(schema)) => {
+                let guide = SchemaGuide::new(model.token_table()?, schema)?;
+                let mut sampler = Sampler::new(s);
+                sampler.schema = Some(guide);
+                Ok(sampler)
+            }
+        }
+    }
+
     /// Builds the sampler behind `grammar` (GBNF text, rule `root` first)
     /// for `model`'s vocabulary; an error quotes llama.cpp's parse error.
     pub fn with_grammar(s: Sampling, model: &'m Model, grammar: &str) -> Result<Sampler<'m>, String> {
@@ -77,15 +118,14 @@ impl<'m> Sampler<'m> {
             let why = why.map(str::to_string).or_else(super::log::last_error);
             return Err(format!("the grammar was refused: {}", why.unwrap_or_else(|| "it does not parse".into())));
         }
-        // SAFETY: a new chain takes ownership of the grammar stage.
-        let chain = unsafe {
-            let chain = sys::llama_sampler_chain_init(sys::llama_sampler_chain_params { no_perf: true });
-            sys::llama_sampler_chain_add(chain, stage);
-            chain
-        };
-        let greedy = s.temp <= 0.0;
-        let mut sampler = Sampler { chain: NonNull::new(chain), greedy, scratch: Vec::new(), _model: PhantomData };
-        if !greedy {
+        let mut sampler = Sampler::bare(s.temp <= 0.0);
+        sampler.chain = new_chain();
+        sampler.grammar = NonNull::new(stage);
+        if let Some(chain) = sampler.chain {
+            // SAFETY: the live chain takes ownership of the grammar stage.
+            unsafe { sys::llama_sampler_chain_add(chain.as_ptr(), stage) };
+        }
+        if !sampler.greedy {
             sampler.add_draw_stages(s);
         }
         Ok(sampler)
@@ -107,10 +147,83 @@ impl<'m> Sampler<'m> {
     }
 
     /// Picks the next token from `logits`: greedy argmax (lowest id on
-    /// ties) over what the grammar allows, or the chain's draw. `None` when
-    /// the grammar allows no token at all (it ended and the vocabulary has
-    /// no end-of-generation token it accepts): nothing is accepted then.
+    /// ties) over what the constraint allows, or the chain's draw. `None`
+    /// when the constraint allows no token at all (it ended and the
+    /// vocabulary has no end-of-generation token it accepts), or its
+    /// matcher failed ([`Sampler::failure`] says why): nothing is accepted
+    /// then.
     pub fn sample(&mut self, logits: &[f32]) -> Option<i32> {
+        if self.schema.is_some() {
+            return self.sample_schema(logits);
+        }
+        if self.greedy
+            && let Some(token) = self.greedy_grammar_fast(logits)
+        {
+            return Some(token);
+        }
+        self.draw(logits)
+    }
+
+    /// The same sampler, with a grammar checked against the whole
+    /// vocabulary every step even where the greedy choice's own check would
+    /// do (the shortcut's reference, for tests and comparisons).
+    pub fn without_shortcut(mut self) -> Sampler<'m> {
+        self.grammar = None;
+        self
+    }
+
+    /// Why the last [`Sampler::sample`] chose nothing, when it was not
+    /// because the constraint was complete.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// Greedy under a grammar: the unconstrained argmax when the grammar
+    /// allows it (the same token the masked argmax picks, ties included),
+    /// checked on that one token instead of the whole vocabulary.
+    fn greedy_grammar_fast(&mut self, logits: &[f32]) -> Option<i32> {
+        let (chain, stage) = (self.chain?, self.grammar?);
+        let best = argmax(logits);
+        let mut one = [sys::llama_token_data { id: best, logit: *logits.get(best as usize)?, p: 0.0 }];
+        let mut arr = sys::llama_token_data_array { data: one.as_mut_ptr(), size: 1, selected: -1, sorted: false };
+        // SAFETY: arr points into `one`, alive for the call; the stage is
+        // alive as long as its chain. Applying only masks, it keeps no state.
+        unsafe { sys::llama_sampler_apply(stage.as_ptr(), &mut arr) };
+        if one[0].logit == f32::NEG_INFINITY {
+            return None;
+        }
+        // SAFETY: live chain.
+        unsafe { sys::llama_sampler_accept(chain.as_ptr(), best) };
+        Some(best)
+    }
+
+    /// Under a JSON schema: the logits masked, then the greedy choice or
+    /// the chain's draw over them.
+    fn sample_schema(&mut self, logits: &[f32]) -> Option<i32> {
+        let guide = self.schema.as_mut()?;
+        let mut masked = std::mem::take(&mut self.masked);
+        masked.clear();
+        masked.extend_from_slice(logits);
+        let token = match guide.mask(&mut masked) {
+            Ok(()) => self.draw(&masked),
+            Err(e) => {
+                self.failure = Some(e);
+                None
+            }
+        };
+        self.masked = masked;
+        let token = token.filter(|&t| self.masked.get(t as usize).is_some_and(|&l| l > f32::NEG_INFINITY))?;
+        let guide = self.schema.as_mut()?;
+        if let Err(e) = guide.accept(token as u32) {
+            self.failure = Some(e);
+            return None;
+        }
+        Some(token)
+    }
+
+    /// The greedy argmax (no chain), or the chain's choice: its grammar
+    /// stage masks, its draw stages draw.
+    fn draw(&mut self, logits: &[f32]) -> Option<i32> {
         let Some(chain) = self.chain else { return Some(argmax(logits)) };
         self.scratch.clear();
         self.scratch.extend(logits.iter().enumerate().map(|(i, &logit)| sys::llama_token_data {
@@ -145,6 +258,10 @@ impl<'m> Sampler<'m> {
     /// Restarts the random stream from the seed (and the grammar from its
     /// start).
     pub fn reset(&mut self) {
+        self.failure = None;
+        if let Some(schema) = &mut self.schema {
+            schema.reset();
+        }
         if let Some(chain) = self.chain {
             // SAFETY: live chain.
             unsafe { sys::llama_sampler_reset(chain.as_ptr()) };

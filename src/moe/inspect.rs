@@ -122,18 +122,45 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
             Err(e) => format!("FAILED: {e}"),
         }
     );
-    let verdict = match (recipe::refusal(arch), loadable, checked) {
-        (Some(why), _, _) => format!("no: {why}"),
-        (None, Err(e), _) => format!("no: llama.cpp cannot load this file: {e}"),
-        (None, Ok(()), Err(e)) => format!("no: {e}"),
-        (None, Ok(()), Ok(_)) => match recipe::recipe_for(arch) {
-            Some(r) if r.gated() => "yes (covered by byte-identity gates)".to_string(),
-            Some(_) => "yes (by capability; no byte-identity gate covers this architecture yet)".to_string(),
-            None => "yes (by capability; an architecture bmoe's registry does not list)".to_string(),
-        },
+    let verdict = match verdict(arch, &loadable, &checked) {
+        Ok(how) => format!("yes ({how})"),
+        Err(why) => format!("no: {why}"),
     };
     let _ = writeln!(out, "streamable:    {verdict}");
     out
+}
+
+/// Whether bmoe can stream `files` (what `inspect` says under
+/// "streamable"): how it is covered, or why not.
+pub fn stream_verdict(files: &ModelFiles) -> Result<&'static str, String> {
+    let arch = files.meta().architecture().unwrap_or("(none)");
+    let loadable = crate::gguf::check_model(files, &crate::gguf::RunShape::default());
+    verdict(arch, &loadable, &crate::moe::capability::check_file(files))
+}
+
+/// The verdict from the checks' results.
+fn verdict<F>(arch: &str, loadable: &Result<(), String>, checked: &Result<F, String>) -> Result<&'static str, String> {
+    match (recipe::refusal(arch), loadable, checked) {
+        (Some(why), _, _) => Err(why.to_string()),
+        (None, Err(e), _) => Err(format!("llama.cpp cannot load this file: {e}")),
+        (None, Ok(()), Err(e)) => Err(e.clone()),
+        (None, Ok(()), Ok(_)) => Ok(match recipe::recipe_for(arch) {
+            Some(r) if r.gated() => "covered by byte-identity gates",
+            Some(_) => "by capability; no byte-identity gate covers this architecture yet",
+            None => "by capability; an architecture bmoe's registry does not list",
+        }),
+    }
+}
+
+/// The type holding most of the expert bytes (the model's quantization as
+/// far as streaming goes), or of all tensor bytes in a dense model.
+pub fn main_type(files: &ModelFiles) -> String {
+    let mut by_type: std::collections::BTreeMap<String, u64> = Default::default();
+    let experts = files.tensors().any(|t| parse_expert_tensor(&t.info.name).is_some());
+    for t in files.tensors().filter(|t| !experts || parse_expert_tensor(&t.info.name).is_some()) {
+        *by_type.entry(t.info.ty.to_string()).or_default() += t.info.size;
+    }
+    by_type.into_iter().max_by_key(|(_, bytes)| *bytes).map(|(ty, _)| ty).unwrap_or_else(|| "?".into())
 }
 
 /// Which chat template the file carries (a bundled one's name, or its first

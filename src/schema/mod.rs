@@ -1,6 +1,8 @@
-//! JSON Schema to a GBNF grammar, for output constrained to a JSON shape
-//! (`--json-schema`, and tool parameters under `--tool-choice required`).
-//! A subset, converted exactly, with an error naming anything outside it:
+//! JSON Schema to a GBNF grammar, for the arguments of forced tool calls
+//! (`--tool-choice required`), spliced into each template's call markup.
+//! (`--json-schema` output is matched by llguidance instead:
+//! [`crate::llama::Constraint`].) A subset, converted exactly, with an error
+//! naming anything outside it:
 //!
 //! - `type`: `object`, `array`, `string`, `number`, `integer`, `boolean`,
 //!   `null`, or a list of them;

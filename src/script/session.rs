@@ -73,6 +73,15 @@ impl Session {
         if !model.is_empty() {
             config.model.path = model.into();
         }
+        if let Some(spec) = model.strip_prefix("hf:") {
+            // The sandbox: a script reaches no network and writes only under --out.
+            return Err(fail(
+                "open",
+                format!(
+                    "{model}: a script opens model files only: pull it first (bmoe pull {spec}) and open the path it prints"
+                ),
+            ));
+        }
         let path = crate::host::resolve_model(&config).map_err(|e| fail("open", format!("{e:#}")))?;
         crate::notes::raise_to_verbose(config.telemetry.verbose);
         let mut host = Host::open(config, &path).map_err(|e| fail("open", e))?;

@@ -12,6 +12,7 @@ use super::error::ApiError;
 use crate::chat::{Conversation, Message, ToolCall};
 use crate::config::RunConfig;
 use crate::host::{Prepared, TurnSettings};
+use crate::llama::Constraint;
 
 /// Most stop strings a request may give.
 const MAX_STOPS: usize = 16;
@@ -334,7 +335,7 @@ fn settings(common: &Common, config: &RunConfig, default_max: Option<u32>) -> Re
     let mut settings = TurnSettings {
         n_predict: default_max.unwrap_or(u32::MAX),
         sampling: config.sampling(),
-        grammar: None,
+        constraint: None,
         think: config.chat.think,
         require_call: false,
         stop: Vec::new(),
@@ -372,15 +373,15 @@ fn settings(common: &Common, config: &RunConfig, default_max: Option<u32>) -> Re
         }
         Some(Stop::Many(list)) => list.clone(),
     };
-    settings.grammar = match &common.response_format {
+    settings.constraint = match &common.response_format {
         None => None,
-        Some(format) => response_grammar(format)?,
+        Some(format) => response_schema(format)?,
     };
     Ok(settings)
 }
 
-/// The grammar a `response_format` asks for.
-fn response_grammar(format: &Value) -> Result<Option<String>, ApiError> {
+/// The JSON schema a `response_format` asks for, checked.
+fn response_schema(format: &Value) -> Result<Option<Constraint>, ApiError> {
     let bad = |m: String| ApiError::bad_param("response_format", m);
     let kind = format.get("type").and_then(Value::as_str).unwrap_or("text");
     let schema = match kind {
@@ -393,7 +394,7 @@ fn response_grammar(format: &Value) -> Result<Option<String>, ApiError> {
         }
         other => return Err(bad(format!("unknown type `{other}` (text, json_object or json_schema)"))),
     };
-    crate::schema::to_grammar(&schema.to_string()).map(Some).map_err(|e| bad(format!("the schema cannot be used: {e}")))
+    Constraint::json_schema_value(schema).map(Some).map_err(bad)
 }
 
 /// The messages of a chat request as a conversation: a leading system (or
@@ -627,7 +628,7 @@ mod tests {
         let s = &parsed.settings;
         assert_eq!((s.n_predict, s.sampling.temp, s.sampling.top_k, s.sampling.seed), (7, 0.5, 3, u32::MAX));
         assert_eq!(s.stop, ["A", "B"]);
-        assert!(s.grammar.is_some() && !s.think && parsed.stream && parsed.include_usage);
+        assert!(s.constraint.is_some() && !s.think && parsed.stream && parsed.include_usage);
     }
 
     #[test]

@@ -179,12 +179,9 @@ fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, running: &mut [Opt
         Ok(reply) => reply,
         Err(e) => return refuse(job, host_error(e)),
     };
-    let sampler = match &reply.grammar {
-        Some(g) => match Sampler::with_grammar(reply.sampling, model, g) {
-            Ok(s) => s,
-            Err(e) => return refuse(job, ApiError::bad_request(e)),
-        },
-        None => Sampler::new(reply.sampling),
+    let sampler = match Sampler::constrained(reply.sampling, model, reply.constraint.as_ref()) {
+        Ok(s) => s,
+        Err(e) => return refuse(job, ApiError::bad_request(e)),
     };
     let session = host.session_mut();
     let shared = |seq: usize| session.seq_tokens(seq).iter().zip(&reply.tokens).take_while(|(a, b)| a == b).count();

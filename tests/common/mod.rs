@@ -124,7 +124,7 @@ pub fn run_turns(opts: SessionOptions, prompts: &[&str], n_predict: u32) -> (Vec
                 sampling: Sampling::default(),
                 continue_context: i > 0,
                 keep_logits: true,
-                grammar: None,
+                constraint: None,
             };
             session
                 .generate(&req, &mut |e| {
@@ -147,7 +147,7 @@ pub fn generate_steps(session: &mut Session, n_predict: u32) -> (Generation, Vec
         sampling: Sampling::default(),
         continue_context: false,
         keep_logits: true,
-        grammar: None,
+        constraint: None,
     };
     let mut reports = Vec::new();
     let generation = session

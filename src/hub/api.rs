@@ -1,0 +1,209 @@
+//! The hub's HTTP interface: a repository's listing (files, sizes, LFS
+//! hashes, the commit) and a file's bytes from an offset. Errors say what
+//! to do: a gated repository's licence, a token, a name to check.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::HubSettings;
+
+/// One file of a repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoFile {
+    /// Its path in the repository.
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its SHA-256 (hex), for a file stored in LFS (every GGUF).
+    pub sha256: Option<String>,
+    /// Its blob's name in the cache: the SHA-256, else the git blob id.
+    pub blob: String,
+}
+
+/// A repository at one commit.
+#[derive(Debug, Clone)]
+pub struct RepoListing {
+    /// The commit the revision resolved to.
+    pub commit: String,
+    /// Its files.
+    pub files: Vec<RepoFile>,
+}
+
+/// Why the hub did not answer as hoped.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// No connection (no network, a wrong `HF_ENDPOINT`, a timeout).
+    #[error("{0}")]
+    Unreachable(String),
+    /// The hub answered with a refusal or something unreadable.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A connection to the hub of [`HubSettings`].
+pub struct HubClient {
+    agent: ureq::Agent,
+    endpoint: String,
+    token: Option<String>,
+}
+
+/// The listing's JSON, as far as bmoe reads it.
+#[derive(Deserialize)]
+struct ModelInfo {
+    sha: String,
+    #[serde(default)]
+    siblings: Vec<Sibling>,
+}
+
+#[derive(Deserialize)]
+struct Sibling {
+    rfilename: String,
+    size: Option<u64>,
+    #[serde(rename = "blobId")]
+    blob_id: Option<String>,
+    lfs: Option<Lfs>,
+}
+
+#[derive(Deserialize)]
+struct Lfs {
+    sha256: String,
+    size: u64,
+}
+
+impl HubClient {
+    /// A client for `settings`' endpoint and token.
+    pub fn new(settings: &HubSettings) -> Result<HubClient, HubError> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .user_agent(format!("bmoe/{}", env!("CARGO_PKG_VERSION")))
+            .timeout_connect(Some(Duration::from_secs(30)))
+            .timeout_recv_response(Some(Duration::from_secs(60)))
+            .timeout_per_read(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        Ok(HubClient { agent, endpoint: settings.endpoint.clone(), token: settings.token.clone() })
+    }
+
+    /// `repo`'s files at `revision`.
+    pub fn listing(&self, repo: &str, revision: &str) -> Result<RepoListing, HubError> {
+        let url = format!("{}/api/models/{repo}/revision/{}?blobs=true", self.endpoint, encode(revision));
+        let mut response = self.get(&url, None)?;
+        check(&response, repo, None, self.token.is_some())?;
+        let info: ModelInfo = response
+            .body_mut()
+            .read_json()
+            .map_err(|e| HubError::Refused(format!("{url}: the listing is not what the hub sends: {e}")))?;
+        let files = info
+            .siblings
+            .into_iter()
+            .map(|s| {
+                let size = s.lfs.as_ref().map(|l| l.size).or(s.size).unwrap_or(0);
+                let sha256 = s.lfs.map(|l| l.sha256.to_ascii_lowercase());
+                let blob = sha256.clone().or(s.blob_id).unwrap_or_else(|| format!("size-{size}"));
+                RepoFile { name: s.rfilename, size, sha256, blob }
+            })
+            .collect();
+        if !is_commit(&info.sha) {
+            return Err(HubError::Refused(format!("{url}: the listing names no commit (sha {:?})", info.sha)));
+        }
+        Ok(RepoListing { commit: info.sha, files })
+    }
+
+    /// `file`'s bytes from `offset` on, at `commit`. The flag says whether
+    /// the reply starts at `offset` (a server that ignores ranges sends the
+    /// whole file: `false`).
+    pub fn open(&self, repo: &str, commit: &str, file: &str, offset: u64) -> Result<(ureq::Body, bool), HubError> {
+        let url = format!("{}/{repo}/resolve/{commit}/{}", self.endpoint, encode(file));
+        let response = self.get(&url, (offset > 0).then(|| format!("bytes={offset}-")))?;
+        check(&response, repo, Some(file), self.token.is_some())?;
+        let ranged = response.status().as_u16() == 206;
+        if ranged {
+            let range = header(&response, "content-range").unwrap_or_default();
+            if !range.starts_with(&format!("bytes {offset}-")) {
+                return Err(HubError::Refused(format!("{url}: asked for bytes from {offset}, got {range:?}")));
+            }
+        }
+        Ok((response.into_body(), offset == 0 || ranged))
+    }
+
+    /// A GET with the token and an optional `Range`.
+    fn get(&self, url: &str, range: Option<String>) -> Result<ureq::http::Response<ureq::Body>, HubError> {
+        let mut request = self.agent.get(url);
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        if let Some(range) = range {
+            request = request.header("Range", &range);
+        }
+        request.call().map_err(|e| match e {
+            ureq::Error::Io(_)
+            | ureq::Error::Timeout(_)
+            | ureq::Error::HostNotFound
+            | ureq::Error::ConnectionFailed => HubError::Unreachable(format!("{url}: {e}")),
+            other => HubError::Refused(format!("{url}: {other}")),
+        })
+    }
+}
+
+/// A reply that is not 200/206, said as what to do.
+fn check(
+    response: &ureq::http::Response<ureq::Body>,
+    repo: &str,
+    file: Option<&str>,
+    has_token: bool,
+) -> Result<(), HubError> {
+    let status = response.status().as_u16();
+    if status == 200 || status == 206 {
+        return Ok(());
+    }
+    let code = header(response, "x-error-code").unwrap_or_default();
+    let message = header(response, "x-error-message").unwrap_or_default();
+    let detail = if message.is_empty() { String::new() } else { format!(" (the hub says: {message})") };
+    let gated = code == "GatedRepo" || message.to_ascii_lowercase().contains("gated");
+    let why = match (status, file) {
+        (401 | 403, _) if gated && has_token => format!(
+            "{repo} is gated and the token in HF_TOKEN has no access to it: accept its licence at \
+             https://huggingface.co/{repo} with that account"
+        ),
+        (401 | 403, _) if gated => format!(
+            "{repo} is gated: accept its licence at https://huggingface.co/{repo}, then set HF_TOKEN to a \
+             read token of that account (https://huggingface.co/settings/tokens)"
+        ),
+        (401, _) if !has_token => {
+            format!("{repo}: no such repository, or a private one (set HF_TOKEN to a token that can read it)")
+        }
+        (401 | 403, _) => format!("{repo}: the token in HF_TOKEN is refused (HTTP {status}); check it and its access"),
+        (404, Some(file)) if code != "RepoNotFound" => format!("{repo} has no file {file}"),
+        (404, _) if code == "RevisionNotFound" => format!("{repo}: no such revision"),
+        (404, _) => format!("{repo}: no such repository (check the name)"),
+        (416, _) => format!("{repo}: the hub refused the byte range asked for"),
+        (429, _) => format!("{repo}: the hub asks to slow down (HTTP 429); try again in a minute"),
+        (500.., _) => format!("{repo}: the hub failed (HTTP {status}); try again later"),
+        _ => format!("{repo}: unexpected HTTP {status}"),
+    };
+    Err(HubError::Refused(format!("{why}{detail}")))
+}
+
+/// A header's value as text.
+fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// A 40-hex-digit commit id.
+fn is_commit(sha: &str) -> bool {
+    sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A path for a URL: the characters a file name may hold that a URL reads
+/// otherwise, escaped (`/` kept).
+fn encode(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}

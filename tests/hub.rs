@@ -1,0 +1,303 @@
+//! `bmoe pull` and `-m hf:` against a stand-in for the Hugging Face Hub on
+//! 127.0.0.1 (real HTTP, `HF_ENDPOINT` pointing at it), with real GGUF files
+//! made by `make-model`: choosing by tag and by file name, split sets,
+//! resuming a cut download to a byte-identical file, a corrupted byte
+//! refused, the hub's refusals, offline use, and the cache read by Python's
+//! `huggingface_hub` as its own.
+
+mod common;
+#[path = "common/hub.rs"]
+mod standin;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use standin::{FakeHub, Faults, HubFile, HubRepo, read};
+
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// A stand-in hub with `owner/tiny`: two quantizations of a tiny model (two
+/// seeds), a split BF16 set, a projector and a README.
+fn hub_with_models(dir: &Path) -> FakeHub {
+    let make = |name: &str, extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["make-model", "-q", "--preset", "tiny", "-o"])
+            .arg(dir.join(name))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    make("q4.gguf", &[]);
+    make("q8.gguf", &["--seed", "7"]);
+    make("bf16", &["--seed", "9", "--split", "2"]);
+    std::fs::write(dir.join("README.md"), "# tiny\n").unwrap();
+    let hub = FakeHub::start();
+    hub.add(
+        "owner/tiny",
+        HubRepo {
+            commit: COMMIT.into(),
+            files: vec![
+                HubFile::from_path("README.md", &dir.join("README.md")),
+                HubFile::from_path("Tiny-Q4_K_M.gguf", &dir.join("q4.gguf")),
+                HubFile::from_path("Tiny-Q8_0.gguf", &dir.join("q8.gguf")),
+                HubFile::from_path("mmproj-Tiny-F16.gguf", &dir.join("README.md")),
+                HubFile::from_path("BF16/Tiny-BF16-00001-of-00002.gguf", &dir.join("bf16-00001-of-00002.gguf")),
+                HubFile::from_path("BF16/Tiny-BF16-00002-of-00002.gguf", &dir.join("bf16-00002-of-00002.gguf")),
+            ],
+            gated_token: None,
+        },
+    );
+    hub
+}
+
+/// `bmoe ARGS` with the hub at `hub` and its cache under `home`.
+fn bmoe(hub: &str, home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    cmd.args(args)
+        .env("HF_ENDPOINT", hub)
+        .env("HF_HOME", home)
+        .env("XDG_CACHE_HOME", home.join("xdg"))
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_HUB_CACHE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Pulls `spec` and returns the path it printed.
+fn pull(hub: &str, home: &Path, spec: &str) -> PathBuf {
+    let out = bmoe(hub, home, &["pull", spec], &[]);
+    assert!(out.status.success(), "pull {spec}: {}", stderr(&out));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn snapshot(home: &Path, name: &str) -> PathBuf {
+    home.join("hub/models--owner--tiny/snapshots").join(COMMIT).join(name)
+}
+
+#[test]
+fn a_tag_or_a_file_name_picks_the_file_and_a_split_set_comes_whole() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    // No tag: Q4_K_M, in the hub cache's layout.
+    let path = pull(&hub.endpoint, &home, "owner/tiny");
+    assert_eq!(path, snapshot(&home, "Tiny-Q4_K_M.gguf"));
+    assert_eq!(read(&path), read(&dir.path().join("q4.gguf")));
+    let link = std::fs::read_link(&path).unwrap();
+    assert!(link.is_relative() && link.starts_with("../../blobs"), "{}", link.display());
+    assert_eq!(std::fs::read_to_string(home.join("hub/models--owner--tiny/refs/main")).unwrap(), COMMIT);
+    // A tag in any case, a file name, and a split set with both shards.
+    assert_eq!(pull(&hub.endpoint, &home, "owner/tiny:q8_0"), snapshot(&home, "Tiny-Q8_0.gguf"));
+    assert_eq!(pull(&hub.endpoint, &home, "owner/tiny:Tiny-Q8_0.gguf"), snapshot(&home, "Tiny-Q8_0.gguf"));
+    let first = pull(&hub.endpoint, &home, "owner/tiny:BF16");
+    assert_eq!(first, snapshot(&home, "BF16/Tiny-BF16-00001-of-00002.gguf"));
+    let second = snapshot(&home, "BF16/Tiny-BF16-00002-of-00002.gguf");
+    assert_eq!(read(&second), read(&dir.path().join("bf16-00002-of-00002.gguf")));
+    // The split set opens from the cache and runs.
+    let out = bmoe(&hub.endpoint, &home, &["generate", "-m", "hf:owner/tiny:bf16", "-p", "hi", "-n", "3"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = bmoe(&hub.endpoint, &home, &["generate", "-hf", "owner/tiny", "-p", "hi", "-n", "3"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A second pull downloads nothing.
+    let before = hub.log().iter().filter(|(_, p, _)| p.starts_with("/blob/")).count();
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny:q8_0"], &[]);
+    assert!(stderr(&out).contains("already in the cache"), "{}", stderr(&out));
+    assert_eq!(hub.log().iter().filter(|(_, p, _)| p.starts_with("/blob/")).count(), before);
+    // An unknown tag lists the repository's quantizations.
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny:IQ2_XS"], &[]);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("no GGUF file is quantized IQ2_XS; it has BF16, Q4_K_M, Q8_0"), "{err}");
+}
+
+#[test]
+fn a_cut_download_continues_to_an_identical_file_and_a_corrupt_one_is_refused() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    let original = read(&dir.path().join("q8.gguf"));
+    let cut = 1_000_000u64;
+    hub.inject(Faults { cut_after: Some(cut), ..Faults::default() });
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny:Q8_0"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("was cut off at") && err.contains("run the same command to continue"), "{err}");
+    assert!(!snapshot(&home, "Tiny-Q8_0.gguf").exists(), "a cut file is not linked");
+    let path = pull(&hub.endpoint, &home, "owner/tiny:Q8_0");
+    assert_eq!(read(&path), original, "the continued download is byte-identical");
+    let ranges: Vec<_> =
+        hub.log().into_iter().filter(|(_, p, _)| p.starts_with("/blob/")).filter_map(|(_, _, r)| r).collect();
+    assert_eq!(ranges, [format!("bytes={cut}-")], "the second pull asked only for the rest");
+
+    // A flipped byte: refused by the hash, nothing kept or linked; a new
+    // pull fetches it whole and right.
+    hub.inject(Faults { corrupt_at: Some(12345), ..Faults::default() });
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny:Q4_K_M"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("its SHA-256 is") && err.contains("corrupt and was removed"), "{err}");
+    assert!(!snapshot(&home, "Tiny-Q4_K_M.gguf").exists());
+    let blobs: Vec<_> = std::fs::read_dir(home.join("hub/models--owner--tiny/blobs")).unwrap().flatten().collect();
+    assert_eq!(blobs.len(), 1, "only the Q8_0 blob: {blobs:?}");
+    let path = pull(&hub.endpoint, &home, "owner/tiny:Q4_K_M");
+    assert_eq!(read(&path), read(&dir.path().join("q4.gguf")));
+}
+
+#[test]
+fn refusals_say_what_to_do() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    let file = HubFile::from_path("Gated-Q4_K_M.gguf", &dir.path().join("q4.gguf"));
+    hub.add("owner/gated", HubRepo { commit: COMMIT.into(), files: vec![file], gated_token: Some("secret".into()) });
+    let fails = |spec: &str, env: &[(&str, &str)]| {
+        let out = bmoe(&hub.endpoint, &home, &["pull", spec], env);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let err = fails("owner/gated", &[]);
+    assert!(err.contains("owner/gated is gated: accept its licence at https://huggingface.co/owner/gated"), "{err}");
+    assert!(err.contains("set HF_TOKEN"), "{err}");
+    let err = fails("owner/gated", &[("HF_TOKEN", "wrong")]);
+    assert!(err.contains("the token in HF_TOKEN has no access"), "{err}");
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/gated"], &[("HF_TOKEN", "secret")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = fails("owner/missing", &[]);
+    assert!(err.contains("owner/missing: no such repository, or a private one"), "{err}");
+    let err = fails("owner/missing", &[("HF_TOKEN", "secret")]);
+    assert!(err.contains("owner/missing: no such repository (check the name)"), "{err}");
+    let err = fails("not-a-repo", &[]);
+    assert!(err.contains("write OWNER/NAME[:QUANT]"), "{err}");
+}
+
+#[test]
+fn offline_the_cache_answers() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    let offline = [("HF_HUB_OFFLINE", "1")];
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny"], &offline);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("not in the cache") && err.contains("HF_HUB_OFFLINE is set"), "{err}");
+    let path = pull(&hub.endpoint, &home, "owner/tiny");
+    let asked = hub.log().len();
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny"], &offline);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()), path);
+    assert_eq!(hub.log().len(), asked, "offline asks the hub nothing");
+    // A hub that cannot be reached: the cache answers, with a note.
+    let out = bmoe("http://127.0.0.1:9", &home, &["pull", "owner/tiny"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the hub cannot be reached"), "{}", stderr(&out));
+    // Not cached and unreachable: an error naming both.
+    let out = bmoe("http://127.0.0.1:9", &home, &["pull", "owner/tiny:Q8_0"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("cannot be reached"), "{}", stderr(&out));
+}
+
+#[test]
+fn huggingface_hub_reads_the_cache_bmoe_writes_and_bmoe_reads_its() {
+    if !common::requires::python_venv("huggingface_hub_reads_the_cache_bmoe_writes_and_bmoe_reads_its") {
+        return;
+    }
+    let python = common::serve::client_python();
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    let path = pull(&hub.endpoint, &home, "owner/tiny:Q8_0");
+    let script = r#"
+import sys
+from huggingface_hub import try_to_load_from_cache, hf_hub_download
+hit = try_to_load_from_cache("owner/tiny", "Tiny-Q8_0.gguf", cache_dir=sys.argv[1])
+print(hit)
+got = hf_hub_download("owner/tiny", "Tiny-Q4_K_M.gguf", cache_dir=sys.argv[1])
+print(got)
+"#;
+    let out = Command::new(python)
+        .args(["-c", script])
+        .arg(home.join("hub"))
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env_remove("HF_TOKEN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(Path::new(lines[0]), path, "huggingface_hub finds bmoe's file in its cache");
+    // What huggingface_hub downloaded, bmoe finds offline.
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny"], &[("HF_HUB_OFFLINE", "1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ours = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    assert_eq!(ours, Path::new(lines[1]));
+    assert_eq!(read(&ours), read(&dir.path().join("q4.gguf")));
+}
+
+#[test]
+fn a_download_that_does_not_fit_does_not_start() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    // A 1 MiB file system (tmpfs; needs root, as CI has).
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&small).output();
+    if !mounted.is_ok_and(|o| o.status.success()) {
+        eprintln!("a_download_that_does_not_fit_does_not_start: NOT RUN: mounting a small tmpfs needs root");
+        return;
+    }
+    let out = bmoe(&hub.endpoint, &small, &["pull", "owner/tiny"], &[]);
+    let _ = Command::new("umount").arg(&small).status();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("more is needed in") && err.contains("MiB free"), "{err}");
+    assert!(err.contains("point HF_HOME (or HF_HUB_CACHE) at a disk with room"), "{err}");
+    assert!(!hub.log().iter().any(|(_, p, _)| p.starts_with("/blob/")), "nothing was downloaded");
+}
+
+#[test]
+fn models_lists_what_is_here_and_rm_frees_it() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    let empty = bmoe(&hub.endpoint, &home, &["models"], &[]);
+    assert!(String::from_utf8_lossy(&empty.stdout).contains("no models yet"), "{}", stderr(&empty));
+    pull(&hub.endpoint, &home, "owner/tiny:Q8_0");
+    pull(&hub.endpoint, &home, "owner/tiny:BF16");
+    let local = dir.path().join("q4.gguf");
+    let out = bmoe(&hub.endpoint, &home, &["generate", "-m", local.to_str().unwrap(), "-p", "hi", "-n", "2"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = bmoe(&hub.endpoint, &home, &["models"], &[]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let row = |name: &str| {
+        table.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("{name} not in\n{table}")).to_string()
+    };
+    let q8 = row("owner/tiny:Tiny-Q8_0.gguf [hub]");
+    assert!(q8.contains("qwen3moe") && q8.contains(" yes "), "{q8}");
+    assert!(row("owner/tiny:BF16/Tiny-BF16-00001-of-00002.gguf (2 shards) [hub]").contains("qwen3moe"));
+    let mine = row(&std::fs::canonicalize(&local).unwrap().display().to_string());
+    assert!(mine.contains(" now "), "a run just opened it: {mine}");
+    // rm: says what it frees; a dry run keeps everything; a file of the
+    // user's needs --yes.
+    let blob = std::fs::canonicalize(snapshot(&home, "Tiny-Q8_0.gguf")).unwrap();
+    let out = bmoe(&hub.endpoint, &home, &["models", "rm", "owner/tiny:Tiny-Q8_0.gguf", "--dry-run"], &[]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("would free"), "{}", stderr(&out));
+    assert!(blob.exists());
+    let out = bmoe(&hub.endpoint, &home, &["models", "rm", "owner/tiny:Tiny-Q8_0.gguf"], &[]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("freed"), "{}", stderr(&out));
+    assert!(!blob.exists() && !snapshot(&home, "Tiny-Q8_0.gguf").exists());
+    assert!(snapshot(&home, "BF16/Tiny-BF16-00002-of-00002.gguf").exists(), "other models stay");
+    let out = bmoe(&hub.endpoint, &home, &["models", "rm", local.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("pass --yes"), "{}", stderr(&out));
+    assert!(local.exists());
+}
