@@ -19,7 +19,7 @@ pub use spec::HubSpec;
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 
 /// What [`pull`] made available.
 #[derive(Debug, Clone)]
@@ -47,8 +47,7 @@ pub fn pull(spec: &HubSpec, settings: &HubSettings) -> Result<Pulled> {
     let listing = match client.listing(&spec.repo, &spec.revision) {
         Ok(listing) => listing,
         Err(HubError::Unreachable(why)) => {
-            return from_cache(spec, &cache, &format!("the hub cannot be reached ({why})"))
-                .with_context(|| format!("{}: the hub cannot be reached: {why}", settings.endpoint));
+            return from_cache(spec, &cache, &format!("the hub cannot be reached ({why})"));
         }
         Err(e) => return Err(e.into()),
     };
@@ -83,7 +82,7 @@ fn from_cache(spec: &HubSpec, cache: &RepoCache, why: &str) -> Result<Pulled> {
     let files: Vec<RepoFile> =
         names.iter().map(|n| RepoFile { name: n.clone(), size: 0, sha256: None, blob: String::new() }).collect();
     let chosen = select_files(&files, spec.selector.as_deref())
-        .map_err(|e| anyhow::anyhow!("{} (cached snapshot {commit}): {e}", spec.repo))?;
+        .map_err(|e| anyhow::anyhow!("{} ({why}; the cache holds commit {commit}): {e}", spec.repo))?;
     let paths: Vec<PathBuf> = chosen.iter().map(|f| cache.snapshot_path(&commit, &f.name)).collect();
     if let Some(gone) = paths.iter().find(|p| !p.is_file()) {
         bail!("{}: the cached file {} is incomplete and {why}", spec.repo, gone.display());
