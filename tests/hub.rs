@@ -301,3 +301,17 @@ fn models_lists_what_is_here_and_rm_frees_it() {
     assert!(stderr(&out).contains("pass --yes"), "{}", stderr(&out));
     assert!(local.exists());
 }
+
+#[test]
+fn serve_opens_a_hub_model() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    let endpoint = PathBuf::from(&hub.endpoint);
+    let env = [("HF_ENDPOINT", endpoint.as_path()), ("HF_HOME", home.as_path())];
+    let server =
+        common::serve::Serve::start_in(Path::new("hf:owner/tiny:Q8_0"), &["-q"], std::process::Stdio::inherit(), &env);
+    let (status, models) = common::serve::get(&server.url, "/v1/models", None);
+    assert_eq!(status, 200, "{models}");
+    assert!(snapshot(&home, "Tiny-Q8_0.gguf").is_file(), "serve pulled the model into the hub cache");
+}

@@ -25,9 +25,15 @@ impl Serve {
     /// Starts `bmoe serve -m model --port 0` with `args`, its stderr going
     /// to `stderr`, and waits until `/health` answers 200.
     pub fn start_with(model: &Path, args: &[&str], stderr: Stdio) -> Serve {
+        Serve::start_in(model, args, stderr, &[])
+    }
+
+    /// As [`Serve::start_with`], with `env` set for the server.
+    pub fn start_in(model: &Path, args: &[&str], stderr: Stdio, env: &[(&str, &Path)]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["serve", "--port", "0", "-t", "1", "-m", model.to_str().unwrap()])
             .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
