@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod eval;
+pub mod fit;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gguf;

@@ -315,3 +315,142 @@ fn serve_opens_a_hub_model() {
     assert_eq!(status, 200, "{models}");
     assert!(snapshot(&home, "Tiny-Q8_0.gguf").is_file(), "serve pulled the model into the hub cache");
 }
+
+#[test]
+fn fit_reads_a_repository_without_downloading_it() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    let given = ["--disk-mbps", "500", "--compute-gws", "5", "--mem-mb"];
+    let fit = |spec: &str, mem_mb: &str| {
+        let args: Vec<&str> = ["fit", "-hf", spec].iter().chain(&given).chain(&[mem_mb]).copied().collect();
+        let out = bmoe(&hub.endpoint, &home, &args, &[]);
+        assert!(out.status.success(), "fit {spec}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let report = fit("owner/tiny", "8192");
+    for line in [
+        "model:     owner/tiny: Tiny-Q4_K_M.gguf (headers read from the hub",
+        "nothing downloaded",
+        "shape:     qwen3moe",
+        "memory:    8.0 GiB as given",
+        "runs:      resident",
+        "tok/s",
+        "owner/tiny's quantizations",
+        "(this one)",
+    ] {
+        assert!(report.contains(line), "no {line:?} in:\n{report}");
+    }
+    for tag in ["Q8_0", "BF16"] {
+        assert!(report.lines().any(|l| l.trim_start().starts_with(tag)), "no {tag} row in:\n{report}");
+    }
+    // Every read of a file was a bounded range, together less than the file.
+    let size = std::fs::metadata(dir.path().join("q4.gguf")).unwrap().len();
+    let ranges: Vec<(u64, u64)> = hub
+        .log()
+        .into_iter()
+        .filter(|(_, path, _)| path.starts_with("/blob/"))
+        .map(|(_, path, range)| {
+            let range = range.unwrap_or_else(|| panic!("{path} was fetched whole"));
+            let (a, b) = range.trim_start_matches("bytes=").split_once('-').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap_or_else(|_| panic!("{path}: an open range {range}")))
+        })
+        .collect();
+    assert!(!ranges.is_empty());
+    assert!(ranges.iter().map(|(a, b)| b + 1 - a).sum::<u64>() < size, "{ranges:?} of {size}");
+    assert!(!home.join("hub/models--owner--tiny/blobs").exists(), "fit downloaded nothing into the cache");
+    // A split set: both shards' headers, still no download.
+    let report = fit("owner/tiny:BF16", "8192");
+    assert!(report.contains("Tiny-BF16-00001-of-00002.gguf, BF16/Tiny-BF16-00002-of-00002.gguf"), "{report}");
+    // Too little memory for even the dense weights and the context.
+    let report = fit("owner/tiny:Q8_0", "64");
+    assert!(report.contains("runs:      no:"), "{report}");
+    assert!(!home.join("hub/models--owner--tiny/blobs").exists());
+    // An unknown tag lists what the repository has.
+    let out = bmoe(&hub.endpoint, &home, &["fit", "-hf", "owner/tiny:Q2_K"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("Q4_K_M, Q8_0"), "{}", stderr(&out));
+}
+
+#[test]
+fn fit_measures_this_machine_for_a_local_model() {
+    let dir = common::tempdir();
+    let model = dir.path().join("tiny-q4.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["make-model", "-q", "--preset", "tiny", "--quant", "q4_0", "-o"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["fit", "-m"])
+        .arg(&model)
+        .env("XDG_CACHE_HOME", dir.path().join("xdg"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The probes ran: a disk rate on the model's own file and a compute rate
+    // from llama.cpp decoding a probe model in the model's expert type.
+    assert!(report.contains("lanes (the model's file)"), "{report}");
+    assert!(report.contains("G weights/s (experts q4_0"), "{report}");
+    assert!(report.contains("runs:      resident"), "{report}");
+    assert!(report.lines().any(|l| l.starts_with("speed:") && l.contains("tok/s")), "{report}");
+    let left: Vec<_> =
+        std::fs::read_dir(dir.path().join("xdg/bmoe")).map(|d| d.flatten().collect()).unwrap_or_default();
+    assert!(left.iter().all(|e| !e.file_name().to_string_lossy().contains("probe")), "the probe model was left behind");
+}
+
+#[test]
+fn a_large_file_comes_over_ranges_and_a_cut_one_continues_each() {
+    let dir = common::tempdir();
+    // 70 MiB of bytes that differ everywhere (a shifted range would show).
+    let mut bytes = Vec::with_capacity(70 << 20);
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    while bytes.len() < 70 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        bytes.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(dir.path().join("big.gguf"), &bytes).unwrap();
+    let hub = FakeHub::start();
+    hub.add(
+        "owner/big",
+        HubRepo {
+            commit: COMMIT.into(),
+            files: vec![HubFile::from_path("Big-Q4_K_M.gguf", &dir.path().join("big.gguf"))],
+            gated_token: None,
+        },
+    );
+    let home = dir.path().join("home");
+    hub.inject(Faults { cut_after: Some(3 << 20), corrupt_at: None });
+    let out = bmoe(&hub.endpoint, &home, &["pull", "owner/big"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("run the same command to continue"), "{}", stderr(&out));
+    let first: Vec<String> =
+        hub.log().into_iter().filter(|(_, p, _)| p.starts_with("/blob/")).filter_map(|(_, _, r)| r).collect();
+    assert_eq!(first.len(), 4, "four connections, each a range: {first:?}");
+    let seen = hub.log().len();
+    let path = pull(&hub.endpoint, &home, "owner/big");
+    assert!(read(&path) == bytes, "the continued file is byte-identical");
+    // The second pull asked only for what each range still lacked.
+    let second: Vec<(u64, u64)> = hub.log()[seen..]
+        .iter()
+        .filter(|(_, p, _)| p.starts_with("/blob/"))
+        .map(|(_, _, r)| {
+            let (a, b) = r.as_deref().unwrap().trim_start_matches("bytes=").split_once('-').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    let refetched: u64 = second.iter().map(|(a, b)| b + 1 - a).sum();
+    assert!(!second.is_empty() && refetched < bytes.len() as u64, "{second:?}");
+    assert!(second.iter().any(|(a, _)| a % (bytes.len() as u64 / 4) != 0), "a range continued mid-way: {second:?}");
+    assert!(
+        !home
+            .join("hub/models--owner--big/blobs")
+            .read_dir()
+            .unwrap()
+            .any(|e| { e.unwrap().file_name().to_string_lossy().contains("incomplete") })
+    );
+}

@@ -4,6 +4,7 @@
 mod bench;
 mod cache;
 mod eval;
+mod fit;
 mod generate;
 mod model;
 mod models;
@@ -79,6 +80,11 @@ pub enum Command {
     /// Download a model from the Hugging Face Hub (OWNER/NAME[:QUANT]) into the hub cache, resumably
     /// and checked against the hub's SHA-256; prints the file to pass as -m (or use -hf OWNER/NAME).
     Pull(pull::PullArgs),
+    /// Whether a model runs on this machine, resident or streamed, with which cache, reading how
+    /// much a token and how fast (estimated from its header and probes of this machine's memory,
+    /// disk and compute); from the hub before pulling (headers by range requests), with the
+    /// repository's other quantizations.
+    Fit(fit::FitArgs),
     /// The GGUF models on this machine (hub cache, demo models, files runs opened): size,
     /// architecture, type, whether they stream, copies, last use; `models rm` removes one.
     Models {
@@ -146,6 +152,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Template(args) => template::template(args),
         Command::MakeModel(args) => model::make_model(args),
         Command::Pull(args) => pull::pull(args),
+        Command::Fit(args) => fit::fit(args),
         Command::Models { command } => models::models(command),
         Command::Inspect { file } => model::inspect(&file),
         Command::Archs => print_stdout(&model::archs()),

@@ -16,13 +16,16 @@ pub struct PullArgs {
     /// The branch, tag or commit to pull.
     #[arg(long, default_value = "main")]
     pub revision: String,
+    /// Connections a file of 64 MiB or more is fetched over, each a byte range (1: one stream).
+    #[arg(long, default_value_t = hub::DEFAULT_CONNECTIONS, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub connections: u16,
 }
 
 /// Pulls the model and prints the file to pass as `-m`.
 pub fn pull(args: PullArgs) -> Result<()> {
     let mut spec: HubSpec = args.model.parse().map_err(|e: String| anyhow!(e))?;
     spec.revision = args.revision;
-    let settings = HubSettings::from_env();
+    let settings = HubSettings { connections: usize::from(args.connections), ..HubSettings::from_env() };
     let pulled = hub::pull(&spec, &settings)?;
     let total: u64 = pulled.files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
     let fetched = if pulled.downloaded == 0 {

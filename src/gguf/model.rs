@@ -29,7 +29,21 @@ impl ModelFiles {
     /// Opens a model. For a split set pass the first shard; every sibling must
     /// be present and agree on `split.count`.
     pub fn open(path: &Path) -> Result<ModelFiles, GgufError> {
-        let first = GgufFile::open(path)?;
+        // The first file's own error when it is missing; a sibling's is named as one.
+        ModelFiles::open_with(path, |p| if p == path || p.exists() { GgufFile::open(p).map(Some) } else { Ok(None) })
+    }
+
+    /// Opens a model whose shards' headers come from `load` (`None`: no
+    /// such shard), as [`ModelFiles::open`] does with files on disk; a
+    /// model on the hub is read this way, its paths the repository's names.
+    pub fn open_with(
+        path: &Path,
+        mut load: impl FnMut(&Path) -> Result<Option<GgufFile>, GgufError>,
+    ) -> Result<ModelFiles, GgufError> {
+        let first = load(path)?.ok_or_else(|| GgufError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })?;
         let declared = first.get_u64("split.count").unwrap_or(1);
         let paths = match parse_split_path(path) {
             Some((prefix, no, count)) if count > 1 || declared > 1 => {
@@ -54,10 +68,9 @@ impl ModelFiles {
         };
         let mut shards = vec![first];
         for (i, p) in paths.iter().enumerate().skip(1) {
-            if !p.exists() {
+            let Some(shard) = load(p)? else {
                 return Err(split_error(p, format!("shard {} of {} is missing", i + 1, paths.len())));
-            }
-            let shard = GgufFile::open(p)?;
+            };
             let found = shard.get("split.no");
             if found.and_then(Value::as_u64) != Some(i as u64) {
                 let found = found.map_or_else(|| "missing".to_string(), Value::to_string);

@@ -62,20 +62,35 @@ impl GgufFile {
         let io_err = |source| GgufError::Io { path: path.to_path_buf(), source };
         let file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
+        GgufFile::read_header(path, len, FIRST_READ, |buf, want| fill_from(&file, buf, want))
+    }
+
+    /// Parses the header of a file of `len` bytes named `name` whose bytes
+    /// come from `more(buf, want)`, which appends the next bytes to `buf`
+    /// until it holds `want` (fewer where the file ends):
+    /// `first` bytes at first, four times as many while the parse needs
+    /// more. A file on the hub is read this way by range requests.
+    pub fn read_header(
+        name: &Path,
+        len: u64,
+        first: u64,
+        mut more: impl FnMut(&mut Vec<u8>, u64) -> std::io::Result<()>,
+    ) -> Result<GgufFile> {
+        let io_err = |source| GgufError::Io { path: name.to_path_buf(), source };
         if len == 0 {
-            return Err(GgufError::invalid(0, "magic", "file is empty").in_file(path));
+            return Err(GgufError::invalid(0, "magic", "file is empty").in_file(name));
         }
-        let mut want = len.min(FIRST_READ);
+        let mut want = len.min(first.max(1));
+        let mut buf = Vec::new();
         loop {
-            let mut buf = vec![0u8; want as usize];
-            let got = read_up_to(&file, &mut buf).map_err(io_err)?;
-            buf.truncate(got);
+            more(&mut buf, want).map_err(io_err)?;
+            let got = buf.len() as u64;
             // A file that shrank since its size was read is parsed as it is now.
-            let size = if got < want as usize { got as u64 } else { len };
+            let size = if got < want { got } else { len };
             let mut parser = Parser { buf: &buf, pos: 0, file_size: size, short: false };
             match parser.file() {
                 Err(_) if parser.short && want < size => want = want.saturating_mul(4).min(size),
-                done => return done.map_err(|e| e.in_file(path)),
+                done => return done.map_err(|e| e.in_file(name)),
             }
         }
     }
@@ -129,20 +144,22 @@ impl GgufFile {
 /// How much of a file [`GgufFile::open`] reads first: most headers fit.
 const FIRST_READ: u64 = 4 << 20;
 
-/// Fills `buf` from offset 0 with `read_at` until it is full or the file
-/// ends; returns the bytes read.
-fn read_up_to(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
+/// Appends `file`'s next bytes to `buf` (from offset `buf.len()`) until
+/// it holds `want` bytes or the file ends.
+fn fill_from(file: &File, buf: &mut Vec<u8>, want: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], got as u64) {
+    let mut chunk = vec![0u8; (want as usize).saturating_sub(buf.len())];
+    let (start, mut got) = (buf.len() as u64, 0);
+    while got < chunk.len() {
+        match file.read_at(&mut chunk[got..], start + got as u64) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(got)
+    buf.extend_from_slice(&chunk[..got]);
+    Ok(())
 }
 
 /// Path-free parse state over the first bytes of a file.

@@ -2,6 +2,7 @@
 //! hashes, the commit) and a file's bytes from an offset. Errors say what
 //! to do: a gated repository's licence, a token, a name to check.
 
+use std::io::Read as _;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -39,6 +40,9 @@ pub enum HubError {
     /// The hub answered with a refusal or something unreadable.
     #[error("{0}")]
     Refused(String),
+    /// The server does not answer byte ranges.
+    #[error("{0}")]
+    NoRanges(String),
 }
 
 /// A connection to the hub of [`HubSettings`].
@@ -125,6 +129,43 @@ impl HubClient {
             }
         }
         Ok((response.into_body(), offset == 0 || ranged))
+    }
+
+    /// Up to `len` bytes of `file` from `start` (fewer where the file ends),
+    /// by one range request: what `bmoe fit` reads of a header without
+    /// downloading the file.
+    pub fn read_range(&self, repo: &str, commit: &str, file: &str, start: u64, len: u64) -> Result<Vec<u8>, HubError> {
+        let url = format!("{}/{repo}/resolve/{commit}/{}", self.endpoint, encode(file));
+        let failed = |e: std::io::Error| HubError::Unreachable(format!("{url}: {e}"));
+        let reader = self.open_range(repo, commit, file, start, start + len.max(1))?.into_reader();
+        let mut bytes = Vec::new();
+        reader.take(len).read_to_end(&mut bytes).map_err(failed)?;
+        Ok(bytes)
+    }
+
+    /// The bytes `start..end` of `file` at `commit`, by a range request the
+    /// server must answer as one (206 from `start`): a server that ignores
+    /// ranges is an error here, where [`HubClient::open`] restarts instead.
+    pub fn open_range(
+        &self,
+        repo: &str,
+        commit: &str,
+        file: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<ureq::Body, HubError> {
+        let url = format!("{}/{repo}/resolve/{commit}/{}", self.endpoint, encode(file));
+        let response = self.get(&url, Some(format!("bytes={start}-{}", end.max(start + 1) - 1)))?;
+        check(&response, repo, Some(file), self.token.is_some())?;
+        let range = header(&response, "content-range").unwrap_or_default();
+        if response.status().as_u16() != 206 || !range.starts_with(&format!("bytes {start}-")) {
+            return Err(HubError::NoRanges(format!(
+                "{url}: asked for bytes {start}-{}, got HTTP {} {range:?}",
+                end - 1,
+                response.status().as_u16()
+            )));
+        }
+        Ok(response.into_body())
     }
 
     /// A GET with the token and an optional `Range`.

@@ -95,7 +95,13 @@ impl RepoCache {
 
     /// Bytes of `file` already downloaded by an earlier, cut pull.
     pub fn partial_len(&self, file: &RepoFile) -> u64 {
-        fs::metadata(self.partial(file)).map(|m| m.len()).unwrap_or(0).min(file.size)
+        let partial = self.partial(file);
+        // A download over ranges writes each in its place: the record says
+        // how much of the (sparse) file is there.
+        if let Some(ranges) = super::parallel::read_ranges(&super::parallel::ranges_path(&partial), file.size) {
+            return ranges.iter().map(|r| r.done - r.start).sum();
+        }
+        fs::metadata(partial).map(|m| m.len()).unwrap_or(0).min(file.size)
     }
 
     /// `snapshots/COMMIT/NAME`.
@@ -171,4 +177,10 @@ fn symlink(target: &Path, link: &Path) -> io::Result<()> {
     // does on such systems.
     let blob = link.parent().map(|p| p.join(target)).unwrap_or_else(|| target.to_path_buf());
     fs::copy(blob, link).map(|_| ())
+}
+
+/// The repository (`owner/name`) a file in the hub cache belongs to, read
+/// from its `models--OWNER--NAME` folder; `None` outside the hub cache.
+pub fn repo_of(path: &Path) -> Option<String> {
+    path.ancestors().find_map(|a| a.file_name()?.to_str()?.strip_prefix("models--").map(|n| n.replacen("--", "/", 1)))
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result, bail};
 use sha2::{Digest, Sha256};
 
-use super::{HubClient, RepoCache, RepoFile};
+use super::{HubClient, RepoCache, RepoFile, parallel};
 use crate::interrupt;
 use crate::progress::progress_bar;
 use crate::units::{size, sizes};
@@ -18,8 +18,11 @@ use crate::units::{size, sizes};
 const CHUNK: usize = 1 << 20;
 
 /// Downloads `file` into its blob, continuing a partial download; returns
-/// the bytes fetched. A hash that differs from the hub's removes the
-/// download (nothing corrupt is used or kept) and is an error.
+/// the bytes fetched. A file of [`parallel::MIN_PARALLEL_BYTES`] or more
+/// comes over `connections` byte ranges at once (unless a one-stream pull
+/// left a partial file, which continues as one). A hash that differs from
+/// the hub's removes the download (nothing corrupt is used or kept) and is
+/// an error.
 pub fn fetch(
     client: &HubClient,
     cache: &RepoCache,
@@ -27,16 +30,71 @@ pub fn fetch(
     commit: &str,
     file: &RepoFile,
     label: &str,
+    connections: usize,
 ) -> Result<u64> {
     interrupt::install()?;
     let partial = cache.partial(file);
     let folder = partial.parent().expect("a blob has a folder");
     fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+    let record = parallel::ranges_path(&partial);
+    let recorded = parallel::read_ranges(&record, file.size);
+    if recorded.is_none() && record.exists() {
+        // A record that does not describe this file: its bytes cannot be trusted.
+        let _ = fs::remove_file(&partial);
+        let _ = fs::remove_file(&record);
+    }
+    let partial_len = fs::metadata(&partial).map_or(0, |m| m.len());
+    // Ranges recorded continue as ranges whatever `connections` says now.
+    let (fetched, digest) =
+        if recorded.is_some() || (connections > 1 && file.size >= parallel::MIN_PARALLEL_BYTES && partial_len == 0) {
+            let ranges = recorded.unwrap_or_else(|| parallel::split(file.size, connections));
+            let bar = progress_bar(file.size, label);
+            bar.set_position(ranges.iter().map(|r| r.done - r.start).sum());
+            let fetched = parallel::fetch_ranges(client, repo, commit, file, &partial, ranges, &|n| bar.inc(n))
+                .inspect_err(|_| bar.abandon())?;
+            bar.set_position(0);
+            bar.set_message(format!("{label}: checking its SHA-256"));
+            let mut hasher = Sha256::new();
+            hash_existing(&partial, file.size, &mut hasher, &bar)?;
+            bar.finish_and_clear();
+            (fetched, hasher.finalize())
+        } else {
+            fetch_stream(client, repo, commit, file, &partial, label)?
+        };
+    let digest: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    match &file.sha256 {
+        Some(expected) if *expected != digest => {
+            let _ = fs::remove_file(&partial);
+            bail!(
+                "{}: its SHA-256 is {digest}, the hub lists {expected}: the download is corrupt and was removed \
+                 (run the same command to fetch it again)",
+                file.name
+            );
+        }
+        Some(_) => {}
+        None => eprintln!("bmoe: {}: the hub lists no SHA-256 for it (not an LFS file): not checked", file.name),
+    }
+    let blob = cache.blob(file);
+    fs::rename(&partial, &blob).with_context(|| format!("moving {} to {}", partial.display(), blob.display()))?;
+    Ok(fetched)
+}
+
+/// One stream from where the partial file ends (a server that ignores
+/// ranges restarts it), hashed as it arrives: the bytes fetched and the
+/// whole file's SHA-256.
+fn fetch_stream(
+    client: &HubClient,
+    repo: &str,
+    commit: &str,
+    file: &RepoFile,
+    partial: &Path,
+    label: &str,
+) -> Result<(u64, sha2::digest::Output<Sha256>)> {
     let mut out = OpenOptions::new()
         .create(true)
         .append(true)
         .read(true)
-        .open(&partial)
+        .open(partial)
         .with_context(|| format!("opening {}", partial.display()))?;
     let mut have = out.metadata()?.len();
     if have > file.size {
@@ -47,7 +105,7 @@ pub fn fetch(
     let mut hasher = Sha256::new();
     if have > 0 {
         bar.set_message(format!("{label}: checking the {} on disk", size(have)));
-        hash_existing(&partial, have, &mut hasher, &bar)?;
+        hash_existing(partial, have, &mut hasher, &bar)?;
         bar.set_message(format!("{label}: continuing"));
     }
     let mut fetched = 0;
@@ -88,22 +146,7 @@ pub fn fetch(
     out.sync_all().with_context(|| format!("writing {}", partial.display()))?;
     drop(out);
     bar.finish_and_clear();
-    let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    match &file.sha256 {
-        Some(expected) if *expected != digest => {
-            let _ = fs::remove_file(&partial);
-            bail!(
-                "{}: its SHA-256 is {digest}, the hub lists {expected}: the download is corrupt and was removed \
-                 (run the same command to fetch it again)",
-                file.name
-            );
-        }
-        Some(_) => {}
-        None => eprintln!("bmoe: {}: the hub lists no SHA-256 for it (not an LFS file): not checked", file.name),
-    }
-    let blob = cache.blob(file);
-    fs::rename(&partial, &blob).with_context(|| format!("moving {} to {}", partial.display(), blob.display()))?;
-    Ok(fetched)
+    Ok((fetched, hasher.finalize()))
 }
 
 /// Feeds the first `len` bytes of `path` (an earlier pull's) to `hasher`.
@@ -165,7 +208,7 @@ pub fn check_space(cache: &Path, needed: u64, model_size: u64) -> Result<()> {
 }
 
 /// Free bytes of the file system holding `path` (for an unprivileged user).
-fn free_bytes(path: &Path) -> Option<u64> {
+pub fn free_bytes(path: &Path) -> Option<u64> {
     let stat = rustix::fs::statvfs(path).ok()?;
     Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }

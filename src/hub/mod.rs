@@ -7,14 +7,18 @@
 mod api;
 mod cache;
 mod download;
+mod parallel;
+mod remote;
 mod select;
 mod settings;
 mod spec;
 
 pub use api::{HubClient, HubError, RepoFile, RepoListing};
-pub use cache::{CachedModel, RepoCache, cached_models};
+pub use cache::{CachedModel, RepoCache, cached_models, repo_of};
+pub use download::free_bytes;
+pub use remote::{RemoteModel, quantization_sizes, read_headers};
 pub use select::{quantizations, select_files};
-pub use settings::HubSettings;
+pub use settings::{DEFAULT_CONNECTIONS, HubSettings};
 pub use spec::HubSpec;
 
 use std::path::PathBuf;
@@ -60,7 +64,8 @@ pub fn pull(spec: &HubSpec, settings: &HubSettings) -> Result<Pulled> {
     for (i, file) in missing.iter().enumerate() {
         let label =
             if missing.len() > 1 { format!("{} ({}/{})", file.name, i + 1, missing.len()) } else { file.name.clone() };
-        downloaded += download::fetch(&client, &cache, &spec.repo, &listing.commit, file, &label)?;
+        downloaded +=
+            download::fetch(&client, &cache, &spec.repo, &listing.commit, file, &label, settings.connections)?;
     }
     let mut paths = Vec::new();
     for file in &files {

@@ -16,7 +16,15 @@ pub struct HubSettings {
     pub cache: PathBuf,
     /// `HF_HUB_OFFLINE` is 1, on, yes or true: only the cache is used.
     pub offline: bool,
+    /// Connections a large file is fetched over, each a byte range
+    /// (`bmoe pull --connections`; 1 fetches it in one stream).
+    pub connections: usize,
 }
+
+/// Connections by default: where storage paces each connection, four
+/// ranges at once fetched 3.5x as fast (`scripts/pull-bench.py`,
+/// docs/models.md, "A download").
+pub const DEFAULT_CONNECTIONS: u16 = 4;
 
 impl HubSettings {
     /// The settings of this process's environment.
@@ -50,6 +58,7 @@ impl HubSettings {
             token,
             cache: cache.unwrap_or_else(|| home.join("hub")),
             offline,
+            connections: usize::from(DEFAULT_CONNECTIONS),
         }
     }
 }

@@ -68,7 +68,7 @@ fn mib(b: u64) -> String {
 /// on the bench model under a 1926 MiB cap (docs/benchmarks.md, "The auto
 /// budget's margin"): 10% left 296 MiB unused and read 12% more bytes per
 /// token; a budget 300 MiB over this margin's pushed the dense weights out.
-fn margin(limit: u64) -> u64 {
+pub fn margin(limit: u64) -> u64 {
     (limit / 20).max(64 << 20)
 }
 

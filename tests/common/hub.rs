@@ -231,11 +231,10 @@ fn cdn(
         bytes[at as usize] ^= 0x5a;
     }
     let total = bytes.len() as u64;
-    let start = headers
-        .get("range")
-        .and_then(|r| r.strip_prefix("bytes="))
-        .and_then(|r| r.split('-').next())
-        .and_then(|s| s.parse::<u64>().ok());
+    let range = headers.get("range").and_then(|r| r.strip_prefix("bytes=")).and_then(|r| r.split_once('-'));
+    let start = range.and_then(|(s, _)| s.parse::<u64>().ok());
+    // `bytes=A-B` ends at B (inclusive), `bytes=A-` at the file's end.
+    let end = range.and_then(|(_, e)| e.parse::<u64>().ok()).map_or(total, |e| (e + 1).min(total));
     let (status, from, extra) = match start {
         Some(s) if s >= total => {
             return reply(
@@ -246,10 +245,10 @@ fn cdn(
                 head,
             );
         }
-        Some(s) => ("206 Partial Content", s, vec![("Content-Range", format!("bytes {s}-{}/{total}", total - 1))]),
+        Some(s) => ("206 Partial Content", s, vec![("Content-Range", format!("bytes {s}-{}/{total}", end - 1))]),
         None => ("200 OK", 0, vec![]),
     };
-    let body = &bytes[from as usize..];
+    let body = &bytes[from as usize..if start.is_some() { end as usize } else { total as usize }];
     match faults.cut_after {
         Some(cut) if !head => {
             // The headers promise the whole rest; the connection ends early.
