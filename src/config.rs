@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{CacheBudget, DenseWeights, LeanOpen, RpcOptions, SessionOptions, StreamOptions};
+use crate::engine::{CacheBudget, DenseWeights, LeanOpen, RouteProfileOpen, RpcOptions, SessionOptions, StreamOptions};
 use crate::llama::{MtpExperts, MtpParams, Sampling};
 use crate::moe::evict::CachePolicy;
 use crate::moe::predict::ReadAhead;
+use crate::moe::profile::ProfileMode;
 use crate::moe::repack::Repack;
 use crate::moe::repacked::repacked_dir;
 
@@ -397,6 +398,10 @@ pub struct MoeConfig {
     /// Most GiB a new repacked copy may take on disk (0: half the free
     /// space of the cache directory's file system).
     pub repacked_copy_max_gb: f64,
+    /// The model's route profile (per-expert routing counts kept in the
+    /// cache directory): `update` (use it and add this run's routing), `read`
+    /// (use it only) or `off`.
+    pub route_profile: String,
 }
 
 impl Default for MoeConfig {
@@ -420,6 +425,7 @@ impl Default for MoeConfig {
             recycle_pages: true,
             repacked_copy: true,
             repacked_copy_max_gb: 0.0,
+            route_profile: ProfileMode::default().name().into(),
         }
     }
 }
@@ -564,6 +570,9 @@ impl RunConfig {
         if let Err(e) = m.cache_policy.parse::<CachePolicy>() {
             return Err(bad("moe.cache_policy", e));
         }
+        if let Err(e) = m.route_profile.parse::<ProfileMode>() {
+            return Err(bad("moe.route_profile", e));
+        }
         if Repack::from_name(&self.model.repack).is_none() {
             return Err(bad("model.repack", format!("`{}` is not auto, on or off", self.model.repack)));
         }
@@ -697,6 +706,10 @@ impl RunConfig {
                 repacked_copy: m.repacked_copy.then(repacked_dir),
                 repacked_copy_max_bytes: (m.repacked_copy_max_gb > 0.0)
                     .then_some((m.repacked_copy_max_gb * (1u64 << 30) as f64) as u64),
+                route_profile: RouteProfileOpen {
+                    dir: crate::moe::profile::profiles_dir(),
+                    mode: m.route_profile.parse().unwrap_or_default(),
+                },
             }),
             repack: Repack::from_name(&self.model.repack).unwrap_or_default(),
             mtp: self.plugins.mtp.then_some(MtpParams {
@@ -926,6 +939,6 @@ mod tests {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
-        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 5 + 5 + 8);
+        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 5 + 5 + 9);
     }
 }

@@ -1014,22 +1014,27 @@ fn cache_lists_and_removes_copies() {
     let line = said.lines().find(|l| l.contains("over its disk budget")).unwrap();
     assert!(line.matches(" MiB").count() == 3 && !line.contains("GiB"), "{line}");
     let listing = stdout(&run(&["cache"]));
-    assert!(listing.contains("repacked") && listing.contains(&kept) && listing.contains("1 entries"), "{listing}");
+    // The copy and the route profile the run learned, both of this model.
+    assert!(listing.contains("repacked") && listing.contains(&kept) && listing.contains("2 entries"), "{listing}");
+    assert!(listing.lines().any(|l| l.starts_with("profile") && l.contains(&kept)), "{listing}");
     for m in [&kept, &gone] {
         let out = run(&["generate", "-m", m, "-n", "2", "-t", "1", "--moe-stream", "--repack", "on"]);
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let listing = stdout(&run(&["cache"]));
     assert!(listing.contains("repacked") && listing.contains(&kept) && listing.contains(&gone), "{listing}");
-    assert!(listing.contains("2 entries"), "{listing}");
+    assert!(listing.contains("4 entries"), "{listing}");
 
     std::fs::remove_file(&gone).unwrap();
     let refused = run(&["cache", "remove"]);
     assert!(!refused.status.success() && stderr(&refused).contains("say which entries"), "{}", stderr(&refused));
     let removed = stdout(&run(&["cache", "remove", "--gone"]));
-    assert!(removed.contains("removed 1 entries") && removed.contains("(gone)"), "{removed}");
+    assert!(removed.contains("removed 2 entries") && removed.contains("(gone)"), "{removed}");
     let listing = stdout(&run(&["cache", "list"]));
     assert!(listing.contains(&kept) && !listing.contains(&gone), "{listing}");
+    let removed = stdout(&run(&["cache", "remove", "--kind", "profile"]));
+    assert!(removed.contains("removed 1 entries"), "{removed}");
+    assert!(std::fs::read_dir(home.join("bmoe/profiles")).unwrap().next().is_none());
     assert!(stdout(&run(&["cache", "remove", "--all"])).contains("removed 1 entries"));
     assert!(stdout(&run(&["cache"])).contains("no copies"));
     assert!(std::fs::read_dir(home.join("bmoe/repacked")).unwrap().next().is_none());
@@ -1118,6 +1123,7 @@ fn help_shows_each_flags_real_default() {
         ("--threads", d.generate.threads.to_string()),
         ("--dense-weights", d.moe.dense_weights.clone()),
         ("--cache-policy", d.moe.cache_policy.clone()),
+        ("--route-profile", d.moe.route_profile.clone()),
         ("--io-threads", d.moe.io_threads.to_string()),
         ("--repack", d.model.repack.clone()),
         ("--draft", d.plugins.draft.to_string()),

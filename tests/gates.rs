@@ -353,6 +353,7 @@ fn fused_gate_up_layout() {
             recycle_pages: true,
             repacked_copy: None,
             repacked_copy_max_bytes: None,
+            route_profile: bmoe::engine::RouteProfileOpen::off(),
         }),
         "gemma4 buffered",
     );

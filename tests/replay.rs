@@ -10,7 +10,7 @@ use std::path::Path;
 
 use bmoe::config::{CacheMb, RunConfig};
 use bmoe::host::{Host, HostEvent};
-use bmoe::replay::{Policy, Trace, replay};
+use bmoe::replay::{Learned, Policy, ReplayOptions, Trace, replay, replay_with};
 use bmoe::synth::Arch;
 use common::*;
 
@@ -27,6 +27,8 @@ fn live_run(dir: &Path, edit: impl FnOnce(&mut RunConfig)) -> (String, u64, u64)
     c.moe.cache_mb = CacheMb::Mib(0.5);
     // The replay models the cache alone; router read-ahead fills it too.
     c.moe.predict = false;
+    // Cold, as the replay starts: no route profile's warm start or prior.
+    c.moe.route_profile = "off".into();
     c.moe.cache_policy = "lru".into();
     c.telemetry.route_trace = trace.clone();
     edit(&mut c);
@@ -171,5 +173,52 @@ fn policy_names_parse_back() {
     assert_eq!("foresight:3".parse::<Policy>(), Ok(Policy::Foresight(3)));
     for bad in ["foresight:0", "foresight:x", "foresight:", "fifo"] {
         assert!(bad.parse::<Policy>().is_err(), "{bad}");
+    }
+}
+
+/// The shared real-model traces (one prompt and its decode each).
+fn shared_traces() -> Vec<(String, Trace)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/route-traces");
+    let mut traces: Vec<(String, Trace)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+        .map(|p| (p.display().to_string(), Trace::parse(&std::fs::read_to_string(&p).unwrap()).unwrap()))
+        .collect();
+    traces.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(traces.len(), 3);
+    traces
+}
+
+#[test]
+fn without_a_profile_the_default_is_decay_row_for_row() {
+    for (name, trace) in shared_traces() {
+        let budget = (0.1 * trace.bank_bytes() as f64) as u64;
+        let (default, decay) = (replay(&trace, budget, Policy::Default), replay(&trace, budget, Policy::Decay));
+        assert_eq!(default.row_hits, decay.row_hits, "{name}");
+        assert_eq!(default.decode_bytes, decay.decode_bytes, "{name}");
+    }
+}
+
+/// A profile learned from each trace's prompt describes another workload
+/// than its decode (the prompt's popular experts are not the reply's): the
+/// prior alone reads more than decay on every trace, and the duel keeps the
+/// default within 2% of decay. Warm starts read within the budget, counted
+/// apart from the tokens' reads.
+#[test]
+fn a_profile_from_another_workload_costs_the_default_next_to_nothing() {
+    for (name, trace) in shared_traces() {
+        let learned = Learned::from_prompt(&trace);
+        for frac in [0.1, 0.19] {
+            let budget = (frac * trace.bank_bytes() as f64) as u64;
+            let opts = ReplayOptions { learned: Some(&learned), warm: true, decode_only: true };
+            let bytes = |p: Policy| replay_with(&trace, budget, p, opts).decode_bytes as f64;
+            let (default, decay, prior) = (bytes(Policy::Default), bytes(Policy::Decay), bytes(Policy::PriorDecay));
+            assert!(prior > decay * 1.03, "{name} at {frac}: the prompt's prior read {prior} against decay's {decay}");
+            assert!(default <= decay * 1.02, "{name} at {frac}: default read {default} against decay's {decay}");
+            let r = replay_with(&trace, budget, Policy::Default, opts);
+            assert!(r.warm_bytes > 0 && r.warm_bytes <= budget, "{name}: warm start {}", r.warm_bytes);
+            assert_eq!(r.prefill_bytes, 0, "{name}: decode alone");
+        }
     }
 }

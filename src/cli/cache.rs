@@ -1,5 +1,5 @@
 //! `bmoe cache`: list and remove what bmoe keeps in its cache directory
-//! (lean and repacked copies of models, demo models).
+//! (lean and repacked copies of models, demo models, route profiles).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -13,7 +13,8 @@ use crate::moe::copies::{self, CachedCopy, CopyKind};
 /// What `bmoe cache` does (listing when none is given).
 #[derive(Subcommand, Debug)]
 pub enum CacheCommand {
-    /// List the lean and repacked copies and the demo models: kind, room on disk, last use, model.
+    /// List the lean and repacked copies, the demo models and the route profiles: kind, room on
+    /// disk, last use, model.
     List,
     /// Remove entries: those of models that are gone, those unused for a while, one model's, one
     /// kind, or all (a session that has a copy open keeps reading it until it closes).
@@ -32,7 +33,7 @@ pub struct RemoveArgs {
     /// Copies of this model.
     #[arg(long, value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// Entries of this kind: lean, repacked or demo.
+    /// Entries of this kind: lean, repacked, demo or profile.
     #[arg(long)]
     pub kind: Option<String>,
     /// Every entry.
@@ -105,7 +106,7 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
 fn listing(entries: &[CachedCopy], now: SystemTime) -> String {
     let mut out = String::new();
     if entries.is_empty() {
-        return "no copies or demo models\n".into();
+        return "no copies, demo models or route profiles\n".into();
     }
     let _ = writeln!(out, "{:<9} {:>10} {:>9}  model", "kind", "on disk", "last use");
     for c in entries {
@@ -156,10 +157,10 @@ fn parse_age(text: &str) -> Result<Duration> {
 }
 
 fn parse_kind(text: &str) -> Result<CopyKind> {
-    [CopyKind::Lean, CopyKind::Repacked, CopyKind::Demo]
+    [CopyKind::Lean, CopyKind::Repacked, CopyKind::Demo, CopyKind::Profile]
         .into_iter()
         .find(|k| k.name() == text)
-        .ok_or_else(|| anyhow!("--kind {text}: lean, repacked or demo"))
+        .ok_or_else(|| anyhow!("--kind {text}: lean, repacked, demo or profile"))
 }
 
 #[cfg(test)]

@@ -83,6 +83,12 @@ pub struct RunFlags {
     /// or lru (least recently used) [moe.cache_policy, default decay].
     #[arg(long, value_name = "decay|lru")]
     pub cache_policy: Option<String>,
+    /// The model's route profile, per-expert routing counts kept in bmoe's cache directory
+    /// (`bmoe cache` lists them): update (its prior steers evictions and warms the cache at open;
+    /// this run's routing is added), read (used, not changed) or off [moe.route_profile, default
+    /// update].
+    #[arg(long, value_name = "MODE")]
+    pub route_profile: Option<String>,
     /// How dense weights are held while streaming: mmap (llama.cpp's mapping), warm (touched
     /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction)
     /// [moe.dense_weights, default mmap].
@@ -276,6 +282,7 @@ impl RunFlags {
             cache_ceil_mb,
             force_cache,
             cache_policy,
+            route_profile,
             dense_weights,
             repack,
             rpc,
@@ -316,6 +323,7 @@ impl RunFlags {
             cache_ceil_mb: cache_ceil_mb.or(base.cache_ceil_mb),
             force_cache: force_cache || base.force_cache,
             cache_policy: cache_policy.or_else(|| base.cache_policy.clone()),
+            route_profile: route_profile.or_else(|| base.route_profile.clone()),
             dense_weights: dense_weights.or_else(|| base.dense_weights.clone()),
             repack: repack.or_else(|| base.repack.clone()),
             rpc: rpc.or_else(|| base.rpc.clone()),
@@ -384,7 +392,7 @@ pub fn resolve_config(args: &RunFlags, turn: &TurnFlags) -> Result<RunConfig> {
         g.batch_invariant = false;
     }
     let m = &mut c.moe;
-    set!(args: cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, repacked_copy_max_gb => m.repacked_copy_max_gb, cache_policy => m.cache_policy, dense_weights => m.dense_weights,
+    set!(args: cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, repacked_copy_max_gb => m.repacked_copy_max_gb, cache_policy => m.cache_policy, route_profile => m.route_profile, dense_weights => m.dense_weights,
          io_threads => m.io_threads,
          n_expert_used => m.n_expert_used, prefetch => m.prefetch, predict_layers => m.predict_layers);
     if args.no_predict {

@@ -13,7 +13,7 @@ pub use crate::moe::repack::Repack;
 pub use events::{Event, Phase, StepReport};
 pub use remote::RpcOptions;
 pub use session::{
-    AbortHandle, EngineError, GenerateRequest, Generation, LeanOpen, OpenReport, Prompt, Scored, Session,
-    SessionOptions, StreamOptions, Utf8Stream,
+    AbortHandle, EngineError, GenerateRequest, Generation, LeanOpen, OpenReport, Prompt, RouteProfileOpen, Scored,
+    Session, SessionOptions, StreamOptions, Utf8Stream,
 };
 pub use threads::{Setting, StepTuner};

@@ -26,6 +26,7 @@ use crate::moe::dense::{self, DenseWeights};
 use crate::moe::evict::CachePolicy;
 use crate::moe::lean;
 use crate::moe::predict::ReadAhead;
+use crate::moe::profile::{self, RouteProfile};
 use crate::moe::repack::{Repack, name_patterns, repackable_banks};
 use crate::moe::repacked;
 use crate::moe::{Banks, ExpertStore, MoeHook, Projection, ReadLanes, StepTrace, capability, recipe, resolve_banks};
@@ -70,6 +71,25 @@ pub struct StreamOptions {
     /// free space of its file system. Over it, each slice is repacked as it
     /// is read.
     pub repacked_copy_max_bytes: Option<u64>,
+    /// The model's route profile: where profiles live and what the session
+    /// does with this model's ([`crate::moe::profile`]).
+    pub route_profile: RouteProfileOpen,
+}
+
+/// Where route profiles live, and what a session does with its model's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteProfileOpen {
+    /// The directory of profile files.
+    pub dir: PathBuf,
+    /// Read and update, read only, or neither.
+    pub mode: crate::moe::profile::ProfileMode,
+}
+
+impl RouteProfileOpen {
+    /// No route profile read or written.
+    pub fn off() -> RouteProfileOpen {
+        RouteProfileOpen { dir: PathBuf::new(), mode: crate::moe::profile::ProfileMode::Off }
+    }
 }
 
 /// Where lean copies live, and for which models.
@@ -164,6 +184,18 @@ pub enum EngineError {
     Decode(#[from] DecodeError),
 }
 
+/// How often a running session saves its route profile.
+pub const PROFILE_SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Best effort: a profile that cannot be written is only a lost prior.
+        if let Err(e) = self.save_route_profile() {
+            eprintln!("bmoe: note: {e}");
+        }
+    }
+}
+
 /// What `open` found.
 #[derive(Debug, Clone, Default)]
 pub struct OpenReport {
@@ -201,6 +233,10 @@ pub struct OpenReport {
     pub layers: Vec<LayerBytes>,
     /// Expert bank tensors computed with the CPU's repacked kernels.
     pub repacked_banks: u32,
+    /// The route profile file this session reads or writes, if any.
+    pub route_profile: Option<PathBuf>,
+    /// Bytes the warm start began reading into the cache at open.
+    pub warm_bytes: u64,
     /// Things the user should know (fallbacks, refusals, the cache budget).
     pub notices: Vec<String>,
     /// How streaming was set up (alignment, read-ahead, cache policy,
@@ -305,6 +341,8 @@ const TUNER_READ_NS: u64 = 1_000_000;
 
 /// A loaded model ready to generate.
 pub struct Session {
+    /// When the route profile was last saved.
+    profile_saved: Instant,
     ctx: Context<MoeHook>,
     abort: Arc<AtomicBool>,
     options: SessionOptions,
@@ -431,12 +469,42 @@ impl Session {
         self.pending = None;
     }
 
+    /// Writes the routing this session learned into its model's route
+    /// profile file (with `update`); returns the file written, `None` when
+    /// there is nothing to write.
+    pub fn save_route_profile(&mut self) -> Result<Option<PathBuf>, EngineError> {
+        self.profile_saved = Instant::now();
+        let Some(dir) = self.options.stream.as_ref().map(|s| s.route_profile.dir.clone()) else { return Ok(None) };
+        let Some(learned) = self.store().and_then(|s| s.learned_profile()) else { return Ok(None) };
+        if learned.is_empty() {
+            return Ok(None);
+        }
+        let path = profile::profile_path(&dir, &learned.model);
+        learned
+            .save(&path)
+            .map_err(|e| EngineError::Stream(format!("saving the route profile {}: {e}", path.display())))?;
+        Ok(Some(path))
+    }
+
+    /// Saves the route profile when [`PROFILE_SAVE_EVERY`] has passed since
+    /// the last save (long chat and serve sessions); a failure is a notice
+    /// for the caller, never the generation's error.
+    fn save_route_profile_when_due(&mut self) -> Option<String> {
+        if self.profile_saved.elapsed() < PROFILE_SAVE_EVERY {
+            return None;
+        }
+        self.save_route_profile().err().map(|e| e.to_string())
+    }
+
     /// Runs one generation, reporting progress to `on_event`.
     pub fn generate(
         &mut self,
         req: &GenerateRequest,
         on_event: &mut dyn FnMut(Event<'_>),
     ) -> Result<Generation, EngineError> {
+        if let Some(failed) = self.save_route_profile_when_due() {
+            on_event(Event::Notice(&failed));
+        }
         self.abort.store(false, Ordering::Relaxed);
         if let Some(gone) = self.remote_gone() {
             return Err(gone);

@@ -1,8 +1,8 @@
 //! What bmoe keeps in its cache directory: the lean and repacked copies of
-//! the models it streamed ([`super::lean`], [`super::repacked`]) and the
-//! demo models it generated, with the model each copy belongs to, its room
-//! on disk and when it was last used, so `bmoe cache` can list and remove
-//! them.
+//! the models it streamed ([`super::lean`], [`super::repacked`]), the demo
+//! models it generated and the route profiles it learned
+//! ([`super::profile`]), with the model each belongs to, its room on disk
+//! and when it was last used, so `bmoe cache` can list and remove them.
 
 use std::fs;
 use std::io;
@@ -27,6 +27,8 @@ pub enum CopyKind {
     Repacked,
     /// A generated demo model.
     Demo,
+    /// A model's route profile ([`super::profile`]).
+    Profile,
 }
 
 impl CopyKind {
@@ -36,6 +38,7 @@ impl CopyKind {
             CopyKind::Lean => "lean",
             CopyKind::Repacked => "repacked",
             CopyKind::Demo => "demo",
+            CopyKind::Profile => "profile",
         }
     }
 }
@@ -102,6 +105,27 @@ pub fn list(root: &Path) -> io::Result<Vec<CachedCopy>> {
             });
         }
     }
+    for entry in entries(&root.join("profiles"))? {
+        let path = entry.path();
+        if !path.is_file() || path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let meta = entry.metadata()?;
+        // The model it was last learned from; a corrupt file names none.
+        let model = super::profile::RouteProfile::load(&path)
+            .ok()
+            .map(|p| PathBuf::from(p.model_path))
+            .filter(|p| !p.as_os_str().is_empty());
+        found.push(CachedCopy {
+            kind: CopyKind::Profile,
+            model_exists: model.as_deref().is_some_and(Path::exists),
+            model,
+            disk_bytes: meta.blocks() * 512,
+            last_used: meta.modified()?,
+            partial: false,
+            path,
+        });
+    }
     found.sort_by_key(|c| std::cmp::Reverse(c.last_used));
     Ok(found)
 }
@@ -110,7 +134,7 @@ pub fn list(root: &Path) -> io::Result<Vec<CachedCopy>> {
 /// session has open stays readable to it until it closes it.
 pub fn remove(copy: &CachedCopy) -> io::Result<u64> {
     match copy.kind {
-        CopyKind::Demo => fs::remove_file(&copy.path)?,
+        CopyKind::Demo | CopyKind::Profile => fs::remove_file(&copy.path)?,
         CopyKind::Lean | CopyKind::Repacked => fs::remove_dir_all(&copy.path)?,
     }
     Ok(copy.disk_bytes)
@@ -165,7 +189,15 @@ mod tests {
         copy("lean", "b", &root.path().join("gone.gguf"));
         fs::File::create(root.path().join("demo-qwen3moe-v5.gguf")).unwrap().write_all(&[1u8; 8192]).unwrap();
         fs::write(root.path().join("unrelated.txt"), b"x").unwrap();
+        let mut profile = crate::moe::profile::RouteProfile::new("id", 1, 4, 1);
+        profile.model_path = model.display().to_string();
+        profile.save(&root.path().join("profiles/qwen3moe-0123.json")).unwrap();
+        fs::write(root.path().join("profiles/notes.txt"), b"x").unwrap();
 
+        let copies = list(root.path()).unwrap();
+        let profile = copies.iter().find(|c| c.kind == CopyKind::Profile).unwrap();
+        assert_eq!((profile.model.as_deref(), profile.model_exists), (Some(model.as_path()), true));
+        assert_eq!(remove(profile).unwrap(), profile.disk_bytes);
         let copies = list(root.path()).unwrap();
         assert_eq!(copies.len(), 4, "{copies:?}");
         let repacked = copies.iter().find(|c| c.kind == CopyKind::Repacked && !c.partial).unwrap();

@@ -11,7 +11,8 @@
 //! Measured with `bmoe replay` on the shared real-model traces and the bench
 //! model's own, at 5-50% of the bank: `decay` moves 2-36% fewer bytes than
 //! LRU in 14 of 20 cases, the same in 2 and at most 1.1% more in 4
-//! (docs/benchmarks.md). It is the default.
+//! (docs/benchmarks.md). It is the default. With a route profile, decay
+//! weighs the profile's prior while that misses less ([`super::duel`]).
 
 use std::collections::BTreeSet;
 
@@ -78,6 +79,12 @@ impl DecayedCount {
         self.at = now;
     }
 
+    /// The count as it stands at time `now` (in decode steps, not before
+    /// the last use).
+    pub fn count_at(&self, now: f64) -> f64 {
+        self.count * (-(now - self.at).max(0.0) / DECAY_HALF_LIFE_TOKENS).exp2()
+    }
+
     /// A rank that orders counts as they would compare at any common later
     /// time: `log2(count) + at / half-life`, non-negative once used.
     pub fn rank(&self) -> u64 {
@@ -118,6 +125,16 @@ impl EvictionOrder {
     /// The entry to evict first, skipping those `spared` says to keep.
     pub fn victim(&self, mut spared: impl FnMut(u32) -> bool) -> Option<u32> {
         self.order.iter().map(|&(_, id)| id).find(|&id| !spared(id))
+    }
+
+    /// The entries held, first to evict first.
+    pub fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.order.iter().map(|&(_, id)| id)
+    }
+
+    /// True when `id` is held.
+    pub fn contains(&self, id: u32) -> bool {
+        self.keys[id as usize].is_some()
     }
 
     /// Entries held.

@@ -23,9 +23,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::arena_runs::ArenaRuns;
+use super::duel::{Duel, prior_victim};
 use super::evict::{CachePolicy, DecayedCount, EvictionOrder};
 use super::lanes::{CopyInto, ReadJob, ReadLanes, ReadStats};
 use super::partial::PartialCopy;
+use super::profile::RouteProfile;
 use crate::llama::memory::{self, Arena, Region, page};
 use crate::llama::uring::FixedSpan;
 use crate::llama::{Repacker, TensorBinding, TensorHandle};
@@ -110,6 +112,12 @@ struct Cache {
     order: EvictionOrder,
     /// Per entry: decayed uses ([`CachePolicy::Decay`]).
     decayed: Vec<DecayedCount>,
+    /// Per entry: the clock at its last use.
+    last: Vec<u64>,
+    /// A route profile's prior and the duel over trusting it.
+    duel: Option<Box<Duel>>,
+    /// Evictions whose victim the prior chose.
+    prior_evictions: u64,
     /// Ticks once per routed row: recency.
     clock: u64,
     /// Loads so far; divided by the streamed layers it is the time in
@@ -128,6 +136,9 @@ impl Cache {
             stamp: vec![0; entries],
             order: EvictionOrder::new(entries),
             decayed: vec![DecayedCount::default(); entries],
+            last: vec![0; entries],
+            duel: None,
+            prior_evictions: 0,
             clock: 0,
             loads: 0,
             layers: layers.max(1) as f64,
@@ -141,8 +152,25 @@ impl Cache {
         if counted {
             self.decayed[id as usize].add_use(self.loads as f64 / self.layers);
         }
+        self.last[id as usize] = self.clock;
         let key = self.policy.key(&self.decayed[id as usize], self.clock);
         self.order.set(id, key);
+    }
+
+    /// Time in decode steps (loads so far over the streamed layers).
+    fn now(&self) -> f64 {
+        self.loads as f64 / self.layers
+    }
+
+    /// The entry to evict first, skipping `spared`: by the prior while the
+    /// duel trusts it, else in the policy's order.
+    fn victim(&self, spared: impl FnMut(u32) -> bool) -> Option<u32> {
+        match &self.duel {
+            Some(duel) if duel.trusts_prior() => {
+                prior_victim(self.order.ids(), duel.prior(), &self.decayed, &self.last, self.now(), spared)
+            }
+            _ => self.order.victim(spared),
+        }
     }
 }
 
@@ -183,7 +211,7 @@ enum Residency {
     /// One region per projection kind, shared by every layer.
     Slots,
     /// A cache with one region per (layer, projection).
-    Cache(Cache),
+    Cache(Box<Cache>),
 }
 
 /// The expert store of a session.
@@ -234,6 +262,8 @@ pub struct ExpertStore {
     /// A partial repacked copy, the lanes' shard index of its first file,
     /// and each (layer, projection)'s bank index in it.
     partial: Option<(std::sync::Arc<PartialCopy>, usize, Vec<Vec<usize>>)>,
+    /// The route profile this run adds its routing to.
+    learning: Option<RouteProfile>,
 }
 
 impl ExpertStore {
@@ -269,7 +299,7 @@ impl ExpertStore {
                 regions.push(per);
             }
             let streamed = layers.iter().filter(|l| !l.is_empty()).count();
-            Residency::Cache(Cache::new(layers.len() * n_expert, cache_bytes, policy, streamed))
+            Residency::Cache(Box::new(Cache::new(layers.len() * n_expert, cache_bytes, policy, streamed)))
         };
         let mut bindings = Vec::new();
         for (l, projs) in layers.iter().enumerate() {
@@ -325,6 +355,7 @@ impl ExpertStore {
             arena_held: Vec::new(),
             n_proj,
             partial: None,
+            learning: None,
         })
     }
 
@@ -370,6 +401,11 @@ impl ExpertStore {
     /// True when reads go through io_uring into the registered arena.
     pub fn uses_arena(&self) -> bool {
         self.arena.is_some()
+    }
+
+    /// Layers the store spans (streamed or not).
+    pub fn layer_count(&self) -> usize {
+        self.layers.len()
     }
 
     /// Experts per layer.
@@ -456,8 +492,8 @@ impl ExpertStore {
     pub fn load_layer(&mut self, il: usize, ids: &[i32]) -> io::Result<LoadReport> {
         let t0 = Instant::now();
         let mut report = LoadReport::default();
-        // Read-ahead may have targeted this layer: it must land before the layer computes.
-        let (ahead, ahead_ns) = self.finish_prefetch(Some(il))?;
+        // Read-ahead of the experts this layer routes must land before it computes.
+        let (ahead, ahead_ns) = self.finish_prefetch(Some((il, ids)))?;
         report.read = ahead;
         report.read_ns = ahead_ns;
         if !self.has_layer(il) {
@@ -506,7 +542,14 @@ impl ExpertStore {
             }
         }
         if let Residency::Cache(cache) = &mut self.residency {
+            if let Some(duel) = &mut cache.duel {
+                let distinct: Vec<u32> = report.experts.iter().map(|&(e, _)| (il * n_expert) as u32 + e).collect();
+                duel.observe(&distinct, cache.loads as f64 / cache.layers);
+            }
             cache.loads += 1;
+        }
+        if let Some(profile) = &mut self.learning {
+            profile.observe(il, ids.iter().map(|&e| e as u32));
         }
         self.loaded_bytes = report.experts.len() as u64 * self.entry_bytes[il];
         let recycled = self.recycled_bytes;
@@ -598,6 +641,102 @@ impl ExpertStore {
         Ok(report)
     }
 
+    /// Evicts with `profile`'s prior while its shadow misses less than
+    /// plain decay's ([`super::duel`]). Only the decay policy takes a prior;
+    /// false (nothing changes) with the cache off, another policy, or a
+    /// profile that is empty or of another shape.
+    pub fn use_profile(&mut self, profile: &RouteProfile) -> bool {
+        let entry_bytes = self.entry_bytes.clone();
+        let (n_expert, layers) = (self.n_expert, self.streamed.len());
+        let Residency::Cache(cache) = &mut self.residency else { return false };
+        if cache.policy != CachePolicy::Decay {
+            return false;
+        }
+        cache.duel = Duel::new(profile, entry_bytes, n_expert, cache.budget, layers).map(Box::new);
+        cache.duel.is_some()
+    }
+
+    /// True while the cache evicts by the profile's prior (it has one and
+    /// the duel trusts it).
+    pub fn trusts_profile(&self) -> bool {
+        matches!(&self.residency, Residency::Cache(c) if c.duel.as_ref().is_some_and(|d| d.trusts_prior()))
+    }
+
+    /// Evictions so far whose victim the profile's prior chose.
+    pub fn prior_evictions(&self) -> u64 {
+        match &self.residency {
+            Residency::Cache(c) => c.prior_evictions,
+            Residency::Slots => 0,
+        }
+    }
+
+    /// Adds this run's routing (every routed row of every load) to
+    /// `profile` from now on; [`Self::learned_profile`] gives it back.
+    pub fn learn_profile(&mut self, profile: RouteProfile) {
+        self.learning = Some(profile);
+    }
+
+    /// The profile this run adds its routing to, if any.
+    pub fn learned_profile(&self) -> Option<&RouteProfile> {
+        self.learning.as_ref()
+    }
+
+    /// A warm start: starts reading `profile`'s most routed experts into
+    /// the cache on the worker lanes, up to its budget, layer by layer in
+    /// the order layers compute, and returns without waiting. A load waits
+    /// only for the entries it routes, so the prompt runs while the rest
+    /// land. Nothing counts as a use. Does nothing with the cache off, a
+    /// single lane, or an empty profile.
+    pub fn warm_start(&mut self, profile: &RouteProfile) -> io::Result<PrefetchReport> {
+        let t0 = Instant::now();
+        let mut report = PrefetchReport { resident: self.resident_bytes(), ..PrefetchReport::default() };
+        if !self.can_prefetch() || profile.n_expert != self.n_expert {
+            return Ok(report);
+        }
+        let mut room = self.room();
+        let mut by_layer: Vec<Vec<u32>> = vec![Vec::new(); self.layers.len()];
+        for (il, e) in profile.most_routed() {
+            if !self.has_layer(il) || room < self.entry_bytes[il] {
+                continue;
+            }
+            room -= self.entry_bytes[il];
+            by_layer[il].push((il * self.n_expert + e) as u32);
+        }
+        let protect = self.generation;
+        let mut all = Vec::new();
+        for ids in by_layer.into_iter().filter(|ids| !ids.is_empty()) {
+            let Residency::Cache(cache) = &mut self.residency else { break };
+            let mut incoming = Vec::new();
+            for id in ids {
+                if cache.valid[id as usize] {
+                    continue;
+                }
+                cache.valid[id as usize] = true;
+                cache.stamp[id as usize] = protect;
+                cache.resident += self.entry_bytes[id as usize / self.n_expert];
+                // In the order as never used (the replay's warm start does the same).
+                let key = cache.policy.key(&cache.decayed[id as usize], 0);
+                cache.order.set(id, key);
+                self.in_flight[id as usize] = true;
+                report.entries += 1;
+                report.bytes += self.entry_bytes[id as usize / self.n_expert];
+                incoming.push(id);
+            }
+            report.evictions += self.make_room(protect, &incoming)?;
+            let ticket = self.lanes.submit(self.read_jobs_of(&incoming));
+            self.pending.extend(incoming.iter().map(|&id| (id, ticket)));
+            all.extend(incoming);
+        }
+        if let Residency::Cache(cache) = &mut self.residency
+            && let Some(duel) = &mut cache.duel
+        {
+            duel.warm(&all);
+        }
+        report.mgmt_ns = t0.elapsed().as_nanos() as u64;
+        report.resident = self.resident_bytes();
+        Ok(report)
+    }
+
     /// Bytes the cache can take beyond the entries no eviction may touch
     /// now: the last load's and those read ahead since (every entry stamped
     /// with the current generation is one or the other: read-ahead entries
@@ -614,13 +753,21 @@ impl ExpertStore {
         matches!(self.residency, Residency::Cache(_)) && self.lanes.lanes() > 1
     }
 
-    /// Waits for the read-ahead of layer `layer` (of every layer: `None`)
-    /// still in flight, if any. On a read error every read-ahead entry is
-    /// forgotten (their bytes may be incomplete) and the error is returned.
-    /// Returns what the lanes moved and the time blocked.
-    fn finish_prefetch(&mut self, layer: Option<usize>) -> io::Result<(ReadStats, u64)> {
+    /// Waits for the read-ahead still in flight of the experts `ids` of
+    /// layer `il` (of every entry: `None`), if any; read-ahead of experts
+    /// the layer does not route may go on landing in their own slices,
+    /// which the layer does not read. On a read error every read-ahead
+    /// entry is forgotten (their bytes may be incomplete) and the error is
+    /// returned. Returns what the lanes moved and the time blocked.
+    fn finish_prefetch(&mut self, layer: Option<(usize, &[i32])>) -> io::Result<(ReadStats, u64)> {
         let n_expert = self.n_expert;
-        let mine = |id: u32| layer.is_none_or(|il| id as usize / n_expert == il);
+        let mut routed = vec![false; if layer.is_some() { n_expert } else { 0 }];
+        for &e in layer.map_or(&[][..], |(_, ids)| ids) {
+            if let Some(r) = usize::try_from(e).ok().and_then(|e| routed.get_mut(e)) {
+                *r = true;
+            }
+        }
+        let mine = |id: u32| layer.is_none_or(|(il, _)| id as usize / n_expert == il && routed[id as usize % n_expert]);
         let Some(ticket) = self.pending.iter().filter(|&&(id, _)| mine(id)).map(|&(_, t)| t).max() else {
             return Ok((ReadStats::default(), 0));
         };
@@ -886,6 +1033,9 @@ impl ExpertStore {
             ));
         }
         cache.budget = budget;
+        if let Some(duel) = &mut cache.duel {
+            duel.set_budget(budget);
+        }
         self.finish_prefetch(None)?;
         // Nothing is in flight between generations: protect nothing.
         self.evict_to_budget(u64::MAX, Pages::Release)
@@ -901,10 +1051,14 @@ impl ExpertStore {
                 return Ok(evicted);
             }
             let in_flight = &self.in_flight;
-            let Some(victim) = cache.order.victim(|id| cache.stamp[id as usize] == protect || in_flight[id as usize])
-            else {
+            let Some(victim) = cache.victim(|id| cache.stamp[id as usize] == protect || in_flight[id as usize]) else {
                 return Ok(evicted);
             };
+            if let Residency::Cache(cache) = &mut self.residency
+                && cache.duel.as_ref().is_some_and(|d| d.trusts_prior())
+            {
+                cache.prior_evictions += 1;
+            }
             self.forget(victim, pages)?;
             evicted += 1;
         }

@@ -85,6 +85,7 @@ pub fn stream0(lanes: usize, o_direct: bool) -> Option<StreamOptions> {
         recycle_pages: true,
         repacked_copy: None,
         repacked_copy_max_bytes: None,
+        route_profile: bmoe::engine::RouteProfileOpen::off(),
     })
 }
 
@@ -102,6 +103,7 @@ pub fn cached(bytes: u64, lanes: usize) -> Option<StreamOptions> {
         recycle_pages: true,
         repacked_copy: None,
         repacked_copy_max_bytes: None,
+        route_profile: bmoe::engine::RouteProfileOpen::off(),
     })
 }
 

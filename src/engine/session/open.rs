@@ -4,6 +4,7 @@
 //! memory.
 
 use super::*;
+use crate::moe::profile;
 
 impl Session {
     /// Loads the model and, when streaming, captures and rebinds its experts.
@@ -185,6 +186,7 @@ impl Session {
             force_polling: None,
             remote: remote.holding().map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr))).collect(),
             other_seqs: vec![Vec::new(); options.sequences.max(1) as usize - 1],
+            profile_saved: Instant::now(),
             options,
         })
     }
@@ -350,10 +352,78 @@ fn attach_stream(
         }
         details.push(format!("read-ahead: {}", what.join(", and ")));
     }
+    open_route_profile(&mut store, files, stream, info, &mut notices, &mut details);
     info.notices = notices;
     info.details = details;
     hook.start_streaming(store);
     Ok(())
+}
+
+/// Reads the model's route profile as `stream.route_profile` says: its
+/// prior for the cache's evictions and a warm start, and this run's routing
+/// added to it. A profile that is corrupt or of another model is ignored
+/// with one notice (and replaced when the session updates it).
+fn open_route_profile(
+    store: &mut ExpertStore,
+    files: &ModelFiles,
+    stream: &StreamOptions,
+    info: &mut OpenReport,
+    notices: &mut Vec<String>,
+    details: &mut Vec<String>,
+) {
+    let open = &stream.route_profile;
+    if !open.mode.reads() || store.budget() == 0 {
+        return;
+    }
+    let identity = match profile::model_identity(files) {
+        Ok(id) => id,
+        Err(e) => {
+            notices.push(format!("route profile off: the model's identity could not be read ({e})"));
+            return;
+        }
+    };
+    let path = profile::profile_path(&open.dir, &identity);
+    let (n_layer, n_expert) = (store.layer_count(), store.n_expert());
+    let fresh = || RouteProfile::new(&identity, n_layer, n_expert, info.n_expert_used as usize);
+    let found = match RouteProfile::load(&path) {
+        Ok(p) if p.fits(&identity, n_layer, n_expert) => Some(p),
+        Ok(_) => {
+            notices.push(format!("route profile {} ignored: it is of another model", path.display()));
+            None
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            notices.push(format!("route profile {} ignored: {e}", path.display()));
+            None
+        }
+    };
+    match &found {
+        Some(p) if !p.is_empty() => {
+            store.use_profile(p);
+            match store.warm_start(p) {
+                Ok(warm) => {
+                    info.warm_bytes = warm.bytes;
+                    details.push(format!(
+                        "route profile {} ({:.0} tokens learned): evictions weigh it while it misses less than \
+                         decay; warm start reading {} experts, {:.1} MiB",
+                        path.display(),
+                        p.tokens(),
+                        warm.entries,
+                        warm.bytes as f64 / 1048576.0
+                    ));
+                }
+                Err(e) => notices.push(format!("warm start skipped: {e}")),
+            }
+        }
+        _ => details.push(format!("route profile {}: none yet for this model", path.display())),
+    }
+    if open.mode.writes() {
+        let mut learning = found.unwrap_or_else(fresh);
+        let model = &files.paths()[0];
+        learning.model_path = std::fs::canonicalize(model).unwrap_or_else(|_| model.clone()).display().to_string();
+        store.learn_profile(learning);
+    }
+    info.route_profile = Some(path);
 }
 
 /// Connects to the RPC servers and places the last layers on them; says
