@@ -134,3 +134,27 @@ fn a_corrupt_profile_or_another_models_is_ignored_with_one_notice_and_reads_as_m
     let replaced = RouteProfile::load(&path).unwrap();
     assert!(replaced.fits(&identity, replaced.n_layer, replaced.n_expert) && !replaced.is_empty());
 }
+
+/// A long session (chat, serve) saves its profile as it runs, not only when
+/// it closes: with the interval shortened, the next generation writes what
+/// the ones before it routed while the session stays open.
+#[test]
+fn a_running_session_saves_its_profile_between_generations() {
+    let dir = tempdir();
+    let profiles = tempdir();
+    let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
+    let stream = with_profile(cached(BUDGET, 2), profiles.path(), ProfileMode::Update, ReadAhead::default());
+    let _serial = llama_lock();
+    let mut session = Session::open(options(&m, stream)).unwrap();
+    session.set_profile_save_every(std::time::Duration::ZERO);
+    generate_steps(&mut session, N);
+    assert!(profile_files(profiles.path()).is_empty(), "nothing is saved before the first generation ends");
+    generate_steps(&mut session, N);
+    let files = profile_files(profiles.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let saved = RouteProfile::load(&files[0]).unwrap();
+    assert!(saved.tokens() >= N as f64, "the first generation's routing: {} tokens", saved.tokens());
+    assert!(saved.model_path.ends_with("m.gguf"), "{}", saved.model_path);
+    drop(session);
+    assert!(RouteProfile::load(&files[0]).unwrap().tokens() > saved.tokens(), "closing adds the second generation");
+}

@@ -343,6 +343,8 @@ const TUNER_READ_NS: u64 = 1_000_000;
 pub struct Session {
     /// When the route profile was last saved.
     profile_saved: Instant,
+    /// How often a running session saves its route profile.
+    profile_save_every: std::time::Duration,
     ctx: Context<MoeHook>,
     abort: Arc<AtomicBool>,
     options: SessionOptions,
@@ -486,11 +488,18 @@ impl Session {
         Ok(Some(path))
     }
 
-    /// Saves the route profile when [`PROFILE_SAVE_EVERY`] has passed since
-    /// the last save (long chat and serve sessions); a failure is a notice
-    /// for the caller, never the generation's error.
+    /// Sets how often the session saves its route profile while it runs
+    /// ([`PROFILE_SAVE_EVERY`] unless set; tests shorten it).
+    #[doc(hidden)]
+    pub fn set_profile_save_every(&mut self, every: std::time::Duration) {
+        self.profile_save_every = every;
+    }
+
+    /// Saves the route profile when the save interval has passed since the
+    /// last save (long chat and serve sessions), before a generation; a
+    /// failure is a notice for the caller, never the generation's error.
     fn save_route_profile_when_due(&mut self) -> Option<String> {
-        if self.profile_saved.elapsed() < PROFILE_SAVE_EVERY {
+        if self.profile_saved.elapsed() < self.profile_save_every {
             return None;
         }
         self.save_route_profile().err().map(|e| e.to_string())

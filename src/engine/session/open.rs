@@ -187,6 +187,7 @@ impl Session {
             remote: remote.holding().map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr))).collect(),
             other_seqs: vec![Vec::new(); options.sequences.max(1) as usize - 1],
             profile_saved: Instant::now(),
+            profile_save_every: PROFILE_SAVE_EVERY,
             options,
         })
     }
