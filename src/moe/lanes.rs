@@ -601,6 +601,13 @@ impl ReadLanes {
         self.drain(ticket, |s| s.landed(ticket))
     }
 
+    /// The ticket up to which read-ahead has landed without an error, as it
+    /// stands now (`None` after an error, which a wait reports).
+    pub fn landed(&self) -> Option<u64> {
+        let s = self.pool.lock();
+        s.error.is_none().then(|| s.ahead_base + s.ahead_landed as u64)
+    }
+
     /// Waits for everything submitted ([`Self::wait_for`] of the latest ticket).
     pub fn wait(&mut self) -> io::Result<ReadStats> {
         self.drain(u64::MAX, Shared::all_done)

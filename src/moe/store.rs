@@ -656,12 +656,6 @@ impl ExpertStore {
         cache.duel.is_some()
     }
 
-    /// True while the cache evicts by the profile's prior (it has one and
-    /// the duel trusts it).
-    pub fn trusts_profile(&self) -> bool {
-        matches!(&self.residency, Residency::Cache(c) if c.duel.as_ref().is_some_and(|d| d.trusts_prior()))
-    }
-
     /// Evictions so far whose victim the profile's prior chose.
     pub fn prior_evictions(&self) -> u64 {
         match &self.residency {
@@ -760,6 +754,15 @@ impl ExpertStore {
     /// entry is forgotten (their bytes may be incomplete) and the error is
     /// returned. Returns what the lanes moved and the time blocked.
     fn finish_prefetch(&mut self, layer: Option<(usize, &[i32])>) -> io::Result<(ReadStats, u64)> {
+        // Read-ahead that landed already needs no wait, whoever routes it:
+        // its entries may be evicted again (a warm entry no load routes
+        // would otherwise stay in flight for good).
+        if let Some(landed) = self.lanes.landed() {
+            for &(id, _) in self.pending.iter().filter(|&&(_, t)| t <= landed) {
+                self.in_flight[id as usize] = false;
+            }
+            self.pending.retain(|&(_, t)| t > landed);
+        }
         let n_expert = self.n_expert;
         let mut routed = vec![false; if layer.is_some() { n_expert } else { 0 }];
         for &e in layer.map_or(&[][..], |(_, ids)| ids) {
