@@ -264,6 +264,9 @@ pub struct ExpertStore {
     partial: Option<(std::sync::Arc<PartialCopy>, usize, Vec<Vec<usize>>)>,
     /// The route profile this run adds its routing to.
     learning: Option<RouteProfile>,
+    /// The last ticket of the warm start's reads (0: none), which come
+    /// before any other read-ahead.
+    warm_end: u64,
 }
 
 impl ExpertStore {
@@ -356,6 +359,7 @@ impl ExpertStore {
             n_proj,
             partial: None,
             learning: None,
+            warm_end: 0,
         })
     }
 
@@ -679,8 +683,9 @@ impl ExpertStore {
     /// the cache on the worker lanes, up to its budget, layer by layer in
     /// the order layers compute, and returns without waiting. A load waits
     /// only for the entries it routes, so the prompt runs while the rest
-    /// land. Nothing counts as a use. Does nothing with the cache off, a
-    /// single lane, or an empty profile.
+    /// land. Nothing counts as a use. Call it at open, before any other
+    /// read-ahead. Does nothing with the cache off, a single lane, or an
+    /// empty profile.
     pub fn warm_start(&mut self, profile: &RouteProfile) -> io::Result<PrefetchReport> {
         let t0 = Instant::now();
         let mut report = PrefetchReport { resident: self.resident_bytes(), ..PrefetchReport::default() };
@@ -719,6 +724,7 @@ impl ExpertStore {
             report.evictions += self.make_room(protect, &incoming)?;
             let ticket = self.lanes.submit(self.read_jobs_of(&incoming));
             self.pending.extend(incoming.iter().map(|&id| (id, ticket)));
+            self.warm_end = ticket;
             all.extend(incoming);
         }
         if let Residency::Cache(cache) = &mut self.residency
@@ -754,10 +760,12 @@ impl ExpertStore {
     /// entry is forgotten (their bytes may be incomplete) and the error is
     /// returned. Returns what the lanes moved and the time blocked.
     fn finish_prefetch(&mut self, layer: Option<(usize, &[i32])>) -> io::Result<(ReadStats, u64)> {
-        // Read-ahead that landed already needs no wait, whoever routes it:
-        // its entries may be evicted again (a warm entry no load routes
-        // would otherwise stay in flight for good).
-        if let Some(landed) = self.lanes.landed() {
+        // A warm start's reads that landed need no wait and no protection
+        // (no load is about to use them): their entries may be evicted again,
+        // where a warm entry no load routes would otherwise stay in flight
+        // for good. Read-ahead for a coming layer stays in flight, so
+        // protected, until that layer's load.
+        if let Some(landed) = self.lanes.landed().map(|t| t.min(self.warm_end)) {
             for &(id, _) in self.pending.iter().filter(|&&(_, t)| t <= landed) {
                 self.in_flight[id as usize] = false;
             }
