@@ -34,6 +34,10 @@ pub struct RunConfig {
     pub serve: ServeConfig,
 }
 
+/// `serve.step_target`'s default: a running stream's step at most this
+/// many times its plain decode step while prompts join it.
+pub const DEFAULT_STEP_TARGET: f64 = 3.0;
+
 /// `[serve]`: read by `bmoe serve` when it starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -59,6 +63,11 @@ pub struct ServeConfig {
     /// Origins of browser apps allowed to call the API from another
     /// origin (CORS), comma-separated (`*`: any); empty = none.
     pub cors: String,
+    /// While streams are running, newcomers' prompt tokens per step are
+    /// held to a budget that keeps a running stream's step within this
+    /// many times its plain decode step (sized from measured step times);
+    /// 0 = no budget (a prompt takes the whole batch).
+    pub step_target: f64,
 }
 
 impl Default for ServeConfig {
@@ -72,6 +81,7 @@ impl Default for ServeConfig {
             parallel: 4,
             shutdown_grace_s: 5.0,
             cors: String::new(),
+            step_target: DEFAULT_STEP_TARGET,
         }
     }
 }
@@ -487,6 +497,10 @@ impl RunConfig {
         }
         if self.serve.body_mb == 0 {
             return Err(bad("serve.body_mb", "must be at least 1"));
+        }
+        let target = self.serve.step_target;
+        if !(target == 0.0 || (1.5..=100.0).contains(&target)) {
+            return Err(bad("serve.step_target", format!("must be 0 (no budget) or 1.5 to 100 (got {target})")));
         }
         if !(1..=64).contains(&self.serve.parallel) {
             return Err(bad("serve.parallel", format!("must be 1 to 64 (got {})", self.serve.parallel)));
@@ -935,10 +949,22 @@ mod tests {
     }
 
     #[test]
+    fn the_step_target_is_off_or_above_one_and_a_half() {
+        let c = RunConfig::default();
+        assert_eq!(c.serve.step_target, DEFAULT_STEP_TARGET);
+        assert_eq!(c.with("serve.step_target", "0").unwrap().serve.step_target, 0.0);
+        assert_eq!(c.with("serve.step_target", "2.5").unwrap().serve.step_target, 2.5);
+        for bad in ["1.2", "-1", "101", "nan"] {
+            let e = c.with("serve.step_target", bad).unwrap_err();
+            assert!(e.contains("serve.step_target"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn resolved_pairs_cover_every_field() {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
-        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 5 + 5 + 9);
+        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 5 + 5 + 10);
     }
 }

@@ -418,6 +418,134 @@ fn concurrent_requests_decode_together_and_equal_each_alone() {
     }
 }
 
+/// A prompt of about `tokens` tokens of the demo model's vocabulary (which
+/// reads these words at about 1.9 letters a token), different for each
+/// `seed`.
+fn long_prompt(seed: usize, tokens: usize) -> String {
+    let words = ["river", "stone", "market", "lantern", "harbor", "meadow", "copper", "violin"];
+    let mut text = String::new();
+    let mut i = seed;
+    while text.len() < tokens * 19 / 10 {
+        i = (i * 7 + 3) % words.len();
+        text.push_str(words[i]);
+        text.push(' ');
+    }
+    text
+}
+
+/// Issue 50's scenario: one stream running while three clients send
+/// ~1,500-token prompts. The budget keeps the stream's pace (its longest
+/// gap within 10x its median; without a budget a step carrying 500
+/// prompt tokens held it for hundreds of times its median gap), and all
+/// four replies, the prompts prefilled in small chunks beside the stream,
+/// equal their solo runs bitwise.
+#[test]
+fn a_running_stream_keeps_its_pace_while_long_prompts_join() {
+    let dir = common::tempdir();
+    let model = dir.path().join("demo.gguf");
+    let spec = bmoe::synth::ModelSpec::preset(bmoe::synth::Preset::Demo, Arch::Qwen3Moe);
+    bmoe::synth::write_model(&spec, &model, &mut |_, _| std::ops::ControlFlow::Continue(())).expect("write model");
+    let server = Serve::start_alone(&model, &["--parallel", "4", "--ctx-size", "2048"]);
+    let stream_prompt = "The history of the river";
+    let prompts: Vec<String> = (0..3).map(|i| long_prompt(i, 1500)).collect();
+
+    // The stream: its tokens' arrival times, then its closing chunk.
+    let body = json!({"prompt": stream_prompt, "max_tokens": 400, "temperature": 0, "stream": true,
+                      "logits_digest": true})
+    .to_string();
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(server.url.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let url = server.url.as_str();
+    let (text, last, arrivals, newcomers) = std::thread::scope(|scope| {
+        let newcomers = scope.spawn(move || {
+            // The prompts are sent once the stream runs.
+            wait.recv().unwrap();
+            std::thread::scope(|s| {
+                let handles: Vec<_> = prompts
+                    .iter()
+                    .map(|p| {
+                        s.spawn(move || {
+                            let body = json!({"prompt": p, "max_tokens": 8, "temperature": 0, "logits_digest": true});
+                            let (status, done) = post(url, "/v1/completions", &body);
+                            assert_eq!(status, 200, "{done}");
+                            (p.clone(), done)
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+            })
+        });
+        let mut arrivals = Vec::new();
+        let mut text = String::new();
+        let mut last = Value::Null;
+        let mut go = Some(go);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let Some(data) = line.trim_end().strip_prefix("data: ") else { continue };
+            if data == "[DONE]" {
+                break;
+            }
+            let chunk: Value = serde_json::from_str(data).unwrap();
+            let piece = chunk["choices"][0]["text"].as_str().unwrap_or_default();
+            if !piece.is_empty() {
+                arrivals.push(Instant::now());
+                text.push_str(piece);
+            }
+            if arrivals.len() == 20 {
+                go.take().map(|go| go.send(()));
+            }
+            if !chunk["choices"][0]["finish_reason"].is_null() {
+                last = chunk;
+            }
+        }
+        (text, last, arrivals, newcomers.join().unwrap())
+    });
+
+    // The prompts were prefilled beside the stream, held to the budget.
+    let (_, metrics) = get(&server.url, "/metrics", None);
+    let count = |name: &str| -> u64 {
+        metrics.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap()
+    };
+    assert!(
+        count("bmoe_prompt_tokens_beside_streams_total ") >= 100,
+        "the prompts did not join the stream:\n{metrics}"
+    );
+    assert!(count("bmoe_paced_steps_total ") > 0, "the budget never held a prompt back:\n{metrics}");
+    drop(server);
+
+    let mut gaps: Vec<Duration> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() > 300, "{} tokens streamed", arrivals.len());
+    gaps.sort();
+    let (median, longest) = (gaps[gaps.len() / 2], gaps[gaps.len() - 1]);
+    assert!(
+        longest <= median * 10,
+        "the stream stalled: longest gap {longest:?}, median {median:?} (slowest ten: {:?})",
+        &gaps[gaps.len() - 10..]
+    );
+
+    // Every reply equals its solo run, tokens and logits.
+    let (alone, digests) = generated_alone(&model, stream_prompt, 400, &[]);
+    assert_eq!(last["logits_digest"], digests, "the stream's logits differ from its solo run");
+    assert_eq!(text, alone);
+    for (prompt, done) in &newcomers {
+        assert!(done["usage"]["prompt_tokens"].as_u64().unwrap() >= 1400, "{}", done["usage"]);
+        let (alone, digests) = generated_alone(&model, prompt, 8, &[]);
+        assert_eq!(done["logits_digest"], digests, "a long prompt's logits differ from its solo run");
+        assert_eq!(done["choices"][0]["text"], json!(alone));
+    }
+}
+
 #[test]
 fn a_full_queue_is_answered_429_and_the_queue_drains() {
     let dir = common::tempdir();

@@ -42,6 +42,11 @@ pub struct ServeArgs {
     /// e.g. http://localhost:3000; `*` allows any [serve.cors, default none].
     #[arg(long, value_name = "ORIGINS")]
     pub cors: Option<String>,
+    /// While streams are running, hold newcomers' prompt tokens per step to a budget that keeps a
+    /// running stream's step within X times its plain decode step (sized from measured step
+    /// times); 0 lets a prompt take the whole batch [serve.step_target, default 3].
+    #[arg(long, value_name = "X")]
+    pub step_target: Option<f64>,
     /// Model and engine settings.
     #[command(flatten)]
     pub run: RunFlags,
@@ -77,6 +82,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     if let Some(cors) = args.cors {
         s.cors = cors;
+    }
+    if let Some(target) = args.step_target {
+        s.step_target = target;
     }
     if config.serve.parallel > config.generate.batch {
         anyhow::bail!(

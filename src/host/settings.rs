@@ -159,6 +159,11 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         "seconds running requests get to finish when `bmoe serve` is stopped",
     ),
     ("serve.cors", Apply::ServeStart, "origins allowed to call `bmoe serve` from a browser, comma-separated"),
+    (
+        "serve.step_target",
+        Apply::ServeStart,
+        "a running stream's step within this many plain steps while prompts join (0 = no budget)",
+    ),
 ];
 
 /// How `key` (a full `section.key` name) applies.

@@ -32,6 +32,26 @@ struct Counts {
     lookups: u64,
     hits: u64,
     queued_ns: u64,
+    beside_streams: u64,
+    paced_steps: u64,
+}
+
+impl Counts {
+    /// Adds a decode call of which `prompt` tokens were prompts'.
+    fn step(&mut self, r: &StepReport, prompt: u32) {
+        self.decoded_prompt_tokens += u64::from(prompt);
+        if r.phase == Phase::Prefill {
+            return;
+        }
+        self.decode_steps += 1;
+        self.decode_tokens += u64::from(r.tokens.saturating_sub(prompt));
+        self.decode_ns += r.wall_ns;
+        self.read_ns += r.trace.read_ns;
+        self.mgmt_ns += r.trace.mgmt_ns;
+        self.bytes_read += r.trace.bytes_read;
+        self.lookups += r.trace.lookups;
+        self.hits += r.trace.hits;
+    }
 }
 
 impl Metrics {
@@ -67,19 +87,20 @@ impl Metrics {
 
     /// Adds one decode call.
     pub fn step(&self, r: &StepReport) {
+        let prompt = if r.phase == Phase::Prefill { r.tokens } else { 0 };
+        self.counts().step(r, prompt);
+    }
+
+    /// Adds one step of the server's slots: `prompt` of its tokens were
+    /// prompts' (in a decode step, beside running streams' tokens), and
+    /// the prompt budget held some back when `paced`.
+    pub fn slots_step(&self, r: &StepReport, prompt: u32, paced: bool) {
         let mut c = self.counts();
-        if r.phase == Phase::Prefill {
-            c.decoded_prompt_tokens += u64::from(r.tokens);
-            return;
+        c.step(r, prompt);
+        if r.phase == Phase::Decode {
+            c.beside_streams += u64::from(prompt);
         }
-        c.decode_steps += 1;
-        c.decode_tokens += u64::from(r.tokens);
-        c.decode_ns += r.wall_ns;
-        c.read_ns += r.trace.read_ns;
-        c.mgmt_ns += r.trace.mgmt_ns;
-        c.bytes_read += r.trace.bytes_read;
-        c.lookups += r.trace.lookups;
-        c.hits += r.trace.hits;
+        c.paced_steps += u64::from(paced);
     }
 
     /// The counters as Prometheus text, with the queue's `waiting` depth.
@@ -112,6 +133,18 @@ impl Metrics {
         );
         let decoded = c.decoded_prompt_tokens.to_string();
         metric("prompt_tokens_decoded_total", "counter", "Prompt tokens decoded (the rest were reused).", one(decoded));
+        metric(
+            "prompt_tokens_beside_streams_total",
+            "counter",
+            "Prompt tokens decoded in steps that carried running streams' tokens too.",
+            one(c.beside_streams.to_string()),
+        );
+        metric(
+            "paced_steps_total",
+            "counter",
+            "Steps whose prompt tokens the budget held back to keep running streams' pace (--step-target).",
+            one(c.paced_steps.to_string()),
+        );
         metric(
             "generated_tokens_total",
             "counter",

@@ -8,6 +8,7 @@ mod engine;
 mod error;
 mod logprobs;
 mod metrics;
+mod pace;
 mod parse_errors;
 mod reply;
 mod request;

@@ -1,7 +1,9 @@
 //! Concurrent requests in one batch: each request takes a slot (a
 //! sequence of the session), and every decode step is one batch holding
-//! each generating slot's next token and, in the room left, a chunk of a
-//! newcomer's prompt, so running streams are not stalled by a long prompt.
+//! each generating slot's next token and, in the room left, chunks of
+//! newcomers' prompts (oldest request first). While streams are running
+//! the prompt tokens a step carries are held to the budget the [`Pacer`]
+//! sizes, so a long prompt does not stall them.
 //! The expert hook serves the batch's union of routes once per layer.
 //! Each slot keeps its tokens after its request, so a conversation's next
 //! turn (sent to the slot whose tokens it shares the most) decodes only
@@ -12,6 +14,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use super::engine::{Engine, Finished, Job, Out, finish_reason, host_error, step_json};
 use super::error::ApiError;
 use super::logprobs::{TokenLogprob, token_logprob};
+use super::pace::{Pacer, StepCost};
 use super::request::{CompletionPrompt, Work};
 use crate::engine::{Generation, Phase, Utf8Stream};
 use crate::host::{Host, HostEvent, Reply};
@@ -20,6 +23,8 @@ use crate::llama::{Model, Sampler};
 /// One request in a slot.
 struct Slot<'m> {
     job: Job,
+    /// Its place in the order requests started.
+    arrival: u64,
     reply: Reply,
     sampler: Sampler<'m>,
     /// Prompt tokens not yet decoded.
@@ -46,8 +51,10 @@ enum Next {
 pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize) {
     let model = host.session_mut().model().clone();
     let batch = host.config().generate.batch.max(1) as usize;
+    let mut pacer = Pacer::new(host.config().serve.step_target);
     let mut running: Vec<Option<Slot<'_>>> = (0..slots).map(|_| None).collect();
     let mut step = 0u32;
+    let mut arrivals = 0u64;
     loop {
         // The server stops: what runs ends now, with an error saying so.
         if engine.stopping() {
@@ -78,7 +85,8 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
                 refuse(job, Engine::stopped_error());
                 continue;
             }
-            start(&mut host, &model, job, &mut running);
+            arrivals += 1;
+            start(&mut host, &model, job, arrivals, &mut running);
         }
         // One batch: each generating slot's token, then prompt chunks.
         let mut parts: Vec<(usize, Vec<i32>, bool)> = Vec::new();
@@ -87,18 +95,11 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
                 parts.push((seq, vec![token], true));
             }
         }
-        let mut room = batch.saturating_sub(parts.len());
-        for (seq, slot) in running.iter_mut().enumerate() {
-            let Some(slot) = slot.as_mut().filter(|s| !s.input.is_empty()) else { continue };
-            if room == 0 {
-                break;
-            }
-            let take = slot.input.len().min(room);
-            let chunk: Vec<i32> = slot.input.drain(..take).collect();
-            room -= take;
-            slot.generation.summary.prompt_tokens += take as u64;
-            parts.push((seq, chunk, slot.input.is_empty()));
-        }
+        let decoding = parts.len();
+        let room = batch.saturating_sub(decoding);
+        let budget = pacer.budget(decoding).filter(|&b| b < room);
+        let prompt = take_prompt_chunks(&mut running, budget.unwrap_or(room), &mut parts);
+        let paced = budget.is_some() && running.iter().flatten().any(|s| !s.input.is_empty());
         if parts.is_empty() {
             continue;
         }
@@ -128,7 +129,8 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
             }
         };
         host.record_step(&report);
-        engine.metrics.step(&report);
+        pacer.record(StepCost { decoding, prompt, elapsed: std::time::Duration::from_nanos(report.wall_ns) });
+        engine.metrics.slots_step(&report, prompt as u32, paced);
         if engine.steps.receiver_count() > 0 {
             let _ = engine.steps.send(step_json(&report));
         }
@@ -154,9 +156,39 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
     }
 }
 
-/// Starts `job` in the free slot whose tokens share the longest prefix
-/// with its prompt, or answers it with the error that prevents it.
-fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, running: &mut [Option<Slot<'m>>]) {
+/// Adds to `parts` up to `room` tokens of the prompts still to decode,
+/// the oldest request's first; returns how many it added.
+fn take_prompt_chunks(
+    running: &mut [Option<Slot<'_>>],
+    mut room: usize,
+    parts: &mut Vec<(usize, Vec<i32>, bool)>,
+) -> usize {
+    let mut waiting: Vec<(u64, usize)> = running
+        .iter()
+        .enumerate()
+        .filter_map(|(seq, s)| s.as_ref().filter(|s| !s.input.is_empty()).map(|s| (s.arrival, seq)))
+        .collect();
+    waiting.sort_unstable();
+    let mut taken = 0;
+    for (_, seq) in waiting {
+        let Some(slot) = running[seq].as_mut() else { continue };
+        if room == 0 {
+            break;
+        }
+        let take = slot.input.len().min(room);
+        let chunk: Vec<i32> = slot.input.drain(..take).collect();
+        room -= take;
+        taken += take;
+        slot.generation.summary.prompt_tokens += take as u64;
+        parts.push((seq, chunk, slot.input.is_empty()));
+    }
+    taken
+}
+
+/// Starts `job` (the `arrival`th) in the free slot whose tokens share the
+/// longest prefix with its prompt, or answers it with the error that
+/// prevents it.
+fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, arrival: u64, running: &mut [Option<Slot<'m>>]) {
     let prepared = job.request.prepared.take();
     let settings = &job.request.settings;
     let (begun, called_before) = match &job.request.work {
@@ -194,6 +226,7 @@ fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, running: &mut [Opt
     let generation = Generation { reused_tokens: kept, ..Generation::default() };
     running[seq] = Some(Slot {
         job,
+        arrival,
         reply,
         sampler,
         input,

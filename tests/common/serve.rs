@@ -4,8 +4,18 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
+
+/// Servers of one test binary run side by side, except one that times
+/// its streams, which runs alone.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+/// A test's hold on the machine while its server runs.
+enum Hold {
+    Shared(RwLockReadGuard<'static, ()>),
+    Alone(RwLockWriteGuard<'static, ()>),
+}
 
 /// A `bmoe serve` child process, stopped when dropped.
 pub struct Serve {
@@ -13,6 +23,7 @@ pub struct Serve {
     pub child: Child,
     /// `http://127.0.0.1:PORT`.
     pub url: String,
+    _hold: Hold,
 }
 
 impl Serve {
@@ -28,8 +39,20 @@ impl Serve {
         Serve::start_in(model, args, stderr, &[])
     }
 
+    /// As [`Serve::start`], with no other server of this test binary
+    /// running while it does (for a test that times the server).
+    pub fn start_alone(model: &Path, args: &[&str]) -> Serve {
+        let hold = Hold::Alone(MACHINE.write().unwrap_or_else(PoisonError::into_inner));
+        Serve::spawn(model, &[&["-q"], args].concat(), Stdio::inherit(), &[], hold)
+    }
+
     /// As [`Serve::start_with`], with `env` set for the server.
     pub fn start_in(model: &Path, args: &[&str], stderr: Stdio, env: &[(&str, &Path)]) -> Serve {
+        let hold = Hold::Shared(MACHINE.read().unwrap_or_else(PoisonError::into_inner));
+        Serve::spawn(model, args, stderr, env, hold)
+    }
+
+    fn spawn(model: &Path, args: &[&str], stderr: Stdio, env: &[(&str, &Path)], hold: Hold) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
             .args(["serve", "--port", "0", "-t", "1", "-m", model.to_str().unwrap()])
             .args(args)
@@ -43,7 +66,7 @@ impl Serve {
         let url = first.split_whitespace().find(|w| w.starts_with("http://")).expect("the URL").to_string();
         // Keep reading stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        let server = Serve { child, url };
+        let server = Serve { child, url, _hold: hold };
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             if get(&server.url, "/health", None).0 == 200 {
@@ -57,6 +80,7 @@ impl Serve {
 
 impl Drop for Serve {
     fn drop(&mut self) {
+        // The hold is let go after the process is gone.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
