@@ -7,10 +7,12 @@
 //! within `target` times its plain decode step. With nothing decoding a
 //! prompt takes the whole batch, as it always did.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
-/// Weight of the newest measurement in the running averages.
-const NEWEST: f64 = 0.25;
+/// Measurements a figure is the median of: enough that one step slowed by
+/// the machine moves it little, few enough that it follows a change.
+const RECENT: usize = 15;
 
 /// Learns step costs and sizes the prompt tokens a step may carry.
 #[derive(Debug, Clone)]
@@ -18,11 +20,31 @@ pub struct Pacer {
     /// A running stream's step may take this many times its plain decode
     /// step; 0 = no budget.
     target: f64,
-    /// Average milliseconds of a plain decode step, by the number of
-    /// streams it carries (index 0 unused).
-    decode_ms: Vec<Option<f64>>,
-    /// Average milliseconds one prompt token adds to a step.
-    prompt_token_ms: Option<f64>,
+    /// Milliseconds of recent plain decode steps, by the number of
+    /// streams they carried (index 0 unused).
+    decode_ms: Vec<Recent>,
+    /// Milliseconds a prompt token added to recent steps beside streams.
+    prompt_token_ms: Recent,
+}
+
+/// The last [`RECENT`] measurements of a figure.
+#[derive(Debug, Clone, Default)]
+struct Recent(VecDeque<f64>);
+
+impl Recent {
+    fn push(&mut self, value: f64) {
+        if self.0.len() == RECENT {
+            self.0.pop_front();
+        }
+        self.0.push_back(value);
+    }
+
+    /// The median, once there is a measurement.
+    fn median(&self) -> Option<f64> {
+        let mut sorted: Vec<f64> = self.0.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        sorted.get(sorted.len() / 2).copied()
+    }
 }
 
 /// What a step carried and how long it took.
@@ -40,21 +62,26 @@ impl Pacer {
     /// A pacer keeping steps within `target` times a plain decode step
     /// (0: prompts always take the whole batch).
     pub fn new(target: f64) -> Pacer {
-        Pacer { target, decode_ms: Vec::new(), prompt_token_ms: None }
+        Pacer { target, decode_ms: Vec::new(), prompt_token_ms: Recent::default() }
     }
 
     /// The most prompt tokens the next step may carry beside `decoding`
-    /// running streams' tokens; `None` when nothing limits them (no budget,
-    /// or nothing decoding). It is 0 until a first plain decode step was
-    /// measured (that step measures it), and 1 until a first prompt token
-    /// beside streams was.
-    pub fn budget(&self, decoding: usize) -> Option<usize> {
+    /// running streams' tokens while `joining` requests' prompts wait;
+    /// `None` when nothing limits them (no budget, or nothing decoding).
+    /// The step may take `target` times the plain step of the streams it
+    /// carries once the waiting requests decode beside them (the widest
+    /// such step measured so far), the pace those streams will share.
+    /// It is 0 until a plain decode step of as many streams as now was
+    /// measured (that step measures it: once for each number of streams),
+    /// and 1 until a first prompt token beside streams was.
+    pub fn budget(&self, decoding: usize, joining: usize) -> Option<usize> {
         if self.target <= 0.0 || decoding == 0 {
             return None;
         }
-        let Some(decode) = self.plain_step_ms(decoding) else { return Some(0) };
-        let Some(per_token) = self.prompt_token_ms else { return Some(1) };
-        let room = (self.target - 1.0).max(0.0) * decode / per_token.max(1e-6);
+        let Some(now) = self.plain_step_ms(decoding) else { return Some(0) };
+        let Some(per_token) = self.prompt_token_ms.median() else { return Some(1) };
+        let shared = (decoding..=decoding + joining).filter_map(|k| self.plain_step_ms(k)).fold(now, f64::max);
+        let room = (self.target * shared - now).max(0.0) / per_token.max(1e-6);
         Some((room.floor() as usize).max(1))
     }
 
@@ -68,33 +95,19 @@ impl Pacer {
         }
         if cost.prompt == 0 {
             if self.decode_ms.len() <= cost.decoding {
-                self.decode_ms.resize(cost.decoding + 1, None);
+                self.decode_ms.resize(cost.decoding + 1, Recent::default());
             }
-            average(&mut self.decode_ms[cost.decoding], ms);
+            self.decode_ms[cost.decoding].push(ms);
         } else if let Some(plain) = self.plain_step_ms(cost.decoding) {
             // What the prompt tokens added to a plain step of these streams.
-            average(&mut self.prompt_token_ms, (ms - plain).max(0.0) / cost.prompt as f64);
+            self.prompt_token_ms.push((ms - plain).max(0.0) / cost.prompt as f64);
         }
     }
 
-    /// The plain decode step of `decoding` streams: measured, or that of
-    /// the widest narrower step measured (an underestimate, which keeps
-    /// the budget small), or of the narrowest wider one.
+    /// The plain decode step of `decoding` streams, once measured.
     fn plain_step_ms(&self, decoding: usize) -> Option<f64> {
-        let known = |k: &usize| self.decode_ms.get(*k).copied().flatten();
-        (1..=decoding.min(self.decode_ms.len().saturating_sub(1)))
-            .rev()
-            .find_map(|k| known(&k))
-            .or_else(|| (decoding + 1..self.decode_ms.len()).find_map(|k| known(&k)))
+        self.decode_ms.get(decoding).and_then(Recent::median)
     }
-}
-
-/// Folds `value` into the running average `avg`.
-fn average(avg: &mut Option<f64>, value: f64) {
-    *avg = Some(match *avg {
-        Some(old) => old + NEWEST * (value - old),
-        None => value,
-    });
 }
 
 #[cfg(test)]
@@ -109,9 +122,9 @@ mod tests {
     fn without_a_target_or_a_running_stream_prompts_take_the_whole_batch() {
         let mut off = Pacer::new(0.0);
         off.record(step(1, 0, 10));
-        assert_eq!(off.budget(1), None);
+        assert_eq!(off.budget(1, 1), None);
         let on = Pacer::new(3.0);
-        assert_eq!(on.budget(0), None);
+        assert_eq!(on.budget(0, 1), None);
     }
 
     #[test]
@@ -119,41 +132,58 @@ mod tests {
         let mut pacer = Pacer::new(3.0);
         // A prompt alone (100 tokens in 200 ms) teaches nothing.
         pacer.record(step(0, 100, 200));
-        assert_eq!(pacer.budget(1), Some(0), "no plain step of one stream yet");
+        assert_eq!(pacer.budget(1, 1), Some(0), "no plain step of one stream yet");
         pacer.record(step(1, 0, 10));
-        assert_eq!(pacer.budget(1), Some(1), "no prompt token beside a stream yet");
+        assert_eq!(pacer.budget(1, 1), Some(1), "no prompt token beside a stream yet");
         pacer.record(step(1, 1, 12));
         // (3 - 1) x 10 ms at 2 ms a token.
-        assert_eq!(pacer.budget(1), Some(10));
+        assert_eq!(pacer.budget(1, 1), Some(10));
     }
 
     #[test]
     fn the_budget_follows_what_prompt_tokens_cost_beside_streams() {
         let mut pacer = Pacer::new(3.0);
         pacer.record(step(2, 0, 20));
-        assert_eq!(pacer.budget(2), Some(1), "no prompt token measured yet");
+        assert_eq!(pacer.budget(2, 1), Some(1), "no prompt token measured yet");
         // Each prompt token beside two streams adds 4 ms.
-        for _ in 0..40 {
+        for _ in 0..RECENT {
             pacer.record(step(2, 10, 60));
         }
-        assert_eq!(pacer.budget(2), Some(10));
+        assert_eq!(pacer.budget(2, 1), Some(10));
+        // One step the machine slowed moves nothing.
+        pacer.record(step(2, 10, 600));
+        assert_eq!(pacer.budget(2, 1), Some(10));
         // Never below one token, so a prompt always moves.
-        for _ in 0..40 {
+        for _ in 0..RECENT {
             pacer.record(step(2, 1, 1000));
         }
-        assert_eq!(pacer.budget(2), Some(1));
+        assert_eq!(pacer.budget(2, 1), Some(1));
     }
 
     #[test]
-    fn an_unmeasured_width_borrows_the_nearest_narrower_one() {
+    fn each_number_of_streams_gets_its_plain_step_measured() {
         let mut pacer = Pacer::new(2.0);
         pacer.record(step(1, 0, 10));
-        pacer.record(step(4, 0, 40));
         pacer.record(step(1, 5, 20));
-        assert_eq!(pacer.plain_step_ms(3), Some(10.0));
-        assert_eq!(pacer.plain_step_ms(6), Some(40.0));
-        let mut wide = Pacer::new(2.0);
-        wide.record(step(4, 0, 40));
-        assert_eq!(wide.plain_step_ms(2), Some(40.0));
+        assert_eq!(pacer.budget(1, 1), Some(5));
+        // Three streams: one plain step first, then their own budget.
+        assert_eq!(pacer.budget(3, 1), Some(0));
+        pacer.record(step(3, 0, 30));
+        assert_eq!(pacer.budget(3, 1), Some(15));
+    }
+
+    #[test]
+    fn waiting_requests_set_the_pace_the_streams_will_share() {
+        let mut pacer = Pacer::new(3.0);
+        pacer.record(step(1, 0, 10));
+        pacer.record(step(1, 2, 14));
+        // Alone the stream's step may take 30 ms: 10 tokens of 2 ms.
+        assert_eq!(pacer.budget(1, 0), Some(10));
+        // Three streams step in 25 ms: with two requests waiting, the step
+        // may take 75 ms.
+        pacer.record(step(3, 0, 25));
+        assert_eq!(pacer.budget(1, 2), Some(32));
+        // Four were never measured: three are the widest known.
+        assert_eq!(pacer.budget(1, 3), Some(32));
     }
 }

@@ -97,7 +97,8 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
         }
         let decoding = parts.len();
         let room = batch.saturating_sub(decoding);
-        let budget = pacer.budget(decoding).filter(|&b| b < room);
+        let joining = running.iter().flatten().filter(|s| !s.input.is_empty()).count();
+        let budget = pacer.budget(decoding, joining).filter(|&b| b < room);
         let prompt = take_prompt_chunks(&mut running, budget.unwrap_or(room), &mut parts);
         let paced = budget.is_some() && running.iter().flatten().any(|s| !s.input.is_empty());
         if parts.is_empty() {
