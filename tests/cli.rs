@@ -1032,10 +1032,10 @@ fn cache_lists_and_removes_copies() {
     assert!(removed.contains("removed 2 entries") && removed.contains("(gone)"), "{removed}");
     let listing = stdout(&run(&["cache", "list"]));
     assert!(listing.contains(&kept) && !listing.contains(&gone), "{listing}");
-    let removed = stdout(&run(&["cache", "remove", "--kind", "profile"]));
-    assert!(removed.contains("removed 1 entries"), "{removed}");
+    let removed = stdout(&run(&["cache", "rm", "--kind", "profile"]));
+    assert!(removed.contains("removed 1 entry,"), "{removed}");
     assert!(std::fs::read_dir(home.join("bmoe/profiles")).unwrap().next().is_none());
-    assert!(stdout(&run(&["cache", "remove", "--all"])).contains("removed 1 entries"));
+    assert!(stdout(&run(&["cache", "remove", "--all"])).contains("removed 1 entry,"));
     assert!(stdout(&run(&["cache"])).contains("no copies"));
     assert!(std::fs::read_dir(home.join("bmoe/repacked")).unwrap().next().is_none());
 }

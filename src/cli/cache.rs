@@ -18,6 +18,7 @@ pub enum CacheCommand {
     List,
     /// Remove entries: those of models that are gone, those unused for a while, one model's, one
     /// kind, or all (a session that has a copy open keeps reading it until it closes).
+    #[command(visible_alias = "rm")]
     Remove(RemoveArgs),
 }
 
@@ -98,7 +99,7 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
     for c in &chosen {
         freed += copies::remove(c).map_err(|e| anyhow!("removing {}: {e}", c.path.display()))?;
     }
-    println!("removed {} entries, freed {}", chosen.len(), crate::units::size(freed));
+    println!("removed {}, freed {}", entries_count(chosen.len()), crate::units::size(freed));
     Ok(())
 }
 
@@ -124,7 +125,12 @@ fn listing(entries: &[CachedCopy], now: SystemTime) -> String {
 }
 
 fn total(entries: &[CachedCopy]) -> String {
-    format!("{} entries, {}", entries.len(), crate::units::size(entries.iter().map(|c| c.disk_bytes).sum()))
+    format!("{}, {}", entries_count(entries.len()), crate::units::size(entries.iter().map(|c| c.disk_bytes).sum()))
+}
+
+/// `1 entry`, `3 entries`.
+fn entries_count(n: usize) -> String {
+    if n == 1 { "1 entry".into() } else { format!("{n} entries") }
 }
 
 /// A duration as the listing shows it: `now`, `5 min`, `3 h`, `12 d`.

@@ -24,6 +24,7 @@ pub enum ModelsCommand {
     List,
     /// Remove a model (a name or path `bmoe models` lists) with its lean and repacked copies,
     /// after saying what that frees.
+    #[command(visible_alias = "remove")]
     Rm(RmArgs),
 }
 
