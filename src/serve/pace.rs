@@ -81,7 +81,10 @@ impl Pacer {
         let Some(now) = self.plain_step_ms(decoding) else { return Some(0) };
         let Some(per_token) = self.prompt_token_ms.median() else { return Some(1) };
         let shared = (decoding..=decoding + joining).filter_map(|k| self.plain_step_ms(k)).fold(now, f64::max);
-        let room = (self.target * shared - now).max(0.0) / per_token.max(1e-6);
+        // A prompt token that seemed free (steps noisier than its cost)
+        // counts as a hundredth of a plain step, so one noisy stretch does
+        // not hand a long prompt the whole batch.
+        let room = (self.target * shared - now).max(0.0) / per_token.max(now / 100.0);
         Some((room.floor() as usize).max(1))
     }
 
@@ -170,6 +173,18 @@ mod tests {
         assert_eq!(pacer.budget(3, 1), Some(0));
         pacer.record(step(3, 0, 30));
         assert_eq!(pacer.budget(3, 1), Some(15));
+    }
+
+    #[test]
+    fn a_prompt_token_that_seemed_free_still_counts() {
+        let mut pacer = Pacer::new(3.0);
+        pacer.record(step(1, 0, 10));
+        for _ in 0..RECENT {
+            pacer.record(step(1, 4, 9));
+        }
+        // (3 - 1) x 10 ms at 0.1 ms a token, not the whole batch.
+        let budget = pacer.budget(1, 0).unwrap();
+        assert!((199..=200).contains(&budget), "{budget}");
     }
 
     #[test]
