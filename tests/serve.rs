@@ -466,7 +466,7 @@ fn a_running_stream_keeps_its_pace_while_long_prompts_join() {
     let (text, last, arrivals, newcomers) = std::thread::scope(|scope| {
         let newcomers = scope.spawn(move || {
             // The prompts are sent once the stream runs.
-            wait.recv().unwrap();
+            wait.recv().expect("the stream ended before its 20th token");
             std::thread::scope(|s| {
                 let handles: Vec<_> = prompts
                     .iter()
@@ -509,6 +509,8 @@ fn a_running_stream_keeps_its_pace_while_long_prompts_join() {
                 last = chunk;
             }
         }
+        // A stream that ended early lets the newcomers' thread fail.
+        drop(go);
         (text, last, arrivals, newcomers.join().unwrap())
     });
 
