@@ -11,10 +11,32 @@ use std::time::{Duration, Instant};
 /// its streams, which runs alone.
 static MACHINE: RwLock<()> = RwLock::new(());
 
+thread_local! {
+    /// Servers this thread runs under a shared hold: a second one takes no
+    /// hold of its own (a second read could queue behind a waiting writer
+    /// and never be granted, the first read being this thread's).
+    static SHARED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// A test's hold on the machine while its server runs.
 enum Hold {
-    Shared(RwLockReadGuard<'static, ()>),
+    Shared(Option<RwLockReadGuard<'static, ()>>),
     Alone(RwLockWriteGuard<'static, ()>),
+}
+
+impl Hold {
+    fn shared() -> Hold {
+        let nested = SHARED_HERE.with(|n| n.replace(n.get() + 1)) > 0;
+        Hold::Shared((!nested).then(|| MACHINE.read().unwrap_or_else(PoisonError::into_inner)))
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Hold::Shared(_) = self {
+            SHARED_HERE.with(|n| n.set(n.get() - 1));
+        }
+    }
 }
 
 /// A `bmoe serve` child process, stopped when dropped.
@@ -48,7 +70,7 @@ impl Serve {
 
     /// As [`Serve::start_with`], with `env` set for the server.
     pub fn start_in(model: &Path, args: &[&str], stderr: Stdio, env: &[(&str, &Path)]) -> Serve {
-        let hold = Hold::Shared(MACHINE.read().unwrap_or_else(PoisonError::into_inner));
+        let hold = Hold::shared();
         Serve::spawn(model, args, stderr, env, hold)
     }
 
