@@ -35,6 +35,12 @@ const PAGE: &str = include_str!("page.html");
 /// that connects and sends nothing is dropped after this).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Connections the kernel may hold for the server before it accepts them.
+/// The standard library's 128 fills within a burst of connects, and each
+/// connection dropped then costs its client a one-second SYN retry; the
+/// kernel caps this at `net.core.somaxconn` (4096 on current Linux).
+const LISTEN_BACKLOG: u32 = 1024;
+
 /// Where and how the server listens.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -98,7 +104,7 @@ impl Server {
         open: impl FnOnce() -> Result<Host, String> + Send + 'static,
     ) -> Result<Server, String> {
         let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(options.addr))
+            .block_on(async { listen(options.addr) })
             .map_err(|e| format!("listening on {}: {e}", options.addr))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let engine = Engine::start(config, options, open).map_err(|e| format!("starting the engine: {e}"))?;
@@ -139,6 +145,16 @@ impl Server {
             });
         }
     }
+}
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`] (and, as the
+/// standard library sets it, `SO_REUSEADDR`, so a restarted server binds
+/// its port while the last one's connections linger in TIME_WAIT).
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// The open connections, to hand memory back once a flood of them ends.
@@ -200,6 +216,33 @@ mod tests {
         }
         .expect("an answer");
         (r.status().as_u16(), r.body_mut().read_json().unwrap_or_default())
+    }
+
+    /// A burst of connections waits in the kernel's queue, none dropped,
+    /// while the server has not accepted them yet (with the standard
+    /// library's backlog of 128, the 130th connect's SYN is dropped and the
+    /// connect never completes while nothing is accepted).
+    #[test]
+    fn a_burst_of_connections_waits_in_the_listen_queue() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        let listener = runtime.block_on(async { listen("127.0.0.1:0".parse().unwrap()) }).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The kernel caps a backlog at net.core.somaxconn (128 before Linux 5.4).
+        let cap = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(LISTEN_BACKLOG as usize);
+        // 384 connections where the kernel allows a backlog of 1,024: three
+        // times what the standard library's backlog holds.
+        let burst = (cap.min(1024) * 3 / 8).max(1);
+        let timeout = std::time::Duration::from_secs(20);
+        let open: Vec<std::net::TcpStream> = (0..burst)
+            .map(|i| {
+                std::net::TcpStream::connect_timeout(&addr, timeout)
+                    .unwrap_or_else(|e| panic!("connection {} of {burst} was not queued: {e}", i + 1))
+            })
+            .collect();
+        assert_eq!(open.len(), burst);
     }
 
     #[test]
