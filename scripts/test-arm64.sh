@@ -5,13 +5,16 @@
 #
 # usage: scripts/test-arm64.sh [--subset] [PAGE_SIZE...]
 #        scripts/test-arm64.sh --ci
+#        scripts/test-arm64.sh --build
 #   PAGE_SIZE   page sizes the tests are told (qemu-aarch64 -p): 4096 (the
 #               default), 16384 (Raspberry Pi OS on a Pi 5, Asahi), 65536
 #               (many ARM server kernels); the tests run once per size
 #   --subset    only the SUBSET below (about a quarter of the run time)
 #   --ci        what .ci/run runs: the subset and every generated
 #               architecture's gate at 4096, and at 16384 and 65536 the
-#               subset's tests whose work depends on the page size (PAGES)
+#               subset's tests whose work depends on the page size (PAGES);
+#               ARM64_JOBS runs at a time (default 2)
+#   --build     only cross-build the test binaries
 #
 # The whole set: the library's unit tests, tests/gates.rs (cache off and
 # evicting, read-ahead, lanes, O_DIRECT and buffered, repacked copies, split
@@ -25,13 +28,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 subset=0
 ci=0
+build_only=0
 sizes=()
 for a in "$@"; do
   case "$a" in
     --subset) subset=1 ;;
     --ci) ci=1 ;;
+    --build) build_only=1 ;;
     4096 | 16384 | 65536) sizes+=("$a") ;;
-    *) echo "usage: scripts/test-arm64.sh [--subset] [4096|16384|65536...] | --ci" >&2; exit 2 ;;
+    *) echo "usage: scripts/test-arm64.sh [--subset] [4096|16384|65536...] | --ci | --build" >&2; exit 2 ;;
   esac
 done
 [ ${#sizes[@]} -gt 0 ] || sizes=(4096)
@@ -77,12 +82,42 @@ run_at() {
   echo "test-arm64: page size $size passed in $((SECONDS - start)) s"
 }
 
+# Runs each "SIZE KIND" given with run_at, ARM64_JOBS at a time (qemu runs
+# a test binary on about one core, so two runs keep two cores busy). A run's
+# output is held in a file and printed whole when it ends; every run goes
+# to its end, and a failed one fails the whole.
+run_parallel() {
+  local max=${ARM64_JOBS:-2} logs pending=0 failed=0 run pid status
+  local -A name_of=()
+  logs=$(mktemp -d)
+  finish_one() {
+    status=0
+    wait -n -p pid || status=$?
+    pending=$((pending - 1))
+    cat "$logs/${name_of[$pid]}.log"
+    if [ "$status" -ne 0 ]; then
+      echo "test-arm64: ${name_of[$pid]} failed (exit $status)"
+      failed=1
+    fi
+  }
+  for run in "$@"; do
+    [ "$pending" -lt "$max" ] || finish_one
+    # shellcheck disable=SC2086 # "SIZE KIND" splits into run_at's two arguments
+    run_at $run > "$logs/${run// /-}.log" 2>&1 &
+    name_of[$!]=${run// /-}
+    pending=$((pending + 1))
+  done
+  while [ "$pending" -gt 0 ]; do finish_one; done
+  cat "$logs"/*.log | grep -E '^test result: ok' | awk '{ n += $4 } END { print "test-arm64: " n " tests passed in all" }'
+  rm -rf "$logs"
+  return "$failed"
+}
+
 cargo test --release --locked --target "$arm64_target" --no-run "${tests[@]}"
+[ "$build_only" = 1 ] && exit 0
 if [ "$ci" = 1 ]; then
-  run_at 4096 subset
-  run_at 4096 arches
-  run_at 16384 pages
-  run_at 65536 pages
+  # The longest run first, so the other three share the second slot.
+  run_parallel "4096 subset" "4096 arches" "16384 pages" "65536 pages"
 else
   for size in "${sizes[@]}"; do run_at "$size" "$([ "$subset" = 1 ] && echo subset || echo whole)"; done
 fi
