@@ -239,9 +239,10 @@ pub struct GenerateConfig {
     pub ubatch: u32,
     /// Batch-invariant kernels: a sequence's logits are bitwise the same
     /// whatever else is decoded beside it and however its prompt is split
-    /// into chunks (off: flash attention and one KV buffer shared by a
-    /// server's slots, whose replies then depend on the load).
-    pub batch_invariant: bool,
+    /// into chunks, at the cost of llama.cpp's fastest kernels. `auto`: on
+    /// for `bmoe serve` and with a draft plugin or MTP (whose verify
+    /// batches must equal decoding one token at a time), off otherwise.
+    pub batch_invariant: BatchInvariance,
     /// Temperature; 0 = greedy.
     pub temp: f64,
     /// Top-k stage of sampling (0 = off).
@@ -266,7 +267,7 @@ impl Default for GenerateConfig {
             ctx_size: 4096,
             batch: 512,
             ubatch: 512,
-            batch_invariant: true,
+            batch_invariant: BatchInvariance::Auto,
             temp: 0.0,
             top_k: 40,
             top_p: 0.95,
@@ -297,6 +298,78 @@ impl GenerateConfig {
         let text = std::fs::read_to_string(&self.grammar);
         text.map(|t| Some(crate::llama::Constraint::Grammar(t)))
             .map_err(|e| bad("generate.grammar", format!("reading {}: {e}", self.grammar.display())))
+    }
+}
+
+/// `generate.batch_invariant`: `auto`, `true` or `false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchInvariance {
+    /// On for a server and for speculative decoding, off otherwise.
+    #[default]
+    Auto,
+    /// Always: every run bitwise equal to the same request alone, however batched.
+    On,
+    /// Never: llama.cpp's fastest kernels everywhere.
+    Off,
+}
+
+impl BatchInvariance {
+    /// Whether the kernels are batch-invariant, `auto` deciding `when_auto`.
+    pub fn resolve(self, when_auto: bool) -> bool {
+        match self {
+            BatchInvariance::Auto => when_auto,
+            BatchInvariance::On => true,
+            BatchInvariance::Off => false,
+        }
+    }
+}
+
+impl std::str::FromStr for BatchInvariance {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BatchInvariance, String> {
+        match s.trim() {
+            "auto" => Ok(BatchInvariance::Auto),
+            "true" | "on" => Ok(BatchInvariance::On),
+            "false" | "off" => Ok(BatchInvariance::Off),
+            _ => Err(format!("`{s}` is not `auto`, `true` or `false`")),
+        }
+    }
+}
+
+impl std::fmt::Display for BatchInvariance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BatchInvariance::Auto => "auto",
+            BatchInvariance::On => "true",
+            BatchInvariance::Off => "false",
+        })
+    }
+}
+
+impl Serialize for BatchInvariance {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            BatchInvariance::Auto => s.serialize_str("auto"),
+            BatchInvariance::On => s.serialize_bool(true),
+            BatchInvariance::Off => s.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for BatchInvariance {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<BatchInvariance, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Switch(bool),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Switch(true) => Ok(BatchInvariance::On),
+            Raw::Switch(false) => Ok(BatchInvariance::Off),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
     }
 }
 
@@ -688,6 +761,12 @@ impl RunConfig {
         }
     }
 
+    /// Whether tokens are drafted and verified in batches (a draft plugin
+    /// or MTP), whose logits must equal decoding one token at a time.
+    pub fn drafts(&self) -> bool {
+        !self.plugins.draft_plugin.is_empty() || self.plugins.mtp
+    }
+
     /// Session options for `model`.
     pub fn session_options(&self, model: &Path) -> SessionOptions {
         let m = &self.moe;
@@ -733,7 +812,7 @@ impl RunConfig {
             }),
             rpc: self.rpc_options().ok().flatten(),
             sequences: 1,
-            batch_invariant: self.generate.batch_invariant,
+            batch_invariant: self.generate.batch_invariant.resolve(self.drafts()),
         }
     }
 

@@ -383,6 +383,12 @@ fn generate_with_plugins_and_refused_plugins() {
     let m = make_tiny(dir.path(), "m.gguf", &[]);
     let exact = text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "24"]);
     let plain = exact.0.clone();
+    // A run that asks for a draft plugin takes the batch-invariant kernels
+    // (its verify batches must equal decoding one token at a time), even if
+    // the plugin is then refused: the same text, the invariant run's logits.
+    let exact_invariant =
+        text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "24", "--batch-invariant"]);
+    assert_eq!(exact_invariant.0, plain);
     let out = ok(&["generate", "-m", &m, "-p", "hello", "-n", "24", "--draft-plugin", "suffix", "--draft", "4"]);
     assert_eq!(stdout(&out), plain);
     assert!(stderr(&out).contains("draft plugin suffix") && stderr(&out).contains("tokens per verify step"));
@@ -439,7 +445,7 @@ fn generate_with_plugins_and_refused_plugins() {
         assert_eq!(stdout(&out), plain, "{file}");
         let refused =
             text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "24", "--draft-plugin", file]);
-        assert_eq!(refused, exact, "{file}: text and logits");
+        assert_eq!(refused, exact_invariant, "{file}: text and logits");
         assert!(stderr(&out).contains("plugin refused") && stderr(&out).contains(expect), "{}", stderr(&out));
     }
     // A name that is neither bundled nor a file is a usage error.
@@ -477,7 +483,10 @@ fn scaffolded_plugins_build_and_load() {
         let wrapped = stdout(&ok(&["plugin", "wrap", wasm.to_str().unwrap(), "-o", component.to_str().unwrap()]));
         assert!(wrapped.contains(&format!("{kind} plugin component")), "{wrapped}");
         let m = make_tiny(dir.path(), "m.gguf", &[]);
-        let plain = text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream"]);
+        // A drafter's run takes the batch-invariant kernels; a dropper's does not.
+        let invariance = if kind == "drafter" { "--batch-invariant" } else { "--no-batch-invariant" };
+        let plain =
+            text_and_logits(dir.path(), &["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream", invariance]);
         let with = text_and_logits(
             dir.path(),
             &["generate", "-m", &m, "-p", "hello", "-n", "16", "--moe-stream", flag, component.to_str().unwrap()],

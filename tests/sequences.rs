@@ -172,7 +172,8 @@ fn check(what: &str, stream: impl Fn() -> Option<StreamOptions>) {
     let k_model =
         common::write_tiny(dir.path(), "seqs-q4km.gguf", Arch::Qwen3Moe, |s| s.quant_mix = Some(QuantMix::Q4KM));
     for (model, weights) in [(f32_model, "f32"), (k_model, "q4_k_m")] {
-        check_model(&format!("{what}, {weights}"), common::options(&model, stream()));
+        let opts = SessionOptions { batch_invariant: true, ..common::options(&model, stream()) };
+        check_model(&format!("{what}, {weights}"), opts);
     }
 }
 

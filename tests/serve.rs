@@ -339,13 +339,15 @@ fn completions_at_once(url: &str, prompts: &[String]) -> Vec<(String, Value, Val
     })
 }
 
-/// `bmoe generate`'s text and per-step logits digests for `prompt` alone.
+/// `bmoe generate`'s text and per-step logits digests for `prompt` alone,
+/// with the batch-invariant kernels a server uses (a plain `generate`
+/// takes llama.cpp's fastest kernels, which sum a prompt in another order).
 fn generated_alone(model: &Path, prompt: &str, n: u32, args: &[&str]) -> (String, Value) {
     let dir = common::tempdir();
     let digests = dir.path().join("digests.txt");
     let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
         .args(["generate", "-q", "-t", "1", "-m", model.to_str().unwrap(), "-p", prompt, "-n", &n.to_string()])
-        .args(["--logits-digest", digests.to_str().unwrap()])
+        .args(["--logits-digest", digests.to_str().unwrap(), "--batch-invariant"])
         .args(args)
         .output()
         .unwrap();

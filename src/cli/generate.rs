@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
 use crate::chat::Kind;
-use crate::config::{CacheMb, RunConfig};
+use crate::config::{BatchInvariance, CacheMb, RunConfig};
 use crate::host::{Cut, Host, HostEvent, StopScan};
 use crate::interrupt::{self, Forward};
 
@@ -173,10 +173,15 @@ pub struct RunFlags {
     /// Most tokens per graph computation [generate.ubatch, default 512].
     #[arg(long)]
     pub ubatch: Option<u32>,
-    /// Use llama.cpp's fastest kernels (flash attention; one KV buffer for all of a server's
-    /// slots) instead of batch-invariant ones: a reply's bits then depend on what else is
-    /// decoded beside it and on how its prompt was split, and a server's greedy replies may
-    /// differ from the same request sent alone [generate.batch_invariant = false].
+    /// Batch-invariant kernels: a reply's logits bitwise the same whatever else is decoded beside
+    /// it and however its prompt is split (what `bmoe serve` and drafts use by default), at the
+    /// cost of llama.cpp's fastest prompt kernels [generate.batch_invariant = true; default auto:
+    /// on for serve and with drafts].
+    #[arg(long, conflicts_with = "no_batch_invariant")]
+    pub batch_invariant: bool,
+    /// llama.cpp's fastest kernels even for a server or drafts (llamafile's sgemm, the tiled
+    /// matmul, flash attention, one KV buffer for all of a server's slots): a server's greedy
+    /// replies may then differ from the same request sent alone [generate.batch_invariant = false].
     #[arg(long)]
     pub no_batch_invariant: bool,
     /// Speculative decoding with this draft plugin: ngram, ngram-multi, suffix, or a .wasm file.
@@ -303,6 +308,7 @@ impl RunFlags {
             ctx_size,
             batch,
             ubatch,
+            batch_invariant,
             no_batch_invariant,
             draft_plugin,
             draft,
@@ -344,6 +350,7 @@ impl RunFlags {
             ctx_size: ctx_size.or(base.ctx_size),
             batch: batch.or(base.batch),
             ubatch: ubatch.or(base.ubatch),
+            batch_invariant: batch_invariant || base.batch_invariant,
             no_batch_invariant: no_batch_invariant || base.no_batch_invariant,
             draft_plugin: draft_plugin.or_else(|| base.draft_plugin.clone()),
             draft: draft.or(base.draft),
@@ -389,7 +396,10 @@ pub fn resolve_config(args: &RunFlags, turn: &TurnFlags) -> Result<RunConfig> {
     set!(turn: n_predict => g.n_predict, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed,
          grammar => g.grammar, json_schema => g.json_schema);
     if args.no_batch_invariant {
-        g.batch_invariant = false;
+        g.batch_invariant = BatchInvariance::Off;
+    }
+    if args.batch_invariant {
+        g.batch_invariant = BatchInvariance::On;
     }
     let m = &mut c.moe;
     set!(args: cache_mb => m.cache_mb, cache_ceil_mb => m.cache_ceil_mb, repacked_copy_max_gb => m.repacked_copy_max_gb, cache_policy => m.cache_policy, route_profile => m.route_profile, dense_weights => m.dense_weights,

@@ -6,6 +6,7 @@ mod cache;
 mod eval;
 mod fit;
 mod generate;
+mod kernels;
 mod model;
 mod models;
 mod plugin;
@@ -138,6 +139,9 @@ pub enum Command {
     /// Lend this machine's CPU to a client that holds some of a model's layers here
     /// (`--rpc HOST:PORT` on the client; llama.cpp's RPC protocol, no authentication).
     RpcServer(rpc_server::RpcServerArgs),
+    /// Probe which CPU matmul kernels of the linked llama.cpp give a column the same bits whatever
+    /// the width of the call (what batch invariance rests on; docs/architecture.md).
+    Kernels(kernels::KernelsArgs),
 }
 
 /// Runs the command line.
@@ -156,6 +160,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Models { command } => models::models(command),
         Command::Inspect { file } => model::inspect(&file),
         Command::Archs => print_stdout(&model::archs()),
+        Command::Kernels(args) => kernels::kernels(args),
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Bench(args) => bench::bench(args),

@@ -101,6 +101,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         config.serve.parallel = 1;
     }
     config.validate()?;
+    // A server's replies must not depend on what else it decodes.
+    if config.generate.batch_invariant == crate::config::BatchInvariance::Auto {
+        config.generate.batch_invariant = crate::config::BatchInvariance::On;
+    }
     let demo = config.model.path.as_os_str().is_empty();
     if demo && args.run.config.is_none() && args.run.cache_mb.is_none() {
         config.moe.stream = true;

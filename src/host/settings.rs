@@ -44,7 +44,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     (
         "generate.batch_invariant",
         Apply::Reopen,
-        "batch-invariant kernels: bitwise the same logits alone or beside others (false: flash attention)",
+        "batch-invariant kernels: bitwise the same logits alone or beside others (auto: for serve and drafts)",
     ),
     ("generate.temp", Apply::Live, "sampling temperature (0 = greedy)"),
     ("generate.top_k", Apply::Live, "top-k sampling stage (0 = off)"),

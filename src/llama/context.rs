@@ -42,9 +42,10 @@ pub struct ContextParams {
     /// attention (whose CPU kernel takes another path for a single query,
     /// for 64 queries or more, and splits a long cache by thread count),
     /// each sequence has its own KV stream, its cells in position order
-    /// from cell 0 as when it runs alone, and ggml's tiled K-quant matmul
-    /// is off for the process. Off: flash attention where llama.cpp
-    /// enables it, and one KV buffer shared by all sequences.
+    /// from cell 0 as when it runs alone, and the CPU backend computes in
+    /// ggml's reference mode (each column on its own: no llamafile sgemm,
+    /// no tiled matmul). Off: llama.cpp's fastest kernels, flash attention
+    /// where llama.cpp enables it, and one KV buffer shared by all sequences.
     pub batch_invariant: bool,
 }
 
@@ -153,9 +154,6 @@ impl<H: EvalHook> Context<H> {
         hook: Option<Box<H>>,
         abort: Arc<AtomicBool>,
     ) -> Result<Context<H>, String> {
-        if params.batch_invariant {
-            keep_tiled_matmul_off();
-        }
         let hook = hook.map(|h| NonNull::from(Box::leak(h)));
         // SAFETY: returns a plain struct of defaults.
         let mut cp = unsafe { sys::llama_context_default_params() };
@@ -202,6 +200,18 @@ impl<H: EvalHook> Context<H> {
         // polling; quiet, the same at cache 0 and 2.5% slower fully cached
         // (see `set_polling`).
         let threadpool = new_threadpool(ptr, params.n_threads, 0);
+        if !use_reference_kernels(ptr, params.batch_invariant) && params.batch_invariant {
+            // SAFETY: made above, not yet shared; freed once here, the
+            // threadpool after the context that used it.
+            unsafe {
+                sys::llama_free(ptr.as_ptr());
+                if !threadpool.is_null() {
+                    sys::ggml_threadpool_free(threadpool);
+                }
+            }
+            free_hook(hook);
+            return Err("llama.cpp's context has no CPU backend whose kernels bmoe can make batch-invariant".into());
+        }
         Ok(Context {
             ptr,
             threadpool,
@@ -527,22 +537,41 @@ impl<H: EvalHook> Drop for Context<H> {
     }
 }
 
-/// Turns off ggml's tiled K-quant matmul for this process (unless
-/// `GGML_CPU_TILED_MM` is set already): it takes a matmul of 8 columns or
-/// more, where ggml's kernel takes fewer, and the two sum in another
-/// order, so a token's logits would depend on how many tokens share its
-/// batch (or route to its expert). ggml reads the variable once, at the
-/// first matmul of the process, so the first context made decides.
-fn keep_tiled_matmul_off() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if std::env::var_os("GGML_CPU_TILED_MM").is_none() {
-            // SAFETY: set before this process's first matmul, the only
-            // reader (ggml's getenv, once); Rust's own readers take the
-            // environment lock set_var takes.
-            unsafe { std::env::set_var("GGML_CPU_TILED_MM", "0") };
+// llama.cpp keeps a context's backend scheduler to itself; its C++ getter
+// (`llama_context::get_sched() const`, `src/llama-context.h`) is reached by
+// its mangled name, `this` passed first as in a C call.
+unsafe extern "C" {
+    #[link_name = "_ZNK13llama_context9get_schedEv"]
+    fn llama_context_get_sched(ctx: *const sys::llama_context) -> sys::ggml_backend_sched_t;
+}
+
+/// Puts the context's CPU backend in ggml's reference mode (`on`) or out of
+/// it, and says whether the context has a CPU backend. In reference mode
+/// every matmul takes ggml's per-type `vec_dot`, which computes each column
+/// on its own (no llamafile sgemm from two columns, no tiled K-quant matmul
+/// from eight, no tiled or split flash attention, no op fusion): a token's
+/// results no longer depend on how many tokens share its batch. Weights in
+/// the repack buffer keep their repacked kernels, which bmoe picks per type
+/// ([`super::kernels`]). The mode is the backend's, so each context has its
+/// own.
+fn use_reference_kernels(ctx: NonNull<sys::llama_context>, on: bool) -> bool {
+    // SAFETY: a live context; the scheduler and its backends live as long
+    // as it does, and the setter only stores a flag read when a graph is planned.
+    unsafe {
+        let sched = llama_context_get_sched(ctx.as_ptr());
+        if sched.is_null() {
+            return false;
         }
-    });
+        let mut found = false;
+        for i in 0..sys::ggml_backend_sched_get_n_backends(sched) {
+            let backend = sys::ggml_backend_sched_get_backend(sched, i);
+            if !backend.is_null() && sys::ggml_backend_is_cpu(backend) {
+                sys::ggml_backend_cpu_set_use_ref(backend, on);
+                found = true;
+            }
+        }
+        found
+    }
 }
 
 /// The batch index of the last token of `parts[part]` in a batch

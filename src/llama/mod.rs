@@ -5,6 +5,7 @@
 mod constraint;
 mod context;
 pub mod cpu_layouts;
+pub mod kernels;
 mod log;
 pub mod memory;
 mod model;
