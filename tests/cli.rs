@@ -1248,3 +1248,20 @@ write_csv("loop.csv", rows);
     let csv = out_dir.join("loop.csv");
     assert!(csv.exists() && err.contains(&format!("bmoe run: note: wrote {}", csv.display())), "{err}");
 }
+
+#[test]
+fn kernels_probes_each_type_and_family() {
+    let out = stdout(&ok(&["kernels", "--types", "q4_0,f16", "--widths", "1,4,9", "--rows", "64", "--k", "512"]));
+    for row in ["q4_0     dense   repacked", "q4_0     experts reference", "f16      dense   reference"] {
+        assert!(out.contains(row), "{out}");
+    }
+    // vec_dot computes each column alone: the reference family never differs.
+    for line in out.lines().filter(|l| l.contains(" reference ")) {
+        assert!(line.ends_with("same bits at every width"), "{line}");
+    }
+    assert!(out.contains("f16      dense   repacked   no repacked layout on this CPU"), "{out}");
+    let bad = bmoe(&["kernels", "--types", "q9_9"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("not a ggml type name"), "{}", stderr(&bad));
+    let bad = bmoe(&["kernels", "--widths", "0"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("a width must be 1 to 4096"), "{}", stderr(&bad));
+}

@@ -72,7 +72,8 @@ pub fn weights_per_second(
         mtp: None,
         rpc: None,
         sequences: 1,
-        batch_invariant: true,
+        // The kernels `bmoe generate` takes by default.
+        batch_invariant: false,
     };
     let mut session = Session::open(options).context("opening the compute probe model")?;
     let mut run = |n_predict| {
