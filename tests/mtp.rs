@@ -20,7 +20,8 @@ fn with_mtp(opts: SessionOptions, p_min: f32) -> SessionOptions {
 
 /// MTP drafting as [`with_mtp`], the MTP layer computing with `experts`.
 fn with_mtp_experts(opts: SessionOptions, p_min: f32, experts: MtpExperts) -> SessionOptions {
-    SessionOptions { mtp: Some(MtpParams { draft_max: 3, p_min, experts }), ..opts }
+    // `batch_invariant = auto` gives a run that verifies drafts the batch-invariant kernels.
+    SessionOptions { mtp: Some(MtpParams { draft_max: 3, p_min, experts }), batch_invariant: true, ..opts }
 }
 
 #[test]

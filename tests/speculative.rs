@@ -12,6 +12,13 @@ use bmoe::policy::{Drafter, Dropper};
 use bmoe::synth::Arch;
 use common::*;
 
+/// The options of a run that verifies drafts: `batch_invariant = auto`
+/// gives it the batch-invariant kernels, so a verify batch's logits are
+/// those of decoding its tokens one at a time.
+fn options(model: &std::path::Path, stream: Option<bmoe::engine::StreamOptions>) -> SessionOptions {
+    SessionOptions { batch_invariant: true, ..common::options(model, stream) }
+}
+
 const N: u32 = 64;
 
 fn request(prompt: &str, n: u32) -> GenerateRequest {
