@@ -551,9 +551,11 @@ unsafe extern "C" {
 /// on its own (no llamafile sgemm from two columns, no tiled K-quant matmul
 /// from eight, no tiled or split flash attention, no op fusion): a token's
 /// results no longer depend on how many tokens share its batch. Weights in
-/// the repack buffer keep their repacked kernels, which bmoe picks per type
-/// ([`super::kernels`]). The mode is the backend's, so each context has its
-/// own.
+/// the repack buffer keep their repacked kernels: bmoe repacks only expert
+/// banks, whose repacked matmul runs `gemv` row by row for every type
+/// ([`super::kernels`] probes it). The mode is the backend's, so each
+/// context has its own; layers held by an RPC server compute on that
+/// server's backend, outside it.
 fn use_reference_kernels(ctx: NonNull<sys::llama_context>, on: bool) -> bool {
     // SAFETY: a live context; the scheduler and its backends live as long
     // as it does, and the setter only stores a flag read when a graph is planned.
