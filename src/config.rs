@@ -337,16 +337,6 @@ impl std::str::FromStr for BatchInvariance {
     }
 }
 
-impl std::fmt::Display for BatchInvariance {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            BatchInvariance::Auto => "auto",
-            BatchInvariance::On => "true",
-            BatchInvariance::Off => "false",
-        })
-    }
-}
-
 impl Serialize for BatchInvariance {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -1045,5 +1035,22 @@ mod tests {
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
         assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 5 + 5 + 10);
+    }
+
+    #[test]
+    fn batch_invariance_reads_auto_and_the_old_switches() {
+        let read =
+            |v: &str| toml::from_str::<GenerateConfig>(&format!("batch_invariant = {v}")).map(|g| g.batch_invariant);
+        assert_eq!(read("\"auto\"").unwrap(), BatchInvariance::Auto);
+        assert_eq!(read("true").unwrap(), BatchInvariance::On);
+        assert_eq!(read("false").unwrap(), BatchInvariance::Off);
+        let e = read("\"sometimes\"").unwrap_err().to_string();
+        assert!(e.contains("`sometimes` is not `auto`, `true` or `false`"), "{e}");
+        assert!(BatchInvariance::Auto.resolve(true) && !BatchInvariance::Auto.resolve(false));
+        assert!(BatchInvariance::On.resolve(false) && !BatchInvariance::Off.resolve(true));
+        // A setting typed in the chat's settings screen: a switch over auto, and auto back.
+        let c = RunConfig::default().with("generate.batch_invariant", "false").unwrap();
+        assert_eq!(c.generate.batch_invariant, BatchInvariance::Off);
+        assert_eq!(c.with("generate.batch_invariant", "auto").unwrap().generate.batch_invariant, BatchInvariance::Auto);
     }
 }
