@@ -1262,6 +1262,8 @@ fn kernels_probes_each_type_and_family() {
     assert!(out.contains("f16      dense   repacked   no repacked layout on this CPU"), "{out}");
     let bad = bmoe(&["kernels", "--types", "q9_9"]);
     assert!(!bad.status.success() && stderr(&bad).contains("not a ggml type name"), "{}", stderr(&bad));
+    let bad = bmoe(&["kernels", "--rows", "65536", "--k", "65536"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("must each stay within"), "{}", stderr(&bad));
     let bad = bmoe(&["kernels", "--widths", "0"]);
     assert!(!bad.status.success() && stderr(&bad).contains("a width must be 1 to 4096"), "{}", stderr(&bad));
 }

@@ -51,6 +51,10 @@ pub fn kernels(args: KernelsArgs) -> Result<()> {
     if !(1..=1 << 16).contains(&args.rows) || !(256..=1 << 16).contains(&args.k) || args.k % 256 != 0 {
         bail!("--rows must be 1 to 65536 and --k a multiple of 256 up to 65536");
     }
+    let widest = args.widths.iter().copied().max().unwrap_or(1);
+    if args.rows * args.k > 1 << 26 || widest * args.k > 1 << 26 {
+        bail!("--rows x --k and the widest width x --k must each stay within 67,108,864 values (256 MiB of f32)");
+    }
     let mut types = Vec::new();
     for name in &args.types {
         match GgmlType::from_name(name) {
