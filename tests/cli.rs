@@ -1256,10 +1256,14 @@ fn kernels_probes_each_type_and_family() {
         assert!(out.contains(row), "{out}");
     }
     // vec_dot computes each column alone: the reference family never differs.
-    for line in out.lines().filter(|l| l.contains(" reference ")) {
+    for line in out.lines().filter(|l| l.split_whitespace().nth(2) == Some("reference")) {
         assert!(line.ends_with("same bits at every width"), "{line}");
     }
     assert!(out.contains("f16      dense   repacked   no repacked layout on this CPU"), "{out}");
+    // The invariant sgemm, where the build has it, keeps a column's bits at every width.
+    let sgemm = ["f16      dense   sgemm-all  same bits at every width", "f16      dense   sgemm-all  not taken"];
+    assert!(sgemm.iter().any(|row| out.contains(row)), "{out}");
+    assert!(out.contains("q4_0     dense   sgemm-all  not taken"), "{out}");
     let bad = bmoe(&["kernels", "--types", "q9_9"]);
     assert!(!bad.status.success() && stderr(&bad).contains("not a ggml type name"), "{}", stderr(&bad));
     let bad = bmoe(&["kernels", "--rows", "65536", "--k", "65536"]);

@@ -9,6 +9,7 @@
 mod common;
 
 use bmoe::engine::{GenerateRequest, Phase, Prompt, Session, SessionOptions, StreamOptions};
+use bmoe::gguf::GgmlType;
 use bmoe::llama::Sampling;
 use bmoe::synth::{Arch, QuantMix};
 
@@ -165,13 +166,15 @@ fn turn(bot: u32, topic: &str) -> String {
 
 fn check(what: &str, stream: impl Fn() -> Option<StreamOptions>) {
     let dir = common::tempdir();
-    // f32 weights (the matmuls llamafile's sgemm took for two columns or
-    // more) and llama.cpp's Q4_K_M mix (K-quants: repacked banks, and
-    // ggml's tiled matmul for eight columns or more).
+    // f32 and f16 dense weights (llamafile's sgemm from two columns, and in
+    // a batch-invariant context its order for one: src/llama/invariant_sgemm.rs)
+    // and llama.cpp's Q4_K_M mix (K-quants: repacked banks, and ggml's tiled
+    // matmul for eight columns or more).
     let f32_model = common::write_tiny(dir.path(), "seqs.gguf", Arch::Qwen3Moe, |_| {});
+    let f16_model = common::write_tiny(dir.path(), "seqs-f16.gguf", Arch::Qwen3Moe, |s| s.dense_type = GgmlType::F16);
     let k_model =
         common::write_tiny(dir.path(), "seqs-q4km.gguf", Arch::Qwen3Moe, |s| s.quant_mix = Some(QuantMix::Q4KM));
-    for (model, weights) in [(f32_model, "f32"), (k_model, "q4_k_m")] {
+    for (model, weights) in [(f32_model, "f32"), (f16_model, "f16"), (k_model, "q4_k_m")] {
         let opts = SessionOptions { batch_invariant: true, ..common::options(&model, stream()) };
         check_model(&format!("{what}, {weights}"), opts);
     }

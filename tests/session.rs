@@ -174,7 +174,7 @@ fn greedy_grammar_shortcut_picks_what_the_full_mask_picks() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
     let _serial = llama_lock();
-    let model = Model::load(&m, &[], &[], false, &RemoteLayers::default()).unwrap();
+    let model = Model::load(&m, &[], &[], &[], false, &RemoteLayers::default()).unwrap();
     let grammar = "root ::= [a-e]+ \".\"\n";
     let mut quick = Sampler::with_grammar(Sampling::default(), &model, grammar).unwrap();
     let mut full = Sampler::with_grammar(Sampling::default(), &model, grammar).unwrap().without_shortcut();

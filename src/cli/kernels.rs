@@ -38,6 +38,11 @@ pub struct KernelsArgs {
     /// Compute threads (default: the machine's cores).
     #[arg(short = 't', long)]
     pub threads: Option<i32>,
+    /// Compute each solo column as the first of this many copies of itself in
+    /// one call (2 shows whether padding a lone column into llamafile's sgemm
+    /// gives it the bits of a wider call).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=64))]
+    pub pad: i64,
     /// ggml's tiled K-quant matmul for the plain family (the process's first matmul decides).
     #[arg(long, value_enum, default_value_t = Tiled::Env)]
     pub tiled: Tiled,
@@ -52,7 +57,7 @@ pub fn kernels(args: KernelsArgs) -> Result<()> {
         bail!("--rows must be 1 to 65536 and --k a multiple of 256 up to 65536");
     }
     let widest = args.widths.iter().copied().max().unwrap_or(1);
-    if args.rows * args.k > 1 << 26 || widest * args.k > 1 << 26 {
+    if args.rows * args.k > 1 << 26 || widest.max(args.pad) * args.k > 1 << 26 {
         bail!("--rows x --k and the widest width x --k must each stay within 67,108,864 values (256 MiB of f32)");
     }
     let mut types = Vec::new();
@@ -75,20 +80,33 @@ pub fn kernels(args: KernelsArgs) -> Result<()> {
     let llamafile = features.split(' ').any(|f| f == "LLAMAFILE");
     println!("llama.cpp CPU: {features}");
     println!(
-        "plain: vec_dot{}{}; repacked: the CPU_REPACK layout's gemm (4 columns at a time) and gemv; reference: vec_dot only",
+        "plain: vec_dot{}{}; repacked: the CPU_REPACK layout's gemm (4 columns at a time) and gemv; reference: vec_dot \
+         only; sgemm-all: reference mode with the sgemm from 2 columns and a matvec in its order for 1",
         if llamafile { ", llamafile's sgemm from 2 columns" } else { " (llamafile's sgemm not built)" },
         if tiled { ", the tiled K-quant matmul where it pays" } else { " (tiled K-quant matmul off)" },
     );
     println!("weight {} x {}, {threads} threads, widths {:?}", args.rows, args.k, args.widths);
-    println!("a width is listed where some column's bits differ from the same column computed alone\n");
+    if args.pad > 1 {
+        println!(
+            "a width is listed where some column's bits differ from the same column computed in a call of {} copies of itself\n",
+            args.pad
+        );
+    } else {
+        println!("a width is listed where some column's bits differ from the same column computed alone\n");
+    }
     let mut table = String::new();
     let _ = writeln!(table, "{:<8} {:<7} {:<10} result", "type", "op", "family");
     for &type_id in &types {
         for op in [ProbeOp::MulMat, ProbeOp::MulMatId] {
-            for family in [KernelFamily::Plain, KernelFamily::Repacked, KernelFamily::Reference] {
-                let case = ProbeCase { type_id, rows: args.rows, k: args.k, family, op, threads };
+            for family in
+                [KernelFamily::Plain, KernelFamily::Repacked, KernelFamily::Reference, KernelFamily::InvariantSgemm]
+            {
+                let case = ProbeCase { type_id, rows: args.rows, k: args.k, family, op, threads, pad: args.pad };
                 let op_name = if op == ProbeOp::MulMat { "dense" } else { "experts" };
                 let result = match probe(&case, &args.widths) {
+                    Ok(r) if !r.layout_taken && family == KernelFamily::InvariantSgemm => {
+                        "not taken (f16 and f32 dense weights, x86-64 builds with llamafile's sgemm)".to_string()
+                    }
                     Ok(r) if !r.layout_taken => "no repacked layout on this CPU".to_string(),
                     Ok(r) => match r.differing_widths() {
                         d if d.is_empty() => "same bits at every width".to_string(),

@@ -108,7 +108,7 @@ pub struct Branches {
 /// `path`, resident on `threads` threads, and returns each layer's branch
 /// sizes.
 pub fn measure(path: &std::path::Path, text: &str, positions: usize, threads: u32) -> Result<Branches, String> {
-    let model = Arc::new(Model::load(path, &[], &[], false, &RemoteLayers::default()).map_err(|e| e.to_string())?);
+    let model = Arc::new(Model::load(path, &[], &[], &[], false, &RemoteLayers::default()).map_err(|e| e.to_string())?);
     let mut tokens = model.tokenize(text, true);
     tokens.truncate(positions.saturating_add(1));
     let n_ctx = (tokens.len() as u32 + 8).max(64);

@@ -31,6 +31,11 @@ pub enum KernelFamily {
     /// The backend in reference mode (`ggml_backend_cpu_set_use_ref`):
     /// `vec_dot` only, no sgemm, no tiling.
     Reference,
+    /// The backend in reference mode with an f16 or f32 dense weight in
+    /// bmoe's invariant-sgemm buffer (`super::invariant_sgemm`): llamafile's
+    /// sgemm from two columns, a matvec in its order for one. What a
+    /// batch-invariant context runs for such weights.
+    InvariantSgemm,
 }
 
 impl KernelFamily {
@@ -40,6 +45,7 @@ impl KernelFamily {
             KernelFamily::Plain => "plain",
             KernelFamily::Repacked => "repacked",
             KernelFamily::Reference => "reference",
+            KernelFamily::InvariantSgemm => "sgemm-all",
         }
     }
 }
@@ -69,6 +75,10 @@ pub struct ProbeCase {
     pub op: ProbeOp,
     /// Compute threads.
     pub threads: i32,
+    /// Columns a solo column is computed in: 1 computes it alone; more
+    /// repeats it that many times in one call and keeps the first result
+    /// (a lone column padded into a kernel that needs several).
+    pub pad: i64,
 }
 
 /// What one width gave.
@@ -84,7 +94,9 @@ pub struct WidthOutcome {
 #[derive(Debug, Clone)]
 pub struct ProbeReport {
     /// Whether the weight really took the family's layout (a type with no
-    /// repacked layout on this CPU stays plain in the repack buffer).
+    /// repacked layout on this CPU stays plain in the repack buffer; the
+    /// invariant sgemm takes only f16 and f32 dense weights, on x86-64 builds
+    /// with llamafile's sgemm).
     pub layout_taken: bool,
     /// One outcome per width probed, in the order asked.
     pub widths: Vec<WidthOutcome>,
@@ -175,6 +187,10 @@ fn make_weight(case: &ProbeCase) -> Result<Option<Weight>, String> {
     if block == 0 || case.k % block as i64 != 0 {
         return Err(format!("k = {} is not a multiple of {}'s block", case.k, type_name(case.type_id)));
     }
+    let float_type = matches!(case.type_id, sys::GGML_TYPE_F16 | sys::GGML_TYPE_F32);
+    if case.family == KernelFamily::InvariantSgemm && (case.op != ProbeOp::MulMat || !float_type) {
+        return Ok(None);
+    }
     let ctx = GgmlContext::new(1)?;
     let planes = if case.op == ProbeOp::MulMatId { EXPERTS } else { 1 };
     // SAFETY: a metadata-only tensor in our context.
@@ -186,6 +202,10 @@ fn make_weight(case: &ProbeCase) -> Result<Option<Weight>, String> {
         KernelFamily::Repacked => {
             super::repack::repack_buffer_type().ok_or("this CPU backend has no CPU_REPACK buffer")?
         }
+        KernelFamily::InvariantSgemm => match super::invariant_sgemm::buffer_type() {
+            Some(buft) => buft,
+            None => return Ok(None),
+        },
         // SAFETY: a static buffer type.
         _ => unsafe { sys::ggml_backend_cpu_buffer_type() },
     };
@@ -272,28 +292,39 @@ fn compute(backend: &Backend, weight: &Weight, case: &ProbeCase, columns: &[f32]
     }
 }
 
+/// A CPU backend of its own for the case: its threads, and reference mode
+/// for the families that run in it.
+fn backend_for(case: &ProbeCase) -> Result<Backend, String> {
+    // SAFETY: a fresh CPU backend, ours alone.
+    let backend = NonNull::new(unsafe { sys::ggml_backend_cpu_init() }).map(Backend).ok_or("no CPU backend")?;
+    // SAFETY: setters on our own live backend.
+    unsafe {
+        sys::ggml_backend_cpu_set_n_threads(backend.0.as_ptr(), case.threads.max(1));
+        let reference = matches!(case.family, KernelFamily::Reference | KernelFamily::InvariantSgemm);
+        sys::ggml_backend_cpu_set_use_ref(backend.0.as_ptr(), reference);
+    }
+    Ok(backend)
+}
+
 /// Probes one case at each width: computes the widest call's columns one
-/// at a time, then each width's first columns together, and counts the
-/// columns whose bits differ from their solo result.
+/// at a time (each padded to `case.pad` copies of itself), then each width's
+/// first columns together, and counts the columns whose bits differ from
+/// their solo result.
 pub fn probe(case: &ProbeCase, widths: &[i64]) -> Result<ProbeReport, String> {
     super::init();
     let widest = widths.iter().copied().max().unwrap_or(1).max(1);
     let Some(weight) = make_weight(case)? else {
         return Ok(ProbeReport { layout_taken: false, widths: Vec::new() });
     };
-    // SAFETY: a fresh CPU backend, ours alone.
-    let backend = NonNull::new(unsafe { sys::ggml_backend_cpu_init() }).map(Backend).ok_or("no CPU backend")?;
-    // SAFETY: setters on our own live backend.
-    unsafe {
-        sys::ggml_backend_cpu_set_n_threads(backend.0.as_ptr(), case.threads.max(1));
-        sys::ggml_backend_cpu_set_use_ref(backend.0.as_ptr(), case.family == KernelFamily::Reference);
-    }
+    let backend = backend_for(case)?;
     let k = case.k as usize;
     let rows = case.rows as usize;
     let columns = random_values(k * widest as usize, 0xc01 ^ case.k as u64);
     let mut solo = Vec::with_capacity(rows * widest as usize);
+    let pad = case.pad.max(1) as usize;
     for col in columns.chunks(k) {
-        solo.extend(compute(&backend, &weight, case, col)?);
+        let padded = col.repeat(pad);
+        solo.extend_from_slice(&compute(&backend, &weight, case, &padded)?[..rows]);
     }
     let mut outcomes = Vec::with_capacity(widths.len());
     for &width in widths {
@@ -313,7 +344,7 @@ mod tests {
     use super::*;
 
     fn case(type_id: u32, family: KernelFamily, op: ProbeOp) -> ProbeCase {
-        ProbeCase { type_id, rows: 64, k: 512, family, op, threads: 2 }
+        ProbeCase { type_id, rows: 64, k: 512, family, op, threads: 2, pad: 1 }
     }
 
     const WIDTHS: [i64; 6] = [1, 2, 3, 4, 8, 17];
@@ -355,7 +386,53 @@ mod tests {
         if super::super::cpu_features().split(' ').any(|f| f == "LLAMAFILE") {
             let f16 = probe(&case(sys::GGML_TYPE_F16, KernelFamily::Plain, ProbeOp::MulMat), &WIDTHS).unwrap();
             assert_eq!(f16.differing_widths(), vec![2, 3, 4, 8, 17], "{:?}", f16.widths);
+            // The sgemm sums every cell in one order whatever its tile: a lone
+            // column padded to two gets the bits it has in any wider call.
+            let padded = ProbeCase { pad: 2, ..case(sys::GGML_TYPE_F16, KernelFamily::Plain, ProbeOp::MulMat) };
+            let f16 = probe(&padded, &WIDTHS).unwrap();
+            assert_eq!(f16.differing_widths(), vec![1], "{:?}", f16.widths);
         }
+    }
+
+    #[test]
+    fn the_invariant_sgemm_is_column_invariant() {
+        // What a batch-invariant context runs for f16 and f32 dense weights:
+        // the sgemm from two columns, a matvec in its order for one.
+        if !super::super::invariant_sgemm::available() {
+            return;
+        }
+        for type_id in [sys::GGML_TYPE_F16, sys::GGML_TYPE_F32] {
+            let report = probe(&case(type_id, KernelFamily::InvariantSgemm, ProbeOp::MulMat), &WIDTHS).unwrap();
+            assert!(report.layout_taken, "{}", type_name(type_id));
+            assert!(report.differing_widths().is_empty(), "{}: {:?}", type_name(type_id), report.widths);
+        }
+        // Other types and expert banks stay with the reference kernels.
+        let q8 = probe(&case(sys::GGML_TYPE_Q8_0, KernelFamily::InvariantSgemm, ProbeOp::MulMat), &WIDTHS).unwrap();
+        assert!(!q8.layout_taken);
+    }
+
+    #[test]
+    fn the_invariant_sgemm_gives_a_lone_column_the_sgemms_bits() {
+        // Invariant is not enough: vec_dot is too. The family must really
+        // take the sgemm's order (the plain family's bits from two columns),
+        // for one column as well, whatever the thread count.
+        if !super::super::invariant_sgemm::available() {
+            return;
+        }
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        let run = |family: KernelFamily, threads: i32, columns: &[f32]| {
+            let c = ProbeCase { threads, ..case(sys::GGML_TYPE_F16, family, ProbeOp::MulMat) };
+            let weight = make_weight(&c).unwrap().unwrap();
+            bits(compute(&backend_for(&c).unwrap(), &weight, &c, columns).unwrap())
+        };
+        let columns = random_values(512 * 3, 7);
+        assert_eq!(run(KernelFamily::InvariantSgemm, 2, &columns), run(KernelFamily::Plain, 2, &columns));
+        let lone = &columns[..512];
+        let alone = run(KernelFamily::InvariantSgemm, 2, lone);
+        assert_ne!(alone, run(KernelFamily::Reference, 2, lone));
+        assert_eq!(alone, run(KernelFamily::Plain, 2, &columns[..1024])[..64]);
+        assert_eq!(alone, run(KernelFamily::InvariantSgemm, 1, lone));
+        assert_eq!(run(KernelFamily::InvariantSgemm, 3, &columns), run(KernelFamily::InvariantSgemm, 1, &columns));
     }
 
     #[test]

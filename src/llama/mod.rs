@@ -5,6 +5,7 @@
 mod constraint;
 mod context;
 pub mod cpu_layouts;
+pub mod invariant_sgemm;
 pub mod kernels;
 mod log;
 pub mod memory;
@@ -42,6 +43,9 @@ pub fn init() {
         unsafe { sys::ggml_set_abort_callback(Some(on_ggml_abort)) };
         // SAFETY: called once per process before any other llama.cpp call.
         unsafe { sys::llama_backend_init() };
+        // Registered before any graph computes (the CPU backend reads its
+        // list of extra buffer types on every node).
+        let _ = invariant_sgemm::buffer_type();
     });
 }
 

@@ -45,13 +45,17 @@ impl Model {
     /// `int_overrides` replace integer metadata, e.g. `qwen3moe.expert_used_count`.
     /// Tensors whose names match one of `repack` (regular expressions) are
     /// loaded into the CPU backend's repacking buffer type: give only
-    /// tensors [`super::Repacker::new`] accepts. With `mtp`, the model's
+    /// tensors [`super::Repacker::new`] accepts. Tensors matching one of
+    /// `invariant` are loaded into the invariant-sgemm buffer type (give only
+    /// names from [`super::invariant_sgemm::invariant_weights`], and only where
+    /// [`super::invariant_sgemm::available`]). With `mtp`, the model's
     /// next-token-prediction layers are loaded too (for an MTP context).
     /// `remote` places the last layers on RPC servers (none when empty).
     pub fn load(
         path: &Path,
         int_overrides: &[(String, i64)],
         repack: &[String],
+        invariant: &[String],
         mtp: bool,
         remote: &RemoteLayers,
     ) -> Result<Model, ModelLoadError> {
@@ -94,24 +98,38 @@ impl Model {
         if !int_overrides.is_empty() {
             params.kv_overrides = overrides.as_ptr();
         }
-        let patterns = repack
-            .iter()
-            .map(|p| CString::new(p.as_str()).map_err(|_| fail(format!("repack pattern {p:?} contains a NUL byte"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut buft_overrides = Vec::with_capacity(patterns.len() + 1);
+        let cstrings = |list: &[String], what: &str| {
+            list.iter()
+                .map(|p| {
+                    CString::new(p.as_str()).map_err(|_| fail(format!("{what} pattern {p:?} contains a NUL byte")))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let patterns = cstrings(repack, "repack")?;
+        let invariant_patterns = cstrings(invariant, "invariant-sgemm")?;
+        let mut buft_overrides = Vec::with_capacity(patterns.len() + invariant_patterns.len() + 1);
         if !patterns.is_empty() {
             let buft = super::repack::repack_buffer_type()
                 .ok_or_else(|| fail("this CPU backend has no repacking buffer type".into()))?;
             for p in &patterns {
                 buft_overrides.push(sys::llama_model_tensor_buft_override { pattern: p.as_ptr(), buft });
             }
+        }
+        if !invariant_patterns.is_empty() {
+            let buft = super::invariant_sgemm::buffer_type()
+                .ok_or_else(|| fail("this build has no invariant-sgemm buffer type".into()))?;
+            for p in &invariant_patterns {
+                buft_overrides.push(sys::llama_model_tensor_buft_override { pattern: p.as_ptr(), buft });
+            }
+        }
+        if !buft_overrides.is_empty() {
             buft_overrides
                 .push(sys::llama_model_tensor_buft_override { pattern: std::ptr::null(), buft: std::ptr::null_mut() });
             params.tensor_buft_overrides = buft_overrides.as_ptr();
         }
         // What llama.cpp logs from here explains a failed load.
         super::log::clear_recent();
-        // SAFETY: cpath, overrides, patterns, buft_overrides, devices and split outlive the call;
+        // SAFETY: cpath, overrides, patterns, invariant_patterns, buft_overrides, devices and split outlive the call;
         // llama.cpp copies what it keeps.
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), params) };
         let ptr = NonNull::new(raw).ok_or_else(|| {

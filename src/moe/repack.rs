@@ -107,7 +107,7 @@ pub fn name_patterns(names: &[String]) -> Vec<String> {
 
 /// `text` with every character other than ASCII letters, digits and `_`
 /// escaped, so a regular expression matches it literally.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
     for c in text.chars() {
         if !(c.is_ascii_alphanumeric() || c == '_') {

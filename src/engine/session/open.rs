@@ -4,6 +4,7 @@
 //! memory.
 
 use super::*;
+use crate::llama::invariant_sgemm;
 use crate::moe::profile;
 
 impl Session {
@@ -96,9 +97,25 @@ impl Session {
         // streamed one reads them repacked from a copy, or repacks each
         // slice as it reads it (`attach_stream`).
         let resident_banks = if repack && options.stream.is_none() { repackable_banks(&files) } else { Vec::new() };
+        // A batch-invariant run takes llamafile's sgemm order for its dense
+        // f16 and f32 matmuls at every width (src/llama/invariant_sgemm.rs);
+        // not with layers on RPC servers, whose weights stay where llama.cpp
+        // puts them.
+        let invariant = if options.batch_invariant && remote.total() == 0 && invariant_sgemm::available() {
+            invariant_sgemm::name_patterns(&invariant_sgemm::invariant_weights(&files))
+        } else {
+            Vec::new()
+        };
         let model = Arc::new(
-            Model::load(load_path, &overrides, &name_patterns(&resident_banks), options.mtp.is_some(), &remote)
-                .map_err(|e| EngineError::Llama(e.to_string()))?,
+            Model::load(
+                load_path,
+                &overrides,
+                &name_patterns(&resident_banks),
+                &invariant,
+                options.mtp.is_some(),
+                &remote,
+            )
+            .map_err(|e| EngineError::Llama(e.to_string()))?,
         );
         let abort = Arc::new(AtomicBool::new(false));
         let hook = options.stream.as_ref().map(|_| Box::new(MoeHook::new(abort.clone())));
