@@ -6,8 +6,9 @@
 # its `llama-completion` (see docs/benchmarks.md, "Against llama.cpp's own
 # streaming", for the build).
 #
-# Each round runs both programs twice, the page cache dropped before every
-# run: a decode run (a short prompt, then TOKENS tokens one at a time) and a
+# One uncounted bmoe run comes first (it writes bmoe's repacked copy of the
+# experts on a file's first open). Each round runs both programs twice, the
+# page cache dropped before every run: a decode run (a short prompt, then TOKENS tokens one at a time) and a
 # prefill run (a prompt of about PROMPT_TOKENS tokens in one batch, then one
 # token). From the decode run: decode tok/s, MiB read from disk per
 # generated token (the whole run's block reads, GNU time's file-system
@@ -99,6 +100,9 @@ mib_per_token() { awk -v b="$(cat "$1.io")" -v n="$2" 'BEGIN { printf "%.1f", b 
 echo "model $model, cap $cap_mb MiB, decode $tokens tokens, prefill about $prompt_tokens tokens, context $ctx, $threads threads, $rounds rounds"
 echo "peer  $peer $peer_flags"
 echo "bmoe  $bmoe --moe-stream ${BMOE_FLAGS:-}"
+# bmoe's first open of a file writes its repacked copy of the experts
+# (docs/architecture.md, "Repacked expert banks"): one uncounted run first.
+run_bmoe "$logs/bmoe-warm.log" "$short_prompt" 1
 printf '%-5s %-5s %8s %8s %9s %6s\n' round prog decode prefill MiB/tok hit%
 declare -a bd bp bm bh pd pp pm ph
 for i in $(seq 1 "$rounds"); do
