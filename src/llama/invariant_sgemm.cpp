@@ -47,8 +47,9 @@ ggml_backend_buffer_type_t invariant_buffer_type();
 
 #if defined(__x86_64__)
 // One output cell as the sgemm computes it, for rows r0..r1 of `a` (f16 or
-// f32, row stride `lda` bytes) times the column `b` (the same type): four
-// rows at a time, each with its own accumulator, as the sgemm's tiles keep.
+// f32, row stride `lda` bytes) times the column `b` (the same type): eight
+// rows at a time, each with its own accumulator as in the sgemm's tiles,
+// then the rest one by one.
 #    define BMOE_AVX512 __attribute__((target("avx512f,f16c,fma")))
 BMOE_AVX512 inline __m512 load16(const float * p) {
     return _mm512_loadu_ps(p);
@@ -61,24 +62,20 @@ BMOE_AVX512 inline __m512 load16(const ggml_fp16_t * p) {
 template <typename T>
 BMOE_AVX512 void matvec16(const char * a, size_t lda, const T * b, float * c, int64_t r0, int64_t r1, int64_t k) {
     int64_t i = r0;
-    for (; i + 4 <= r1; i += 4) {
-        const T * a0 = (const T *) (a + (i + 0) * lda);
-        const T * a1 = (const T *) (a + (i + 1) * lda);
-        const T * a2 = (const T *) (a + (i + 2) * lda);
-        const T * a3 = (const T *) (a + (i + 3) * lda);
-        __m512    c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
-        __m512    c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
+    for (; i + 8 <= r1; i += 8) {
+        __m512 acc[8];
+        for (int r = 0; r < 8; r++) {
+            acc[r] = _mm512_setzero_ps();
+        }
         for (int64_t l = 0; l < k; l += 16) {
             const __m512 bv = load16(b + l);
-            c0              = _mm512_fmadd_ps(load16(a0 + l), bv, c0);
-            c1              = _mm512_fmadd_ps(load16(a1 + l), bv, c1);
-            c2              = _mm512_fmadd_ps(load16(a2 + l), bv, c2);
-            c3              = _mm512_fmadd_ps(load16(a3 + l), bv, c3);
+            for (int r = 0; r < 8; r++) {
+                acc[r] = _mm512_fmadd_ps(load16((const T *) (a + (i + r) * lda) + l), bv, acc[r]);
+            }
         }
-        c[i + 0] = _mm512_reduce_add_ps(c0);
-        c[i + 1] = _mm512_reduce_add_ps(c1);
-        c[i + 2] = _mm512_reduce_add_ps(c2);
-        c[i + 3] = _mm512_reduce_add_ps(c3);
+        for (int r = 0; r < 8; r++) {
+            c[i + r] = _mm512_reduce_add_ps(acc[r]);
+        }
     }
     for (; i < r1; i++) {
         const T * ai = (const T *) (a + i * lda);
@@ -110,24 +107,20 @@ BMOE_AVX2 inline float hsum8(__m256 v) {
 template <typename T>
 BMOE_AVX2 void matvec8(const char * a, size_t lda, const T * b, float * c, int64_t r0, int64_t r1, int64_t k) {
     int64_t i = r0;
-    for (; i + 4 <= r1; i += 4) {
-        const T * a0 = (const T *) (a + (i + 0) * lda);
-        const T * a1 = (const T *) (a + (i + 1) * lda);
-        const T * a2 = (const T *) (a + (i + 2) * lda);
-        const T * a3 = (const T *) (a + (i + 3) * lda);
-        __m256    c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
-        __m256    c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+    for (; i + 8 <= r1; i += 8) {
+        __m256 acc[8];
+        for (int r = 0; r < 8; r++) {
+            acc[r] = _mm256_setzero_ps();
+        }
         for (int64_t l = 0; l < k; l += 8) {
             const __m256 bv = load8(b + l);
-            c0              = _mm256_fmadd_ps(load8(a0 + l), bv, c0);
-            c1              = _mm256_fmadd_ps(load8(a1 + l), bv, c1);
-            c2              = _mm256_fmadd_ps(load8(a2 + l), bv, c2);
-            c3              = _mm256_fmadd_ps(load8(a3 + l), bv, c3);
+            for (int r = 0; r < 8; r++) {
+                acc[r] = _mm256_fmadd_ps(load8((const T *) (a + (i + r) * lda) + l), bv, acc[r]);
+            }
         }
-        c[i + 0] = hsum8(c0);
-        c[i + 1] = hsum8(c1);
-        c[i + 2] = hsum8(c2);
-        c[i + 3] = hsum8(c3);
+        for (int r = 0; r < 8; r++) {
+            c[i + r] = hsum8(acc[r]);
+        }
     }
     for (; i < r1; i++) {
         const T * ai = (const T *) (a + i * lda);
@@ -216,8 +209,8 @@ class invariant_traits : public ggml::cpu::tensor_traits {
             b = dst;
         }
         if (n == 1) {
-            const int64_t r0 = m * params->ith / params->nth / 4 * 4;
-            const int64_t r1 = params->ith + 1 == params->nth ? m : m * (params->ith + 1) / params->nth / 4 * 4;
+            const int64_t r0 = m * params->ith / params->nth / 8 * 8;
+            const int64_t r1 = params->ith + 1 == params->nth ? m : m * (params->ith + 1) / params->nth / 8 * 8;
             if (f16) {
                 matvec((const char *) w->data, w->nb[1], (const ggml_fp16_t *) b, (float *) op->data, r0, r1, k);
             } else {

@@ -39,10 +39,13 @@ pub(super) fn buffer_type() -> Option<sys::ggml_backend_buffer_type_t> {
 }
 
 /// Whether batch-invariant contexts on this build and CPU run dense f16 and
-/// f32 matmuls in the sgemm's order at every width.
+/// f32 matmuls in the sgemm's order at every width. `BMOE_INVARIANT_SGEMM=off`
+/// in the environment turns it off (those weights then take `vec_dot`), to
+/// measure what it gains.
 pub fn available() -> bool {
     super::init();
-    buffer_type().is_some()
+    let off = std::env::var("BMOE_INVARIANT_SGEMM").is_ok_and(|v| v.trim() == "off");
+    !off && buffer_type().is_some()
 }
 
 /// The tensors of `files` a batch-invariant run loads into the invariant-sgemm
