@@ -146,11 +146,20 @@ int64_t columns(const ggml_tensor * op) {
     return op->src[1]->ne[1] * op->src[1]->ne[2] * op->src[1]->ne[3];
 }
 
+// Whether `t` is f32 laid out densely by its strides, dimensions of one
+// included: ggml_is_contiguous skips those, so a strided view of one column
+// would pass where the same view of two does not, and a matmul would then
+// take another kernel by its width.
+bool dense_f32(const ggml_tensor * t) {
+    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->nb[1] == t->nb[0] * t->ne[0] &&
+           t->nb[2] == t->nb[1] * t->ne[1] && t->nb[3] == t->nb[2] * t->ne[2];
+}
+
 // Whether this matmul takes the sgemm's order at every width: a 2-D f32 or
 // f16 weight with contiguous rows, a row count the sgemm's x86-64 tiles
 // divide and an inner dimension of whole vectors (the sgemm's tail adds
-// masked lanes, which the matvec does not reproduce), an f32 contiguous input
-// and output.
+// masked lanes, which the matvec does not reproduce), a dense f32 input and
+// output. Nothing here depends on the number of columns.
 bool handles(const ggml_tensor * op) {
     if (op->op != GGML_OP_MUL_MAT || g_lanes == 0) {
         return false;
@@ -158,9 +167,8 @@ bool handles(const ggml_tensor * op) {
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
     return (w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_F32) && w->ne[2] == 1 && w->ne[3] == 1 &&
-           w->nb[0] == ggml_type_size(w->type) && w->ne[1] % 4 == 0 && w->ne[0] % g_lanes == 0 &&
-           x->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && ggml_is_contiguous(op) &&
-           x->ne[0] == w->ne[0];
+           w->nb[0] == ggml_type_size(w->type) && w->ne[1] % 4 == 0 && w->ne[0] % g_lanes == 0 && dense_f32(x) &&
+           dense_f32(op) && x->ne[0] == w->ne[0];
 }
 
 // Bytes of the input converted to f16 (f16 weights only).
