@@ -39,13 +39,8 @@ prompt_tokens=${PROMPT_TOKENS:-450}
 ctx=${CTX:-1024}
 peer_flags=${PEER_FLAGS:---moe-stream-cache 32s --moe-stream-io-threads 4 --moe-stream-direct}
 work=bench-work
-if [ -n "${2:-}" ]; then
-  cargo build --release --quiet
-  bmoe=target/release/bmoe
-  model=$2
-else
-  source scripts/bench-model.sh
-fi
+model_file=${2:-}
+source scripts/bench-model.sh
 [ "$(id -u)" = 0 ] || { echo "peer-bench: needs root (a cgroup memory limit and dropping the page cache)" >&2; exit 1; }
 cg=/sys/fs/cgroup/memory/bmoe-peer-bench
 mkdir -p "$cg" "$work/peer-bench"

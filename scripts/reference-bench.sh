@@ -20,13 +20,8 @@ tokens=${2:-128}
 reps=${3:-3}
 threads=${4:-$(nproc)}
 work=bench-work
-if [ -n "${1:-}" ]; then
-  cargo build --release --quiet
-  bmoe=target/release/bmoe
-  model=$1
-else
-  source scripts/bench-model.sh
-fi
+model_file=${1:-}
+source scripts/bench-model.sh
 
 # The vendored llama.cpp of the pinned llama-cpp-sys-2.
 version=$(grep -A1 '^name = "llama-cpp-sys-2"' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')
