@@ -10,8 +10,11 @@
 # aggregate as a multiple of one request's; then the invariant kernels'
 # aggregate tok/s and time to first token as multiples of the others', and
 # with the budget against without: the p99/p50 gap, tok/s and time to
-# first token. Rounds are interleaved (1, 2, 4, 8, then again) so a slow
-# spell of the machine falls on every width alike.
+# first token. Each round starts each server afresh (the invariant kernels,
+# then the fast ones, for each mode) and sends 1, 2, 4 and 8 requests, so a
+# slow spell of the machine falls on both kernel sets alike; the last table
+# gives the invariant / fast ratio round by round, its median and range.
+# Every run is kept in WORKDIR/serve-bench-rounds.jsonl.
 #
 # usage: scripts/serve-bench.sh [WORKDIR] [TOKENS] [ROUNDS]
 #   PRESET=name picks another preset (default bench); BMOE=path another binary;
@@ -60,49 +63,79 @@ start_server() {
     sleep 0.1
   done
   [ -n "$url" ] || { cat "$log"; exit 1; }
-  # Warm: the page cache, the expert cache, the thread count.
+  # Warm: the page cache, the expert cache, the thread count; eight
+  # requests at once reach most experts, so the first measured run of a
+  # fresh server is not the one that reads them.
   python3 scripts/serve-load.py "$url" 1 16 > /dev/null
+  python3 scripts/serve-load.py "$url" 8 32 > /dev/null
 }
 
 summary=$work/serve-bench.jsonl
+rounds_file=$work/serve-bench-rounds.jsonl
 : > "$summary"
-printf '%-9s %-9s %6s %3s %8s %7s %9s %9s %9s %8s %8s\n' kernels mode target n tok/s xone MiB/tok ttft_p50 ttft_p99 itl_p50 itl_p99
-for kernels in ${KERNELS:-invariant fast}; do
+: > "$rounds_file"
+# Each round starts every server afresh, one after the other (invariant,
+# then fast, for each mode and target), so a slow spell of the machine
+# falls on both kernel sets of the same round: the ratios below pair the
+# two sets round by round.
+for round in $(seq 1 "$rounds"); do
 for mode in ${MODES:-resident capped}; do
+for kernels in ${KERNELS:-invariant fast}; do
 for target in ${TARGETS:-3 0}; do
   capped=0
   flags=(--step-target "$target")
   if [ "$mode" = capped ]; then capped=1; flags+=(--moe-stream); fi
   if [ "$kernels" = fast ]; then flags+=(--no-batch-invariant); fi
   start_server "${flags[@]}"
-  declare -A rows=()
-  for _ in $(seq 1 "$rounds"); do
-    for n in 1 2 4 8; do
-      rows[$n]+="$(python3 scripts/serve-load.py "$url" "$n" "$tokens")"$'\n'
-    done
+  for n in 1 2 4 8; do
+    python3 scripts/serve-load.py "$url" "$n" "$tokens" |
+      python3 -c 'import json, sys; r = json.loads(sys.stdin.read()); r.update(round=int(sys.argv[1]), kernels=sys.argv[2], mode=sys.argv[3], target=sys.argv[4]); print(json.dumps(r))' \
+        "$round" "$kernels" "$mode" "$target" >> "$rounds_file"
   done
   stop_server
-  # Medians over rounds of each figure.
-  python3 - "$kernels" "$mode" "$target" "$summary" <<PY
+  echo "round $round/$rounds: $kernels $mode target $target done" >&2
+done
+done
+done
+done
+# Medians over rounds of each figure.
+printf '%-9s %-9s %6s %3s %8s %7s %9s %9s %9s %8s %8s\n' kernels mode target n tok/s xone MiB/tok ttft_p50 ttft_p99 itl_p50 itl_p99
+python3 - "$rounds_file" "$summary" <<'PY'
 import json, statistics, sys
-kernels, mode, target, summary = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-rows = {$(for n in 1 2 4 8; do printf '%s: """%s""",' "$n" "${rows[$n]}"; done)}
-med = {}
-for n, text in rows.items():
-    runs = [json.loads(l) for l in text.splitlines() if l.strip()]
-    med[n] = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "n"}
-for n in sorted(med):
-    m = med[n]
-    print(f"{kernels:<9} {mode:<9} {target:>6} {n:>3} {m['tok_s']:>8.2f} {m['tok_s'] / med[1]['tok_s']:>6.2f}x "
-          f"{m['mib_per_token']:>9.3f} {m['ttft_p50_ms']:>9.1f} {m['ttft_p99_ms']:>9.1f} {m['itl_p50_ms']:>8.1f} "
-          f"{m['itl_p99_ms']:>8.1f}")
-    with open(summary, "a") as f:
-        f.write(json.dumps({"kernels": kernels, "mode": mode, "target": target, "n": n, **m}) + "\n")
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+groups = {}
+for r in runs:
+    groups.setdefault((r["kernels"], r["mode"], r["target"]), {}).setdefault(r["n"], []).append(r)
+skip = {"n", "round", "kernels", "mode", "target"}
+for (kernels, mode, target), by_n in groups.items():
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0] if k not in skip} for n, rs in by_n.items()}
+    for n in sorted(med):
+        m = med[n]
+        print(f"{kernels:<9} {mode:<9} {target:>6} {n:>3} {m['tok_s']:>8.2f} {m['tok_s'] / med[min(med)]['tok_s']:>6.2f}x "
+              f"{m['mib_per_token']:>9.3f} {m['ttft_p50_ms']:>9.1f} {m['ttft_p99_ms']:>9.1f} {m['itl_p50_ms']:>8.1f} "
+              f"{m['itl_p99_ms']:>8.1f}")
+        with open(sys.argv[2], "a") as f:
+            f.write(json.dumps({"kernels": kernels, "mode": mode, "target": target, "n": n, **m}) + "\n")
 PY
-  unset rows
-done
-done
-done
+# Round by round: the invariant kernels' aggregate over the fast kernels'
+# in the same round, then the median and range of those ratios.
+python3 - "$rounds_file" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {(r["round"], r["kernels"], r["mode"], r["target"], r["n"]): r for r in runs}
+keys = sorted({(m, t, n) for (_, k, m, t, n) in by if k == "invariant"}, key=lambda p: (p[0] != "resident", p[1], p[2]))
+lines = []
+for m, t, n in keys:
+    ratios = [by[(rd, "invariant", m, t, n)]["tok_s"] / by[(rd, "fast", m, t, n)]["tok_s"]
+              for (rd, k, mm, tt, nn) in by if k == "invariant" and (mm, tt, nn) == (m, t, n) and (rd, "fast", m, t, n) in by]
+    if ratios:
+        lines.append(f"{m:<9} {t:>6} {n:>3} {statistics.median(ratios):>10.3f} {min(ratios):>7.3f} {max(ratios):>7.3f}   "
+                     + " ".join(f"{x:.2f}" for x in ratios))
+if lines:
+    print()
+    print(f"{'mode':<9} {'target':>6} {'n':>3} {'inv/fast':>10} {'min':>7} {'max':>7}   each round")
+    print("\n".join(lines))
+PY
 # Side by side: the invariant kernels against the others, and the prompt
 # budget (the first target) against none (target 0).
 python3 - "$summary" "${TARGETS:-3 0}" <<'PY'

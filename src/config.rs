@@ -223,11 +223,17 @@ impl Default for ModelConfig {
     }
 }
 
+/// The reply budget of a run on the demo model that sets none: its random
+/// weights rarely write an end-of-reply token.
+pub const DEMO_REPLY_TOKENS: u32 = 128;
+
 /// `[generate]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GenerateConfig {
-    /// Tokens to generate.
+    /// Most tokens a reply generates; 0 = no budget: it ends where the
+    /// model ends it or the context is full (the demo model, whose random
+    /// weights rarely end a reply: [`DEMO_REPLY_TOKENS`]).
     pub n_predict: u32,
     /// Compute threads; 0 = tuned while decoding, between 1 and one per core.
     pub threads: u32,
@@ -262,7 +268,7 @@ pub struct GenerateConfig {
 impl Default for GenerateConfig {
     fn default() -> GenerateConfig {
         GenerateConfig {
-            n_predict: 128,
+            n_predict: 0,
             threads: 0,
             ctx_size: 4096,
             batch: 512,
@@ -301,54 +307,76 @@ impl GenerateConfig {
     }
 }
 
-/// `generate.batch_invariant`: `auto`, `true` or `false`.
+/// A setting that is on, off, or decided by bmoe: `auto`, `true` (also
+/// `on`) or `false` (also `off`). `generate.batch_invariant` and
+/// `moe.stream` are such settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BatchInvariance {
-    /// On for a server and for speculative decoding, off otherwise.
+pub enum AutoSwitch {
+    /// bmoe decides (each setting says how).
     #[default]
     Auto,
-    /// Always: every run bitwise equal to the same request alone, however batched.
+    /// Always.
     On,
-    /// Never: llama.cpp's fastest kernels everywhere.
+    /// Never.
     Off,
 }
 
-impl BatchInvariance {
-    /// Whether the kernels are batch-invariant, `auto` deciding `when_auto`.
+/// `generate.batch_invariant`: `auto` is on for a server and for
+/// speculative decoding, off otherwise; on, every run is bitwise equal to
+/// the same request alone however batched; off, llama.cpp's fastest
+/// kernels everywhere.
+pub type BatchInvariance = AutoSwitch;
+
+/// `moe.stream`: `auto` streams when the model and its context do not fit
+/// the memory bmoe may use (or a setting needs streaming), on and off
+/// force it ([`crate::fit::choose_streaming`]).
+pub type StreamMode = AutoSwitch;
+
+impl AutoSwitch {
+    /// Whether it is on, `auto` deciding `when_auto`.
     pub fn resolve(self, when_auto: bool) -> bool {
         match self {
-            BatchInvariance::Auto => when_auto,
-            BatchInvariance::On => true,
-            BatchInvariance::Off => false,
+            AutoSwitch::Auto => when_auto,
+            AutoSwitch::On => true,
+            AutoSwitch::Off => false,
+        }
+    }
+
+    /// The value as a user writes it: `auto`, `on` or `off`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AutoSwitch::Auto => "auto",
+            AutoSwitch::On => "on",
+            AutoSwitch::Off => "off",
         }
     }
 }
 
-impl std::str::FromStr for BatchInvariance {
+impl std::str::FromStr for AutoSwitch {
     type Err = String;
 
-    fn from_str(s: &str) -> Result<BatchInvariance, String> {
+    fn from_str(s: &str) -> Result<AutoSwitch, String> {
         match s.trim() {
-            "auto" => Ok(BatchInvariance::Auto),
-            "true" | "on" => Ok(BatchInvariance::On),
-            "false" | "off" => Ok(BatchInvariance::Off),
-            _ => Err(format!("`{s}` is not `auto`, `true` or `false`")),
+            "auto" => Ok(AutoSwitch::Auto),
+            "true" | "on" => Ok(AutoSwitch::On),
+            "false" | "off" => Ok(AutoSwitch::Off),
+            _ => Err(format!("`{s}` is not `auto`, `true` (on) or `false` (off)")),
         }
     }
 }
 
-impl Serialize for BatchInvariance {
+impl Serialize for AutoSwitch {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            BatchInvariance::Auto => s.serialize_str("auto"),
-            BatchInvariance::On => s.serialize_bool(true),
-            BatchInvariance::Off => s.serialize_bool(false),
+            AutoSwitch::Auto => s.serialize_str("auto"),
+            AutoSwitch::On => s.serialize_bool(true),
+            AutoSwitch::Off => s.serialize_bool(false),
         }
     }
 }
 
-impl<'de> Deserialize<'de> for BatchInvariance {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<BatchInvariance, D::Error> {
+impl<'de> Deserialize<'de> for AutoSwitch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AutoSwitch, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
@@ -356,8 +384,8 @@ impl<'de> Deserialize<'de> for BatchInvariance {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Switch(true) => Ok(BatchInvariance::On),
-            Raw::Switch(false) => Ok(BatchInvariance::Off),
+            Raw::Switch(true) => Ok(AutoSwitch::On),
+            Raw::Switch(false) => Ok(AutoSwitch::Off),
             Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
         }
     }
@@ -422,8 +450,10 @@ impl<'de> Deserialize<'de> for CacheMb {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MoeConfig {
-    /// Stream routed experts from disk.
-    pub stream: bool,
+    /// Stream routed experts from disk: `auto` (when the model with its
+    /// context does not fit the memory bmoe may use, or a setting below
+    /// needs streaming), `true` or `false`.
+    pub stream: StreamMode,
     /// Expert LRU budget: `auto` or MiB (fractions allowed); 0 = no cache.
     pub cache_mb: CacheMb,
     /// Upper bound of an `auto` budget in MiB; 0 = none.
@@ -480,7 +510,7 @@ pub struct MoeConfig {
 impl Default for MoeConfig {
     fn default() -> MoeConfig {
         MoeConfig {
-            stream: false,
+            stream: StreamMode::Auto,
             cache_mb: CacheMb::Auto,
             cache_ceil_mb: 0.0,
             cache_policy: CachePolicy::default().name().into(),
@@ -569,9 +599,6 @@ impl RunConfig {
             return Err(bad("serve.parallel", format!("must be 1 to 64 (got {})", self.serve.parallel)));
         }
         let g = &self.generate;
-        if g.n_predict == 0 {
-            return Err(bad("generate.n_predict", "must be at least 1"));
-        }
         if g.threads > 1024 {
             return Err(bad("generate.threads", format!("{} is more than 1024", g.threads)));
         }
@@ -637,8 +664,8 @@ impl RunConfig {
                     format!("must be auto, 0 (off) or a positive number of MiB (got {mb})"),
                 ));
             }
-            if mb > 0.0 && !m.stream {
-                return Err(bad("moe.cache_mb", "an expert cache needs streaming (moe.stream = true / --moe-stream)"));
+            if mb > 0.0 && m.stream == StreamMode::Off {
+                return Err(bad("moe.cache_mb", "an expert cache needs streaming, and moe.stream is off"));
             }
             if mb > (1u64 << 30) as f64 {
                 return Err(bad("moe.cache_mb", format!("{mb} MiB is not a plausible budget")));
@@ -664,8 +691,8 @@ impl RunConfig {
             None => {
                 return Err(bad("moe.dense_weights", format!("`{}` is not mmap, warm or anon", m.dense_weights)));
             }
-            Some(d) if d != DenseWeights::Mmap && !m.stream => {
-                return Err(bad("moe.dense_weights", "warm and anon apply while streaming (moe.stream = true)"));
+            Some(d) if d != DenseWeights::Mmap && m.stream == StreamMode::Off => {
+                return Err(bad("moe.dense_weights", "warm and anon apply while streaming, and moe.stream is off"));
             }
             Some(_) => {}
         }
@@ -674,8 +701,8 @@ impl RunConfig {
         }
         if m.prefetch > 0 {
             let field = "moe.prefetch";
-            if !m.stream {
-                return Err(bad(field, "read-ahead needs streaming (moe.stream = true / --moe-stream)"));
+            if m.stream == StreamMode::Off {
+                return Err(bad(field, "read-ahead needs streaming, and moe.stream is off"));
             }
             if m.cache_mb == CacheMb::Mib(0.0) {
                 return Err(bad(field, "read-ahead fills the expert cache: it needs moe.cache_mb auto or above 0"));
@@ -715,10 +742,13 @@ impl RunConfig {
         if MtpExperts::parse(&p.mtp_experts).is_none() {
             return Err(bad("plugins.mtp_experts", format!("`{}` is not cached or all", p.mtp_experts)));
         }
-        if !p.drop_plugin.is_empty() && !m.stream {
+        if !p.drop_plugin.is_empty() && m.stream == StreamMode::Off {
+            return Err(bad("plugins.drop_plugin", "dropping experts needs streaming, and moe.stream is off"));
+        }
+        if !self.telemetry.route_trace.as_os_str().is_empty() && m.stream == StreamMode::Off {
             return Err(bad(
-                "plugins.drop_plugin",
-                "dropping experts needs streaming (moe.stream = true / --moe-stream)",
+                "telemetry.route_trace",
+                "a route trace needs streaming (routing is only observed while streaming), and moe.stream is off",
             ));
         }
         if !(1..=60_000).contains(&p.call_ms) {
@@ -757,8 +787,28 @@ impl RunConfig {
         !self.plugins.draft_plugin.is_empty() || self.plugins.mtp
     }
 
-    /// Session options for `model`.
-    pub fn session_options(&self, model: &Path) -> SessionOptions {
+    /// The first setting that needs streaming, if any: under `moe.stream =
+    /// auto` it makes the run stream whatever the model's size.
+    pub fn stream_needed_by(&self) -> Option<&'static str> {
+        let m = &self.moe;
+        if matches!(m.cache_mb, CacheMb::Mib(mb) if mb > 0.0) {
+            Some("moe.cache_mb (an expert cache)")
+        } else if DenseWeights::from_name(&m.dense_weights).is_some_and(|d| d != DenseWeights::Mmap) {
+            Some("moe.dense_weights")
+        } else if m.prefetch > 0 {
+            Some("moe.prefetch")
+        } else if !self.plugins.drop_plugin.is_empty() {
+            Some("plugins.drop_plugin")
+        } else if !self.telemetry.route_trace.as_os_str().is_empty() {
+            Some("telemetry.route_trace")
+        } else {
+            None
+        }
+    }
+
+    /// Session options for `model`, streaming its experts when `stream`
+    /// (`moe.stream` as decided for this model: [`crate::fit::choose_streaming`]).
+    pub fn session_options(&self, model: &Path, stream: bool) -> SessionOptions {
         let m = &self.moe;
         SessionOptions {
             model: model.to_path_buf(),
@@ -768,7 +818,7 @@ impl RunConfig {
             batch: self.generate.batch,
             ubatch: self.generate.ubatch,
             n_expert_used: (m.n_expert_used > 0).then_some(m.n_expert_used),
-            stream: m.stream.then_some(StreamOptions {
+            stream: stream.then_some(StreamOptions {
                 cache: self.cache_budget(),
                 cache_policy: m.cache_policy.parse().unwrap_or_default(),
                 dense: DenseWeights::from_name(&m.dense_weights).unwrap_or_default(),
@@ -937,8 +987,10 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "moe.io_threads");
         c = RunConfig::default();
         c.moe.cache_mb = CacheMb::Mib(100.0);
+        assert!(c.validate().is_ok(), "moe.stream = auto takes an expert cache as a reason to stream");
+        c.moe.stream = StreamMode::Off;
         assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
-        c.moe.stream = true;
+        c.moe.stream = StreamMode::On;
         assert!(c.validate().is_ok());
         c.moe.cache_mb = CacheMb::Mib(-1.0);
         assert_eq!(c.validate().unwrap_err().field, "moe.cache_mb");
@@ -955,13 +1007,15 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "generate.temp");
         c = RunConfig::default();
         c.generate.n_predict = 0;
-        assert_eq!(c.validate().unwrap_err().field, "generate.n_predict");
+        assert!(c.validate().is_ok(), "0: no budget");
         // More tokens than the context holds (a value typed after the old one: 128600).
         c.generate.n_predict = 128_600;
         let e = c.validate().unwrap_err();
         assert!(e.field == "generate.n_predict" && e.to_string().contains("more than the context holds"), "{e}");
         c = RunConfig::default();
         c.plugins.drop_plugin = "drop-cold".into();
+        assert!(c.validate().is_ok(), "a drop plugin makes moe.stream = auto stream");
+        c.moe.stream = StreamMode::Off;
         assert_eq!(c.validate().unwrap_err().field, "plugins.drop_plugin");
         c = RunConfig::default();
         c.plugins.draft_plugin = "ngram".into();
@@ -973,6 +1027,27 @@ mod tests {
         c = RunConfig::default();
         c.plugins.draft = 0;
         assert_eq!(c.validate().unwrap_err().field, "plugins.draft");
+    }
+
+    #[test]
+    fn moe_stream_is_auto_unless_set_and_takes_every_spelling() {
+        assert_eq!(RunConfig::default().moe.stream, StreamMode::Auto);
+        let c = RunConfig::default();
+        for (value, want) in [("true", StreamMode::On), ("on", StreamMode::On), ("false", StreamMode::Off)] {
+            assert_eq!(c.with("moe.stream", value).unwrap().moe.stream, want, "{value}");
+        }
+        let off = c.with("moe.stream", "off").unwrap();
+        assert_eq!(off.with("stream", "auto").unwrap().moe.stream, StreamMode::Auto);
+        assert_eq!(RunConfig::from_toml("[moe]\nstream = true\n").unwrap().moe.stream, StreamMode::On);
+        assert_eq!(RunConfig::from_toml("[moe]\nstream = \"auto\"\n").unwrap().moe.stream, StreamMode::Auto);
+        assert!(RunConfig::from_toml("[moe]\nstream = \"sometimes\"\n").unwrap_err().contains("sometimes"));
+        // What needs streaming makes auto stream, and is refused when streaming is off.
+        assert_eq!(c.stream_needed_by(), None);
+        let cached = c.with("cache_mb", "64").unwrap();
+        assert_eq!(cached.stream_needed_by(), Some("moe.cache_mb (an expert cache)"));
+        assert!(off.with("cache_mb", "64").unwrap_err().contains("moe.stream is off"));
+        assert!(off.with("route_trace", "/tmp/t.csv").unwrap_err().contains("telemetry.route_trace"));
+        assert_eq!(c.with("route_trace", "/tmp/t.csv").unwrap().stream_needed_by(), Some("telemetry.route_trace"));
     }
 
     #[test]
@@ -992,8 +1067,8 @@ mod tests {
         assert_eq!(p, ["min_match=2", "max_match=8"]);
         assert_eq!(c.with("model.path", "/m/x.gguf").unwrap().model.path, PathBuf::from("/m/x.gguf"));
         let off = c.with("repack", "off").unwrap();
-        assert_eq!(off.session_options(Path::new("m.gguf")).repack, Repack::Off);
-        assert_eq!(c.session_options(Path::new("m.gguf")).repack, Repack::Auto);
+        assert_eq!(off.session_options(Path::new("m.gguf"), false).repack, Repack::Off);
+        assert_eq!(c.session_options(Path::new("m.gguf"), false).repack, Repack::Auto);
         assert!(c.with("repack", "yes").unwrap_err().contains("model.repack"));
         // Bad values are refused with the setting's name; the config is unchanged.
         assert!(c.with("io_threads", "0").unwrap_err().contains("moe.io_threads"));
@@ -1045,7 +1120,7 @@ mod tests {
         assert_eq!(read("true").unwrap(), BatchInvariance::On);
         assert_eq!(read("false").unwrap(), BatchInvariance::Off);
         let e = read("\"sometimes\"").unwrap_err().to_string();
-        assert!(e.contains("`sometimes` is not `auto`, `true` or `false`"), "{e}");
+        assert!(e.contains("`sometimes` is not `auto`, `true` (on) or `false` (off)"), "{e}");
         assert!(BatchInvariance::Auto.resolve(true) && !BatchInvariance::Auto.resolve(false));
         assert!(BatchInvariance::On.resolve(false) && !BatchInvariance::Off.resolve(true));
         // A setting typed in the chat's settings screen: a switch over auto, and auto back.

@@ -57,7 +57,7 @@ pub fn config(data: &[u8]) {
     if config.validate().is_err() {
         return;
     }
-    let _ = config.session_options(Path::new("model.gguf"));
+    let _ = config.session_options(Path::new("model.gguf"), config.stream_needed_by().is_some());
     let _ = config.sampling();
     let pairs = config.resolved_pairs();
     assert!(!pairs.is_empty());

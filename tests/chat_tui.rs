@@ -26,7 +26,7 @@ fn config(edit: impl FnOnce(&mut RunConfig)) -> RunConfig {
     let mut c = RunConfig::default();
     c.generate.threads = 1;
     c.generate.n_predict = 10;
-    c.moe.stream = true;
+    c.moe.stream = bmoe::config::StreamMode::On;
     // Less than the tiny bank, more than one token's working set: hits and reads
     // (router read-ahead would turn nearly every read into a hit).
     c.moe.cache_mb = CacheMb::Mib(0.5);
@@ -111,6 +111,11 @@ fn screens_at_two_sizes() {
     assert_eq!(app.overlay, Overlay::Help(0));
     for (w, h) in [(80, 24), (160, 48)] {
         insta::assert_snapshot!(format!("help_{w}x{h}"), text(&render_to_buffer(&app, w, h)));
+    }
+    // The keys that edit the message box are listed too (they are typing, not bindings).
+    let help = text(&render_to_buffer(&app, 160, 48));
+    for item in ["Ctrl-U", "clear the line", "Home / Ctrl-A", "End / Ctrl-E"] {
+        assert!(help.contains(item), "help does not list {item}:\n{help}");
     }
     key(&mut app, KeyCode::Esc);
     assert_eq!(app.overlay, Overlay::None);

@@ -38,11 +38,14 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
-/// Runs bmoe expecting failure with exactly one stderr line containing `expect`.
+/// Runs bmoe expecting failure with exactly one stderr line containing
+/// `expect` (notes from the open before it aside, such as the line saying
+/// whether the run streams).
 fn fails_with_one_line(args: &[&str], expect: &str) -> String {
     let out = bmoe(args);
     let err = stderr(&out);
     assert!(!out.status.success(), "bmoe {args:?} succeeded");
+    let err: String = err.lines().filter(|l| !l.starts_with("bmoe: note: ")).map(|l| format!("{l}\n")).collect();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("bmoe: error: ") && err.contains(expect), "{err}");
     assert!(stdout(&out).is_empty());
@@ -232,8 +235,9 @@ fn config_file_flags_and_bad_values() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("cahce_mb"), "{}", stderr(&out));
 
-    let out = bmoe(&["generate", "-m", &m, "--cache-mb", "10"]);
-    assert!(stderr(&out).contains("moe.cache_mb") && stderr(&out).contains("--moe-stream"), "{}", stderr(&out));
+    let out = bmoe(&["generate", "-m", &m, "--cache-mb", "10", "--moe-stream=off"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("moe.cache_mb") && stderr(&out).contains("moe.stream is off"), "{}", stderr(&out));
 }
 
 #[test]
@@ -837,12 +841,12 @@ fn generate_under_a_grammar() {
     let dir = tempdir();
     let m = make_tiny(dir.path(), "m.gguf", &[]);
     let g = dir.path().join("letters.gbnf");
-    std::fs::write(&g, "root ::= [a-e]+ \" end\"\n").unwrap();
+    std::fs::write(&g, "root ::= [a-e] [a-e] [a-e] \" end\"\n").unwrap();
     let g = g.to_str().unwrap();
     let text = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "12", "--grammar", g, "--moe-stream"]));
     let text = text.trim_end_matches('\n');
-    let letters = text.strip_suffix(" end").unwrap_or(text);
-    assert!(!letters.is_empty() && letters.chars().all(|c| ('a'..='e').contains(&c)), "{text:?}");
+    let letters = text.strip_suffix(" end").unwrap_or_else(|| panic!("the grammar ends in \" end\": {text:?}"));
+    assert!(letters.len() == 3 && letters.chars().all(|c| ('a'..='e').contains(&c)), "{text:?}");
     fails_with_one_line(
         &["generate", "-m", &m, "-p", "x", "--grammar", "nope.gbnf"],
         "generate.grammar: nope.gbnf is not a file",
@@ -859,6 +863,10 @@ fn generate_under_a_grammar() {
     let text = stdout(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "24", "--json-schema", schema]));
     let value: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text:?}"));
     assert!(value["ok"].is_boolean(), "{value}");
+    // Cut off before the schema is satisfied: the text stays, the exit status says it failed.
+    let out = bmoe(&["generate", "-m", &m, "-p", "hello", "-n", "1", "--json-schema", schema]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("error: the output is incomplete"), "{}", stderr(&out));
     fails_with_one_line(
         &["generate", "-m", &m, "-p", "x", "--json-schema", r#"{"type":"string","not":{}}"#],
         r#"generate.json_schema: the schema cannot be used: Unimplemented keys: ["not"]"#,
@@ -1047,6 +1055,132 @@ fn cache_lists_and_removes_copies() {
     assert!(stdout(&run(&["cache", "remove", "--all"])).contains("removed 1 entry,"));
     assert!(stdout(&run(&["cache"])).contains("no copies"));
     assert!(std::fs::read_dir(home.join("bmoe/repacked")).unwrap().next().is_none());
+}
+
+/// With no budget set (`generate.n_predict = 0`, the default) a reply runs
+/// until the model ends it or the context is full, and a reply a limit
+/// ended is marked as cut on every front end, by which limit. (The old
+/// default of 128 tokens stopped there.)
+#[test]
+fn replies_run_to_the_context_end_and_a_cut_is_marked() {
+    let dir = tempdir();
+    let m = make_tiny(dir.path(), "t.gguf", &["--chat-template", "qwen3"]);
+    let out = ok(&["generate", "-m", &m, "-p", "hello", "-c", "256", "--batch", "32", "--ubatch", "32"]);
+    let err = stderr(&out);
+    assert!(err.contains("finish:  length"), "{err}");
+    assert!(err.contains("the reply was cut off at ") && err.contains("it ran into the end of the context"), "{err}");
+    let number =
+        |after: &str| -> usize { err.split(after).nth(1).unwrap().split(' ').next().unwrap().parse().unwrap() };
+    let (tokens, prompt) = (number("decode:  "), number("prefill: "));
+    assert_eq!(tokens + prompt, 256, "the reply fills what the prompt left of a 256-token context:\n{err}");
+    // A budget that ends the reply is named as the budget.
+    let err = stderr(&ok(&["generate", "-m", &m, "-p", "hello", "-n", "5"]));
+    assert!(err.contains("cut off at 5 tokens: it ran into the token limit; raise -n"), "{err}");
+    // The REPL marks it too, on a line of its own.
+    let _serial = common::llama_lock();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["repl", "-m", &m, "-c", "256", "--batch", "32", "--ubatch", "32", "-t", "1", "--no-think"])
+        .env("XDG_DATA_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let done = child.wait_with_output().unwrap();
+    let err = stderr(&done);
+    assert!(done.status.success(), "{err}");
+    assert!(err.contains("note: the reply was cut off at ") && err.contains("end of the context"), "{err}");
+}
+
+/// `serve` with a model that cannot open exits non-zero with the reason:
+/// a missing file before it takes a port, a corrupt one as soon as the
+/// load fails (it used to keep answering 503 and exit 0 on Ctrl-C).
+#[test]
+fn serve_exits_with_an_error_when_the_model_does_not_open() {
+    let dir = tempdir();
+    let missing = dir.path().join("nosuch.gguf");
+    let out = bmoe(&["serve", "-m", missing.to_str().unwrap(), "--port", "0"]);
+    let err = stderr(&out);
+    assert!(!out.status.success() && err.contains("no such file"), "{err}");
+    assert!(!stdout(&out).contains("listening"), "it took a port first: {}", stdout(&out));
+    let corrupt = dir.path().join("corrupt.gguf");
+    std::fs::write(&corrupt, b"GGUF but not really a model file").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["serve", "-m", corrupt.to_str().unwrap(), "--port", "0"])
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Only a guard against hanging forever: the server exits by itself.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("serve kept running with a model that failed to load");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("the model failed to load"), "{err}");
+}
+
+/// `moe.stream = auto` (the default): a model that fits stays resident and
+/// one over the memory the process may use streams, with no flag, each
+/// saying why in one line; the two runs' logits are bitwise the same. The
+/// limit is a real cgroup's (needs root; without it only the resident
+/// side and the flags are checked).
+#[test]
+fn a_model_over_the_memory_limit_streams_by_default_and_says_why() {
+    let dir = tempdir();
+    let demo = dir.path().join("demo.gguf").to_string_lossy().into_owned();
+    ok(&["make-model", "--preset", "demo", "-o", &demo]);
+    let resident_digest = dir.path().join("resident.txt");
+    let out = ok(&["generate", "-m", &demo, "-n", "4", "--logits-digest", resident_digest.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(err.contains("resident (not streaming): the model (") && err.contains(" fit in the "), "{err}");
+    let err = stderr(&ok(&["generate", "-m", &demo, "-n", "2", "--moe-stream"]));
+    assert!(err.contains("streaming experts from disk: moe.stream is on"), "{err}");
+    let err = stderr(&ok(&["generate", "-m", &demo, "-n", "2", "--moe-stream=off"]));
+    assert!(err.contains("resident (not streaming): moe.stream is off"), "{err}");
+    // A setting that needs streaming streams under auto, and is refused with it off.
+    let err = stderr(&ok(&["generate", "-m", &demo, "-n", "2", "--cache-mb", "64"]));
+    assert!(err.contains("streaming experts from disk: moe.cache_mb (an expert cache) needs it"), "{err}");
+    let out = bmoe(&["generate", "-m", &demo, "-n", "2", "--cache-mb", "64", "--moe-stream=off"]);
+    assert!(!out.status.success() && stderr(&out).contains("moe.stream is off"), "{}", stderr(&out));
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    // A cap of the file's own size: the file and its context cannot both fit.
+    let size = std::fs::metadata(&demo).unwrap().len();
+    let cgroup = bmoe::bench::cgroup::Cgroup::create(size).expect("a cgroup");
+    let join: Vec<String> = cgroup.procs_files().iter().map(|f| format!("echo $$ > {}", f.display())).collect();
+    let streamed_digest = dir.path().join("streamed.txt");
+    let out = {
+        let _serial = common::llama_lock();
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} && exec \"$0\" \"$@\"", join.join(" && ")))
+            .arg(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["generate", "-m", &demo, "-n", "4", "-t", "1", "--logits-digest"])
+            .arg(&streamed_digest)
+            .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+            .output()
+            .expect("run bmoe in the cgroup")
+    };
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("streaming experts from disk: the model (") && err.contains("do not fit in"), "{err}");
+    assert!(err.contains("cgroup limit"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&streamed_digest).unwrap(),
+        std::fs::read_to_string(&resident_digest).unwrap(),
+        "the streamed run's logits differ from the resident run's"
+    );
 }
 
 /// `bench --disk-mbps` throttles reads from the model's disk inside the

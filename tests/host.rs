@@ -88,12 +88,12 @@ fn streamed_chat_equals_resident_over_three_turns() {
         let resident = three_turns(&m, |_| {});
         assert!(resident.iter().all(|t| t.len() == 12), "{family}: {resident:?}");
         let cache_off = three_turns(&m, |c| {
-            c.moe.stream = true;
+            c.moe.stream = bmoe::config::StreamMode::On;
             c.moe.cache_mb = CacheMb::Mib(0.0);
         });
         assert_eq!(cache_off, resident, "{family}: streamed, cache off");
         let evicting = three_turns(&m, |c| {
-            c.moe.stream = true;
+            c.moe.stream = bmoe::config::StreamMode::On;
             // A token routes 8 of the 32 entries (0.375 MiB); 0.4 MiB evicts every token.
             c.moe.cache_mb = CacheMb::Mib(0.4);
         });
@@ -111,7 +111,7 @@ fn settings_apply_live_or_reopen_and_keep_the_conversation() {
     // with it a budget change reopens (checked below).
     let mut host = Host::open(
         config(|c| {
-            c.moe.stream = true;
+            c.moe.stream = bmoe::config::StreamMode::On;
             c.moe.io_uring = false;
         }),
         &m,

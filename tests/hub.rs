@@ -187,7 +187,7 @@ fn offline_the_cache_answers() {
     let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny"], &offline);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1));
-    assert!(err.contains("not in the cache") && err.contains("HF_HUB_OFFLINE is set"), "{err}");
+    assert!(err.contains("not in the hub cache") && err.contains("HF_HUB_OFFLINE is set"), "{err}");
     let path = pull(&hub.endpoint, &home, "owner/tiny");
     let asked = hub.log().len();
     let out = bmoe(&hub.endpoint, &home, &["pull", "owner/tiny"], &offline);
@@ -300,6 +300,58 @@ fn models_lists_what_is_here_and_rm_frees_it() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("pass --yes"), "{}", stderr(&out));
     assert!(local.exists());
+}
+
+/// One name for a model: every name `bmoe models` prints, and the spec
+/// `pull` took (with `hf:` or without), opens with `-m` and is taken by
+/// `fit`, `inspect`, `template`, `cache remove --model` and `models rm`;
+/// `cache list` names a hub model as `models` does. Removing the last model
+/// of a repository leaves no folder behind.
+#[test]
+fn every_name_models_prints_is_taken_by_every_command() {
+    let dir = common::tempdir();
+    let hub = hub_with_models(dir.path());
+    let home = dir.path().join("home");
+    pull(&hub.endpoint, &home, "owner/tiny:q8_0");
+    let local = dir.path().join("q4.gguf");
+    let run = |args: &[&str]| {
+        let out = bmoe(&hub.endpoint, &home, args, &[]);
+        assert!(out.status.success(), "bmoe {args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["generate", "-m", local.to_str().unwrap(), "-p", "hi", "-n", "1", "--moe-stream"]);
+    let table = run(&["models"]);
+    let names: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split("  ").last().unwrap().trim().trim_end_matches(" [hub]").trim_end_matches(" [demo]").to_string()
+        })
+        .collect();
+    assert!(names.contains(&"owner/tiny:Tiny-Q8_0.gguf".to_string()), "{table}");
+    let mut every = names.clone();
+    every.extend(["owner/tiny:q8_0".to_string(), "hf:owner/tiny:q8_0".to_string()]);
+    for name in &every {
+        run(&["generate", "-m", name, "-p", "hi", "-n", "1"]);
+        let fit = run(&["fit", "-m", name, "--disk-mbps", "500", "--compute-gws", "5"]);
+        assert!(fit.contains("runs:") && fit.contains("run it:    bmoe chat "), "fit -m {name}: {fit}");
+        assert!(run(&["inspect", name]).contains("qwen3moe"), "inspect {name}");
+        run(&["template", name]);
+        run(&["cache", "remove", "--model", name, "--dry-run"]);
+    }
+    // A streamed run of the hub model leaves a route profile: `cache list`
+    // names it as `models` does, and `cache remove --model SPEC` finds it.
+    run(&["generate", "-m", "owner/tiny:q8_0", "-p", "hi", "-n", "2", "--moe-stream"]);
+    let listing = run(&["cache", "list"]);
+    assert!(listing.contains("owner/tiny:Tiny-Q8_0.gguf") && !listing.contains("blobs/"), "{listing}");
+    let removed = run(&["cache", "remove", "--model", "owner/tiny:q8_0", "--dry-run"]);
+    assert!(removed.contains("would free") && removed.contains("owner/tiny:Tiny-Q8_0.gguf"), "{removed}");
+    // The spec pull took removes the model, and the repository's folder goes with its last model.
+    let out = run(&["models", "rm", "owner/tiny:q8_0"]);
+    assert!(out.contains("freed"), "{out}");
+    assert!(!home.join("hub/models--owner--tiny").exists(), "an empty repository folder stayed");
+    let out = bmoe(&hub.endpoint, &home, &["inspect", "owner/tiny:q8_0"], &[]);
+    assert!(!out.status.success() && stderr(&out).contains("bmoe pull owner/tiny:q8_0"), "{}", stderr(&out));
 }
 
 #[test]

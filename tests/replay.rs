@@ -23,7 +23,7 @@ fn live_run(dir: &Path, edit: impl FnOnce(&mut RunConfig)) -> (String, u64, u64)
     let mut c = RunConfig::default();
     c.generate.threads = 1;
     c.generate.n_predict = 24;
-    c.moe.stream = true;
+    c.moe.stream = bmoe::config::StreamMode::On;
     c.moe.cache_mb = CacheMb::Mib(0.5);
     // The replay models the cache alone; router read-ahead fills it too.
     c.moe.predict = false;

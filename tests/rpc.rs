@@ -302,7 +302,7 @@ fn setting_fewer_servers_after_one_died_re_splits_the_counts_and_runs_on() {
     let mut config = RunConfig::default();
     config.generate.threads = 1;
     config.generate.n_predict = 6;
-    config.moe.stream = true;
+    config.moe.stream = bmoe::config::StreamMode::On;
     config.model.rpc = format!("{},{}", a.endpoint, b.endpoint);
     config.model.rpc_layers = "1,1".into();
     let _serial = llama_lock();

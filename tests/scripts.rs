@@ -39,6 +39,24 @@ fn files(dir: &Path, ext: &str) -> Vec<String> {
     v
 }
 
+/// `SCRIPT_DIR` is the script's own folder, absolute, whatever the working
+/// directory (the script throws otherwise, and `run_file` returns the error).
+#[test]
+fn script_dir_is_the_folder_of_the_script() {
+    let dir = tempdir();
+    let script = dir.path().join("where.rhai");
+    let want = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::write(
+        &script,
+        format!("if SCRIPT_DIR != {:?} {{ throw `SCRIPT_DIR is ${{SCRIPT_DIR}}`; }}", want.display().to_string()),
+    )
+    .unwrap();
+    let canonical = want.join("where.rhai");
+    run_file(&canonical, &options(dir.path(), &[])).unwrap();
+    let e = run_source("inline.rhai", "if SCRIPT_DIR != \".\" { throw \"not .\"; }", &options(dir.path(), &[]));
+    assert!(e.is_ok(), "{e:?}");
+}
+
 #[test]
 fn every_example_runs_and_leaves_its_csv_and_charts() {
     // Examples open paths relative to the repository root.

@@ -145,8 +145,16 @@ fn the_repl_and_generate_show_the_call() {
         "",
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // The call is no answer text: stdout holds none of its markup, stderr shows it parsed.
-    assert_eq!(text(&out.stdout).trim(), "", "a forced call's markup reached stdout");
+    // The call is no answer text: stdout holds it as one JSON object on a line
+    // (the OpenAI `tool_calls` entry), none of its markup; stderr shows it parsed.
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one call, one line, no blank line: {stdout:?}");
+    let call: serde_json::Value = serde_json::from_str(lines[0]).expect("a call is a JSON object");
+    assert_eq!(call["type"], "function", "{call}");
+    assert_eq!(call["function"]["name"], "get_weather", "{call}");
+    let arguments: serde_json::Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(arguments["city"].is_string() && call["id"].is_string(), "{call}");
     let err = text(&out.stderr);
     assert!(err.contains("bmoe: tool call: get_weather({\"city\": \""), "{err}");
     // The REPL: the call shown, answered with :tool, the model replying after it.

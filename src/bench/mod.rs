@@ -64,7 +64,9 @@ pub fn default_matrix(fixed_mb: u64) -> Vec<Config> {
         capped: true,
     };
     vec![
-        c("mmap", &[]),
+        // llama.cpp's mapping, whatever the model's size (the default,
+        // `moe.stream = auto`, would stream a model over the cap).
+        c("mmap", &["--moe-stream=off"]),
         c("stream-cache0", &["--moe-stream", "--cache-mb", "0"]),
         Config {
             name: format!("stream-cache{fixed_mb}"),

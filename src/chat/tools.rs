@@ -73,6 +73,21 @@ impl ToolCall {
     pub fn new(id: Option<String>, name: &str, arguments: serde_json::Value) -> ToolCall {
         ToolCall { id, kind: function_kind(), function: FunctionCall { name: name.into(), arguments } }
     }
+
+    /// The call as the OpenAI API writes it (a `tool_calls` entry): its id
+    /// (`call_{index}` when it has none), `type` `function`, and the
+    /// function's name and arguments as JSON text.
+    pub fn to_api(&self, index: usize) -> serde_json::Value {
+        let arguments = match &self.function.arguments {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        serde_json::json!({
+            "id": self.id.clone().unwrap_or_else(|| format!("call_{index}")),
+            "type": "function",
+            "function": {"name": self.function.name, "arguments": arguments},
+        })
+    }
 }
 
 impl std::fmt::Display for ToolCall {

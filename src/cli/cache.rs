@@ -31,9 +31,10 @@ pub struct RemoveArgs {
     /// Copies of models that no longer exist.
     #[arg(long)]
     pub gone: bool,
-    /// Copies of this model.
+    /// Copies of this model: its file, or a hub model as `pull` takes it or `bmoe models` and
+    /// `bmoe cache list` name it.
     #[arg(long, value_name = "MODEL")]
-    pub model: Option<PathBuf>,
+    pub model: Option<String>,
     /// Entries of this kind: lean, repacked, demo or profile.
     #[arg(long)]
     pub kind: Option<String>,
@@ -66,12 +67,7 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
     let age = args.older_than.as_deref().map(parse_age).transpose()?;
     let kind = args.kind.as_deref().map(parse_kind).transpose()?;
     let model = match &args.model {
-        // A deleted model's copies still name it: fall back to its absolute path.
-        Some(m) => Some(
-            std::fs::canonicalize(m)
-                .or_else(|_| std::path::absolute(m))
-                .with_context(|| format!("--model {}", m.display()))?,
-        ),
+        Some(m) => Some(model_path(m).with_context(|| format!("--model {m}"))?),
         None => None,
     };
     let now = SystemTime::now();
@@ -103,17 +99,35 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
     Ok(())
 }
 
-/// The entries as a table.
+/// The file a `--model` name means, as copies record it: a hub model's
+/// blob in the hub cache, else the file's real path (a deleted model's
+/// copies still name it: its absolute path then).
+fn model_path(name: &str) -> Result<PathBuf> {
+    let named = crate::hub::ModelRef::parse(name).map_err(anyhow::Error::msg)?;
+    let path = match named {
+        crate::hub::ModelRef::Hub(_) => {
+            named.local(&crate::hub::HubSettings::from_env()).map_err(anyhow::Error::msg)?
+        }
+        crate::hub::ModelRef::File(path) => path,
+    };
+    Ok(std::fs::canonicalize(&path).or_else(|_| std::path::absolute(&path))?)
+}
+
+/// The entries as a table, each model named as `bmoe models` names it.
 fn listing(entries: &[CachedCopy], now: SystemTime) -> String {
     let mut out = String::new();
     if entries.is_empty() {
         return "no copies, demo models or route profiles\n".into();
     }
+    let hub_names = crate::hub::names_by_file(&crate::hub::HubSettings::from_env().cache);
+    let name = |m: &std::path::Path| {
+        hub_names.iter().find(|(file, _)| file == m).map_or_else(|| m.display().to_string(), |(_, n)| n.clone())
+    };
     let _ = writeln!(out, "{:<9} {:>10} {:>9}  model", "kind", "on disk", "last use");
     for c in entries {
         let model = match (&c.model, c.kind) {
             (_, CopyKind::Demo) => c.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            (Some(m), _) if c.model_exists => m.display().to_string(),
+            (Some(m), _) if c.model_exists => name(m),
             (Some(m), _) => format!("{} (gone)", m.display()),
             (None, _) => format!("? ({})", c.path.display()),
         };

@@ -275,16 +275,17 @@ mod tests {
 
     #[test]
     fn a_setting_is_parsed_on_top_of_the_exact_runs_flags() {
-        let base = RunFlags { moe_stream: true, n_expert_used: None, ..RunFlags::default() };
+        use crate::config::StreamMode;
+        let base = RunFlags { moe_stream: Some(StreamMode::On), n_expert_used: None, ..RunFlags::default() };
         let s = parse_setting("top2=--n-expert-used 2", &base).unwrap();
         assert_eq!(s.name, "top2");
         assert_eq!(s.flags.n_expert_used, Some(2));
-        assert!(s.flags.moe_stream, "the exact run's flags carry over");
+        assert_eq!(s.flags.moe_stream, Some(StreamMode::On), "the exact run's flags carry over");
         // A list given in the setting replaces the exact run's; other lists stay.
         let base = RunFlags { draft_params: vec!["N=3".into()], drop_params: vec!["T=1".into()], ..base };
         let s = parse_setting("--drop-param T=2 --no-predict", &base).unwrap();
         assert_eq!((s.flags.draft_params, s.flags.drop_params), (vec!["N=3".to_string()], vec!["T=2".to_string()]));
-        assert!(s.flags.no_predict && s.flags.moe_stream);
+        assert!(s.flags.no_predict && s.flags.moe_stream == Some(StreamMode::On));
         // Unnamed: the flags are the name.
         let s = parse_setting("--n-expert-used 4", &base).unwrap();
         assert_eq!(s.name, "--n-expert-used 4");

@@ -13,7 +13,7 @@ use clap::Args;
 use crate::config::RunConfig;
 use crate::fit::{Estimate, Machine, Mode, ModelShape, estimate, probe};
 use crate::gguf::ModelFiles;
-use crate::hub::{self, HubSettings, HubSpec};
+use crate::hub::{self, HubSettings, HubSpec, ModelRef};
 use crate::moe::budget::MemoryLimits;
 use crate::units::{size, sizes};
 
@@ -58,6 +58,8 @@ struct Subject {
     disk: Result<PathBuf, PathBuf>,
     /// The repository and its files, when known.
     repo: Option<(String, Vec<hub::RepoFile>)>,
+    /// How a run names it: `-m PATH` or `-hf SPEC`.
+    run_as: String,
 }
 
 /// Runs `bmoe fit`.
@@ -133,6 +135,8 @@ pub fn fit(args: FitArgs) -> Result<()> {
     let _ = writeln!(out, "disk:      {disk_line}");
     let _ = writeln!(out, "compute:   {compute_line}");
     write_estimate(&mut out, &shape, &chosen, n_ctx);
+    let _ =
+        writeln!(out, "run it:    {}", run_line(&subject.run_as, &chosen.mode, args.ctx_size, args.mem_mb.is_some()));
     if let Some(line) = space_line(&subject, &shape) {
         let _ = writeln!(out, "space:     {line}");
     }
@@ -151,18 +155,29 @@ pub fn fit(args: FitArgs) -> Result<()> {
 /// else from the hub by range requests.
 fn subject(args: &FitArgs) -> Result<Subject> {
     let given = match (&args.hf, &args.model) {
-        (Some(hf), _) => Some(hf.parse::<HubSpec>().map_err(|e| anyhow!(e))?),
-        (None, Some(m)) => HubSpec::from_model_arg(m).transpose().map_err(|e| anyhow!(e))?,
+        (Some(hf), _) => Some(hf.strip_prefix("hf:").unwrap_or(hf).parse::<HubSpec>().map_err(|e| anyhow!(e))?),
+        (None, Some(m)) => match ModelRef::parse(m).map_err(|e| anyhow!(e))? {
+            ModelRef::Hub(spec) => Some(spec),
+            ModelRef::File(_) => None,
+        },
         (None, None) => None,
     };
     let settings = HubSettings::from_env();
     let Some(spec) = given else {
         let path = PathBuf::from(args.model.as_deref().unwrap_or_default());
         if !path.is_file() {
-            bail!("{}: no such file; pass -m a GGUF model file or -hf OWNER/NAME[:QUANT]", path.display());
+            bail!(
+                "{}: no such file; pass -m a GGUF model file, a hub model (OWNER/NAME[:QUANT], or a name `bmoe \
+                 models` lists) or -hf OWNER/NAME[:QUANT]",
+                path.display()
+            );
         }
         return local(&path, None, &settings);
     };
+    // Pulled already: read it here (the hub lists its other quantizations).
+    if let Ok((_, files)) = hub::cached_files(&spec, &settings.cache) {
+        return local(&files[0], Some(spec.to_string()), &settings);
+    }
     if settings.offline {
         let pulled = hub::pull(&spec, &settings)?;
         return local(&pulled.model, Some(spec.to_string()), &settings);
@@ -174,6 +189,7 @@ fn subject(args: &FitArgs) -> Result<Subject> {
         name: format!("{spec}: {}", remote.chosen.join(", ")),
         source: format!("headers read from the hub: {read} of {total_s}, nothing downloaded"),
         files: remote.files,
+        run_as: format!("-hf {}", shell_word(&spec.to_string())),
         disk: Err(settings.cache.clone()),
         repo: Some((spec.repo.clone(), remote.listing.files)),
     })
@@ -193,13 +209,45 @@ fn local(path: &Path, name: Option<String>, settings: &HubSettings) -> Result<Su
             }
         }
     });
+    let run_as = match &name {
+        Some(spec) => format!("-hf {}", shell_word(spec)),
+        None => format!("-m {}", shell_word(&path.display().to_string())),
+    };
     Ok(Subject {
+        run_as,
         name: name.unwrap_or_else(|| path.display().to_string()),
         source: format!("{} on disk", size(files.total_bytes())),
         disk: Ok(path.to_path_buf()),
         files,
         repo,
     })
+}
+
+/// The command that runs the model as estimated, with the flags it needs
+/// (none for streaming: `moe.stream = auto` decides it at open), and what
+/// it will do.
+fn run_line(run_as: &str, mode: &Mode, ctx_size: Option<u32>, other_memory: bool) -> String {
+    let ctx = ctx_size.map(|c| format!(" --ctx-size {c}")).unwrap_or_default();
+    let there = if other_memory { " with that memory" } else { "" };
+    match mode {
+        Mode::Resident => format!("bmoe chat {run_as}{ctx}   (resident{there}: it fits)"),
+        Mode::Streamed { .. } => {
+            format!("bmoe chat {run_as}{ctx}   (streams by itself{there}: moe.stream = auto sees it does not fit)")
+        }
+        Mode::DoesNotFit { .. } => {
+            "not with this memory: a smaller quantization (or --ctx-size) first; --moe-stream tries anyway".into()
+        }
+    }
+}
+
+/// `word` as one shell word: quoted when it holds anything a shell reads.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 /// A read's size: KiB below a MiB.
@@ -260,8 +308,10 @@ fn write_estimate(out: &mut String, shape: &ModelShape, e: &Estimate, n_ctx: u32
         Mode::DoesNotFit { need } => {
             let _ = writeln!(
                 out,
-                "runs:      no: the dense weights {dense} and context {context} alone do not fit; about {} would \
-                 stream it (a smaller --ctx-size or quantization needs less)",
+                "runs:      no: streaming needs the dense weights {dense}, the context {context} and one token's \
+                 experts {} resident beside the margin kept free, about {} in all (a smaller --ctx-size or \
+                 quantization needs less)",
+                size(shape.working_set),
                 size(*need)
             );
         }
@@ -365,5 +415,24 @@ fn write_alternatives(
     }
     if !faster.is_empty() {
         let _ = writeln!(out, "faster here: {}", faster.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_line_names_the_model_as_a_shell_reads_it_and_needs_no_stream_flag() {
+        assert_eq!(shell_word("/m/q30.gguf"), "/m/q30.gguf");
+        assert_eq!(shell_word("acme/Chat-MoE-GGUF:Q8_0"), "acme/Chat-MoE-GGUF:Q8_0");
+        assert_eq!(shell_word("/my models/it's.gguf"), "'/my models/it'\\''s.gguf'");
+        let streamed = Mode::Streamed { budget: 1 << 30, why: None };
+        let line = run_line("-m /m/q30.gguf", &streamed, None, false);
+        assert!(line.starts_with("bmoe chat -m /m/q30.gguf   (streams by itself"), "{line}");
+        assert!(!line.contains("--moe-stream"), "{line}");
+        let line = run_line("-hf acme/X:Q8_0", &Mode::Resident, Some(8192), true);
+        assert!(line.starts_with("bmoe chat -hf acme/X:Q8_0 --ctx-size 8192   (resident with that memory"), "{line}");
+        assert!(run_line("-m x", &Mode::DoesNotFit { need: 1 }, None, false).starts_with("not with this memory"));
     }
 }

@@ -66,9 +66,11 @@ pub struct RunFlags {
     /// Read a bmoe.toml; flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Stream routed experts from disk instead of keeping the model mapped.
-    #[arg(long)]
-    pub moe_stream: bool,
+    /// Stream routed experts from disk instead of keeping the model mapped: alone or `on`, always;
+    /// `off`, never; `auto`, when the model and its context do not fit the memory this process may
+    /// use (the cgroup limit included), as `bmoe fit` judges it [moe.stream, default auto].
+    #[arg(long, value_name = "auto|on|off", num_args = 0..=1, require_equals = true, default_missing_value = "on")]
+    pub moe_stream: Option<crate::config::StreamMode>,
     /// Expert cache budget: auto (sized from the memory available and the cgroup limit), or MiB,
     /// fractions allowed (0 = re-read routed experts every token) [moe.cache_mb, default auto].
     #[arg(long, value_name = "auto|MIB")]
@@ -180,7 +182,8 @@ pub struct RunFlags {
     #[arg(long, conflicts_with = "no_batch_invariant")]
     pub batch_invariant: bool,
     /// llama.cpp's fastest kernels even for a server or drafts (llamafile's sgemm, the tiled
-    /// matmul, flash attention, one KV buffer for all of a server's slots): a server's greedy
+    /// matmul, tiled and split flash attention, op fusion, one KV buffer for all of a server's
+    /// slots): a server's greedy
     /// replies may then differ from the same request sent alone [generate.batch_invariant = false].
     #[arg(long)]
     pub no_batch_invariant: bool,
@@ -220,7 +223,8 @@ pub struct RunFlags {
 /// given text, takes none of them.
 #[derive(Args, Debug, Default, Clone)]
 pub struct TurnFlags {
-    /// Tokens to generate per turn [config: generate.n_predict, default 128].
+    /// Most tokens a reply generates; 0 = no budget, the reply ends where the model ends it or the
+    /// context is full (the demo model gets 128) [generate.n_predict, default 0].
     #[arg(short = 'n', long)]
     pub n_predict: Option<u32>,
     /// Sampling temperature (0 = greedy) [generate.temp, default 0].
@@ -324,7 +328,7 @@ impl RunFlags {
             model: model.or_else(|| base.model.clone()),
             hf: hf.or_else(|| base.hf.clone()),
             config: config.or_else(|| base.config.clone()),
-            moe_stream: moe_stream || base.moe_stream,
+            moe_stream: moe_stream.or(base.moe_stream),
             cache_mb: cache_mb.or(base.cache_mb),
             cache_ceil_mb: cache_ceil_mb.or(base.cache_ceil_mb),
             force_cache: force_cache || base.force_cache,
@@ -423,8 +427,8 @@ pub fn resolve_config(args: &RunFlags, turn: &TurnFlags) -> Result<RunConfig> {
     if args.force_cache {
         m.force_cache = true;
     }
-    if args.moe_stream {
-        m.stream = true;
+    if let Some(stream) = args.moe_stream {
+        m.stream = stream;
     }
     if args.no_odirect {
         m.o_direct = false;
@@ -465,10 +469,11 @@ pub fn resolve_config(args: &RunFlags, turn: &TurnFlags) -> Result<RunConfig> {
 /// Opens a host for `config` (the demo model when it names none) and prints
 /// its notes (the chat template's absence only when `chatting`); Ctrl-C
 /// during the open ends the command.
-pub fn open_host(config: RunConfig, chatting: bool) -> Result<Host> {
+pub fn open_host(mut config: RunConfig, chatting: bool) -> Result<Host> {
     interrupt::install()?;
     crate::notes::raise_to_verbose(config.telemetry.verbose);
     let model = crate::host::resolve_model(&config)?;
+    crate::host::demo_budget(&mut config);
     let _bar = CopyBar::show();
     let mut host = Host::open(config, &model)?;
     host.print_open_notes("bmoe", chatting);
@@ -534,6 +539,18 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     // begin: a call goes to stderr parsed, never to stdout as markup.
     let mut calls_held = call_openings(&host, args.chat).map(|openings| StopScan::new(&openings));
     let mut sent = String::new();
+    // Whether stdout's last byte ended a line (a tool call starts on its own).
+    let mut at_line_start = true;
+    let mut calls_made = 0;
+    let write_out = |text: &str, at_line_start: &mut bool| -> std::io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let mut out = stdout.lock();
+        out.write_all(text.as_bytes())?;
+        *at_line_start = text.ends_with('\n');
+        out.flush()
+    };
     let mut on_event = |event: HostEvent<'_>| {
         // A generation clears its abort flag when it starts: a Ctrl-C
         // that landed just before is raised again here.
@@ -547,8 +564,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
                     None => text.to_string(),
                 };
                 sent.push_str(&text);
-                let mut out = stdout.lock();
-                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                if let Err(e) = write_out(&text, &mut at_line_start) {
                     // Nobody reads the text any more (e.g. a closed pipe): stop generating.
                     out_error.get_or_insert(e);
                     abort.abort();
@@ -564,7 +580,20 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
             }
             // On a line of its own, after the text streamed so far.
             HostEvent::Notice(text) => crate::notes::note("\nbmoe", text),
-            HostEvent::ToolCall(call) => eprintln!("\nbmoe: tool call: {call}"),
+            // A call is one JSON object on a line of its own on stdout (the
+            // OpenAI `tool_calls` entry), and a line on stderr unless -q.
+            HostEvent::ToolCall(call) => {
+                if crate::notes::verbosity() != crate::notes::Verbosity::Quiet {
+                    eprintln!("\nbmoe: tool call: {call}");
+                }
+                let json = call.to_api(calls_made).to_string();
+                calls_made += 1;
+                let line = if at_line_start { format!("{json}\n") } else { format!("\n{json}\n") };
+                if let Err(e) = write_out(&line, &mut at_line_start) {
+                    out_error.get_or_insert(e);
+                    abort.abort();
+                }
+            }
             HostEvent::Prefill(_) | HostEvent::Step(_) => {}
         }
     };
@@ -588,11 +617,9 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         if calls_held.is_some()
             && out_error.is_none()
             && let Some(rest) = turn.answer.trim_start().strip_prefix(sent.trim_start()).filter(|r| !r.is_empty())
+            && let Err(e) = write_out(rest, &mut at_line_start)
         {
-            let mut out = stdout.lock();
-            if let Err(e) = out.write_all(rest.as_bytes()).and_then(|()| out.flush()) {
-                out_error = Some(e);
-            }
+            out_error = Some(e);
         }
         turn.generation
     } else {
@@ -607,7 +634,10 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         Some(e) => bail!("writing the generated text to stdout: {e}"),
         None => {}
     }
-    println!();
+    // The text ends its line; a reply of calls alone, or of nothing, adds no blank line.
+    if !at_line_start {
+        println!();
+    }
     let ending = host.last_ending();
     if let Some(notice) = ending.and_then(|e| e.cut_notice()) {
         eprintln!("bmoe: {notice}");
@@ -630,5 +660,14 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     }
     // Stopped by Ctrl-C: everything generated so far is printed and saved.
     interrupt::check()?;
+    // Output that had to follow a grammar or schema and does not is a
+    // failure a script must see (the text printed stays for inspection).
+    if let Some(ending) = ending.filter(|e| e.cut == Some(Cut::Constrained)) {
+        bail!(
+            "the output is incomplete: a limit cut it off at {} tokens before the grammar or JSON schema was \
+             satisfied",
+            ending.tokens
+        );
+    }
     Ok(())
 }

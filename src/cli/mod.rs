@@ -95,8 +95,16 @@ pub enum Command {
     },
     /// Describe a GGUF model and whether bmoe can stream it.
     Inspect {
-        /// Model file (first shard of a split set).
-        file: PathBuf,
+        /// The model: a file (the first shard of a split set), or a hub model as `pull` takes it
+        /// (OWNER/NAME[:QUANT], hf: in front or not) or as `bmoe models` lists it, from the hub cache.
+        #[arg(value_name = "MODEL", required_unless_present_any = ["model", "hf"])]
+        file: Option<String>,
+        /// The model, as the other commands take it with -m.
+        #[arg(short, long, conflicts_with = "file")]
+        model: Option<String>,
+        /// A hub model, OWNER/NAME[:QUANT] (also written -hf), from the hub cache.
+        #[arg(long = "hf", value_name = "OWNER/NAME[:QUANT]", conflicts_with_all = ["file", "model"])]
+        hf: Option<String>,
     },
     /// List the MoE architectures of the pinned llama.cpp and whether bmoe streams them: gated
     /// `yes` (a synthetic model of each streams bit-identical to resident in the tests), `-`
@@ -158,7 +166,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Pull(args) => pull::pull(args),
         Command::Fit(args) => fit::fit(args),
         Command::Models { command } => models::models(command),
-        Command::Inspect { file } => model::inspect(&file),
+        Command::Inspect { file, model, hf } => {
+            let name = file.or(model).or(hf.map(|h| format!("hf:{}", h.trim_start_matches("hf:"))));
+            model::inspect(&local_model(name.as_deref().unwrap_or_default())?)
+        }
         Command::Archs => print_stdout(&model::archs()),
         Command::Kernels(args) => kernels::kernels(args),
         Command::TraceStats { files, tokens } => model::trace_stats(&files, tokens),
@@ -186,8 +197,8 @@ fn chat(flags: &SessionFlags) -> Result<()> {
     }
     let mut config = resolve_config(&flags.run, &flags.turn)?;
     let demo = config.model.path.as_os_str().is_empty();
-    if demo && flags.run.config.is_none() && flags.run.cache_mb.is_none() {
-        config.moe.stream = true;
+    if demo && flags.run.config.is_none() && flags.run.cache_mb.is_none() && flags.run.moe_stream.is_none() {
+        config.moe.stream = crate::config::StreamMode::On;
         config.moe.cache_mb = crate::config::CacheMb::Mib(DEMO_CHAT_CACHE_MIB);
     }
     let host = open_host(config, true)?;
@@ -210,4 +221,12 @@ fn print_stdout(text: &str) -> Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::anyhow!("writing to stdout: {e}")),
         _ => Ok(()),
     }
+}
+
+/// A model named as every command takes it (a file, or a hub model as
+/// `pull` takes it or `models` lists it), as a file on this machine:
+/// nothing is downloaded.
+fn local_model(name: &str) -> Result<PathBuf> {
+    let named = crate::hub::ModelRef::parse(name).map_err(anyhow::Error::msg)?;
+    named.local(&crate::hub::HubSettings::from_env()).map_err(anyhow::Error::msg)
 }

@@ -31,7 +31,8 @@ pub enum ModelsCommand {
 /// `bmoe models rm`'s arguments.
 #[derive(Args, Debug)]
 pub struct RmArgs {
-    /// The model: OWNER/NAME:FILE as listed, or its path.
+    /// The model: its name as listed (OWNER/NAME:FILE for the hub cache), the spec `pull` took
+    /// (OWNER/NAME[:QUANT], hf: in front or not), or its path.
     pub model: String,
     /// Delete a model file outside the hub and bmoe caches too (one you put there yourself).
     #[arg(long)]
@@ -160,7 +161,10 @@ fn copies_of<'c>(model: &Listed, copies: &'c [CachedCopy]) -> impl Iterator<Item
 
 /// `bmoe models rm`.
 fn remove(args: &RmArgs, listed: &[Listed], copies: &[CachedCopy]) -> Result<()> {
-    let given = std::fs::canonicalize(&args.model).ok();
+    let given = std::fs::canonicalize(&args.model).ok().or_else(|| {
+        let named = hub::ModelRef::parse(&args.model).ok()?;
+        std::fs::canonicalize(named.local(&HubSettings::from_env()).ok()?).ok()
+    });
     let Some(model) = listed
         .iter()
         .find(|l| l.name == args.model || Some(&l.canonical) == given.as_ref() || l.files[0] == Path::new(&args.model))
@@ -222,9 +226,19 @@ fn remove(args: &RmArgs, listed: &[Listed], copies: &[CachedCopy]) -> Result<()>
     }
     if let Origin::Hub(folder) = &model.origin {
         prune_empty(&folder.join("snapshots"));
+        forget_empty_repo(folder);
     }
     println!("removed; freed {total}");
     Ok(())
+}
+
+/// Removes a hub repository's folder once no snapshot and no blob is left
+/// in it: its `refs/` would otherwise point at a snapshot that is gone.
+fn forget_empty_repo(folder: &Path) {
+    let empty = |dir: &Path| std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
+    if empty(&folder.join("snapshots")) && empty(&folder.join("blobs")) {
+        let _ = std::fs::remove_dir_all(folder);
+    }
 }
 
 /// Removes the empty folders under `dir` (a snapshot whose links are gone).

@@ -276,7 +276,7 @@ fn bench(spec: &str, calls: usize, context: usize, raw: &[String]) -> Result<()>
 fn quality(spec: &str, raw: &[String], model: PathBuf, tokens: usize) -> Result<()> {
     let base = super::generate::RunFlags {
         model: Some(model),
-        moe_stream: true,
+        moe_stream: Some(crate::config::StreamMode::On),
         cache_mb: Some(crate::config::CacheMb::Mib(0.0)),
         ..Default::default()
     };

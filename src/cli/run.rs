@@ -40,6 +40,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         args: a.args,
         limits: Limits { max_operations: a.max_ops, ..Limits::default() },
         base,
+        // run_file sets it from the script's path.
+        ..ScriptOptions::default()
     };
     let result = run_file(&a.file, &options);
     // A Ctrl-C that stopped the script ends the command like any other.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
 use super::generate::{RunFlags, TurnFlags, resolve_config};
@@ -106,8 +106,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         config.generate.batch_invariant = crate::config::BatchInvariance::On;
     }
     let demo = config.model.path.as_os_str().is_empty();
-    if demo && args.run.config.is_none() && args.run.cache_mb.is_none() {
-        config.moe.stream = true;
+    if demo && args.run.config.is_none() && args.run.cache_mb.is_none() && args.run.moe_stream.is_none() {
+        config.moe.stream = crate::config::StreamMode::On;
         config.moe.cache_mb = crate::config::CacheMb::Mib(DEMO_CACHE_MIB);
     }
     let mut options = ServeOptions::from_config(&config).map_err(|e| anyhow!(e))?;
@@ -122,6 +122,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| anyhow!("starting the HTTP runtime: {e}"))?;
+    // A local file that is not there fails now, before a port is taken
+    // (a hub model or the demo is fetched or made while the server listens).
+    let given = &config.model.path;
+    let local = !given.as_os_str().is_empty() && given.to_str().and_then(crate::hub::HubSpec::from_model_arg).is_none();
+    if local && !given.exists() {
+        crate::host::resolve_model(&config)?;
+    }
     let opened = config.clone();
     let server = Server::bind(&runtime, &options, config.clone(), move || {
         let model = crate::host::resolve_model(&opened).map_err(|e| e.to_string())?;
@@ -150,15 +157,26 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     runtime.spawn(async move { report_ready(&engine).await });
     let grace = Duration::from_secs_f64(config.serve.shutdown_grace_s);
     let engine = server.engine.clone();
+    let failed = std::sync::Mutex::new(None);
     runtime.block_on(server.run(async {
+        // A model that fails to load stops the server: clients get a
+        // refused connection, not 503s to retry forever, and the exit
+        // status says it failed.
         while !interrupt::requested() {
+            if let Status::Failed(e) = engine.status() {
+                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                return;
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         drain(&engine, grace).await;
     }));
-    eprintln!("bmoe serve: stopped");
     // The engine thread may be mid-reply; the process ends with it.
     runtime.shutdown_timeout(Duration::from_secs(1));
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        bail!("the model failed to load: {e}");
+    }
+    eprintln!("bmoe serve: stopped");
     Ok(())
 }
 
@@ -197,10 +215,8 @@ async fn report_ready(engine: &crate::serve::Engine) {
                 println!("bmoe serve: ready: model `{model_id}`, context {n_ctx} tokens");
                 return;
             }
-            Status::Failed(e) => {
-                eprintln!("bmoe serve: the model failed to load: {e} (every request is answered 503)");
-                return;
-            }
+            // The server stops with the error (`serve`).
+            Status::Failed(_) => return,
         }
     }
 }

@@ -13,7 +13,9 @@ use crate::gguf::{ModelFiles, Value};
 /// `bmoe template`
 #[derive(Args, Debug)]
 pub struct TemplateArgs {
-    /// A GGUF model (its `tokenizer.chat_template`), a .jinja file, or a bundled family (qwen3, gpt-oss, gemma-4, ...).
+    /// A model (its `tokenizer.chat_template`): a GGUF file, or a hub model as `pull` takes it or
+    /// `bmoe models` lists it (from the hub cache); a .jinja file; or a bundled family (qwen3,
+    /// gpt-oss, gemma-4, ...).
     pub source: String,
     /// The conversation, as JSON: a list of {"role", "content"} messages or a file saved by the REPL's :save.
     /// Default: a system prompt and two user turns.
@@ -37,13 +39,16 @@ pub fn load_template(source: &str) -> Result<(String, Option<String>, String, St
     }
     let path = Path::new(source);
     let is_model = path.extension().is_some_and(|e| e == "gguf");
-    if !is_model {
+    let named = crate::hub::ModelRef::parse(source).map_err(anyhow::Error::msg)?;
+    let hub_model = matches!(named, crate::hub::ModelRef::Hub(_)) && path.extension().is_none_or(|e| e != "jinja");
+    if !is_model && !hub_model {
         let text = std::fs::read_to_string(path).map_err(|e| {
             anyhow!("{source}: {e}; nor is it a bundled template (those are: {})", named_template_list())
         })?;
         return Ok((source.to_string(), Some(text), String::new(), String::new()));
     }
-    let files = ModelFiles::open(path)?;
+    let path = named.local(&crate::hub::HubSettings::from_env()).map_err(anyhow::Error::msg)?;
+    let files = ModelFiles::open(&path)?;
     let meta = files.meta();
     let token = |key: &str| -> String {
         let tokens = meta.get("tokenizer.ggml.tokens").and_then(Value::as_array);

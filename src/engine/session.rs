@@ -207,6 +207,8 @@ pub struct OpenReport {
     pub n_expert: u32,
     /// Experts routed per token (after any override).
     pub n_expert_used: u32,
+    /// Whether routed experts stream from disk (`moe.stream` as decided).
+    pub streaming: bool,
     /// Layers whose experts are streamed.
     pub streamed_layers: u32,
     /// The last layers, held by RPC servers (0 without servers).

@@ -97,6 +97,18 @@ pub fn hit_rates(fraction: f64) -> (f64, f64) {
     (lo0 + t * (lo1 - lo0), hi0 + t * (hi1 - hi0))
 }
 
+/// The least memory limit `l` that holds `bytes` beside the margin kept
+/// free at that limit (`bytes + margin(l) <= l`).
+pub fn least_limit(bytes: u64) -> u64 {
+    // margin(l) is the larger of l / 20 and 64 MiB; l - l / 20 grows with l,
+    // so from the larger of the two closed forms a few steps settle it.
+    let mut l = (bytes + (64 << 20)).max(bytes.saturating_mul(20) / 19);
+    while bytes + margin(l) > l {
+        l += 1;
+    }
+    l
+}
+
 /// Estimates `shape` on `machine` with a context of `n_ctx` positions.
 pub fn estimate(shape: &ModelShape, machine: &Machine, n_ctx: u32) -> Estimate {
     let limit = machine.memory.tightest();
@@ -105,20 +117,19 @@ pub fn estimate(shape: &ModelShape, machine: &Machine, n_ctx: u32) -> Estimate {
     let w = shape.active_weights as f64;
     let compute_s =
         machine.weights_s.filter(|&(slow, fast)| slow > 0.0 && fast > 0.0).map(|(slow, fast)| (w / slow, w / fast));
-    let fits_whole = limit.is_some_and(|l| shape.file_bytes + context + margin(l) <= l);
-    let mode = if fits_whole {
-        Mode::Resident
-    } else {
-        match limit {
-            Some(l) if dense + context + margin(l) > l => Mode::DoesNotFit {
-                need: dense + context + shape.working_set + margin(dense + context + shape.working_set),
-            },
-            _ => {
-                let held = Holdings { bank: shape.bank, working_set: shape.working_set, dense, context };
-                let decision = decide(CacheBudget::Auto { ceil: None }, &held, &machine.memory)
-                    .unwrap_or(crate::moe::budget::Decision { bytes: 0, note: None });
-                Mode::Streamed { budget: decision.bytes, why: decision.note }
-            }
+    // The least memory each way needs, the margin included: one verdict
+    // per limit, and the limits in order (resident needs at least what
+    // streaming does, since the file holds the dense weights and every expert).
+    let resident_need = least_limit(shape.file_bytes + context);
+    let stream_need = least_limit(dense + context + shape.working_set).min(resident_need);
+    let mode = match limit {
+        Some(l) if l >= resident_need => Mode::Resident,
+        Some(l) if l < stream_need => Mode::DoesNotFit { need: stream_need },
+        _ => {
+            let held = Holdings { bank: shape.bank, working_set: shape.working_set, dense, context };
+            let decision = decide(CacheBudget::Auto { ceil: None }, &held, &machine.memory)
+                .unwrap_or(crate::moe::budget::Decision { bytes: 0, note: None });
+            Mode::Streamed { budget: decision.bytes, why: decision.note }
         }
     };
     let (hit, read_per_token) = match &mode {
@@ -210,6 +221,83 @@ mod tests {
         let mut m = machine(16_000);
         m.memory.cgroup_limit = Some(2000 * MIB);
         assert!(matches!(estimate(&shape(), &m, 4096).mode, Mode::Streamed { .. }));
+    }
+
+    /// Rank of a verdict: more memory never moves it down.
+    fn rank(mode: &Mode) -> u8 {
+        match mode {
+            Mode::DoesNotFit { .. } => 0,
+            Mode::Streamed { .. } => 1,
+            Mode::Resident => 2,
+        }
+    }
+
+    proptest::proptest! {
+        /// At every memory size the verdict agrees with itself: more memory
+        /// never gives a worse verdict or a smaller cache, a model that does
+        /// not fit needs more than the memory given and runs once given it,
+        /// and a streamed run's numbers add up to no more than the limit.
+        #[test]
+        fn the_verdict_and_the_budget_only_grow_with_memory(
+            dense_mib in 1u64..2000,
+            ctx_tokens in 16u32..65536,
+            bank_mib in 10u64..20000,
+            start_mib in 1u64..4000,
+            step_mib in 1u64..64,
+        ) {
+            let s = ModelShape {
+                dense: dense_mib * MIB,
+                bank: bank_mib * MIB,
+                working_set: (bank_mib * MIB / 16).max(MIB),
+                file_bytes: (dense_mib + bank_mib) * MIB,
+                ..shape()
+            };
+            let mut last: Option<Estimate> = None;
+            let mut promised = None;
+            for i in 0..200u64 {
+                let limit = (start_mib + i * step_mib) * MIB;
+                let e = estimate(&s, &machine(limit / MIB), ctx_tokens);
+                // A verdict of "needs N" holds for every limit below N.
+                if let Some(need) = promised.filter(|&n| limit < n) {
+                    proptest::prop_assert!(
+                        matches!(e.mode, Mode::DoesNotFit { .. }),
+                        "{need} was said to be needed, yet {limit} gives {:?}", e.mode
+                    );
+                }
+                match &e.mode {
+                    Mode::DoesNotFit { need } => {
+                        promised = Some(*need);
+                        proptest::prop_assert!(*need > limit, "needs {need} yet {limit} is not enough");
+                        let given = estimate(&s, &machine(need.div_ceil(MIB)), ctx_tokens);
+                        proptest::prop_assert!(rank(&given.mode) >= 1, "{need} was said to be enough: {:?}", given.mode);
+                    }
+                    Mode::Streamed { budget, .. } => {
+                        let held = e.dense + e.context + budget + margin(limit);
+                        proptest::prop_assert!(held <= limit, "{held} held under a limit of {limit}");
+                        proptest::prop_assert!(*budget == 0 || *budget >= s.working_set);
+                    }
+                    Mode::Resident => {
+                        proptest::prop_assert!(s.file_bytes + e.context + margin(limit) <= limit);
+                    }
+                }
+                if let Some(prev) = &last {
+                    proptest::prop_assert!(rank(&e.mode) >= rank(&prev.mode), "{:?} then {:?}", prev.mode, e.mode);
+                    if let (Mode::Streamed { budget: a, .. }, Mode::Streamed { budget: b, .. }) = (&prev.mode, &e.mode) {
+                        proptest::prop_assert!(b >= a, "the cache shrank from {a} to {b} with more memory");
+                    }
+                }
+                last = Some(e);
+            }
+        }
+    }
+
+    #[test]
+    fn least_limit_is_the_least() {
+        for bytes in [0, 1, MIB, 1000 * MIB, 1216 * MIB, 1217 * MIB, 5000 * MIB, 17 << 30] {
+            let l = least_limit(bytes);
+            assert!(bytes + margin(l) <= l, "{bytes}: {l}");
+            assert!(bytes + margin(l - 1) > l - 1, "{bytes}: {l} is not the least");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 
 use crate::config::RunConfig;
-use crate::hub::{self, HubSettings, HubSpec};
+use crate::hub::{self, HubSettings, ModelRef};
 use crate::progress::write_model_with_progress;
 use crate::synth::{self, Arch, ModelSpec, Preset};
 
@@ -19,11 +19,20 @@ pub fn resolve_model(config: &RunConfig) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Gives a run on the demo model (no model named) a reply budget when it
+/// sets none: the demo's random weights rarely end a reply by themselves.
+pub fn demo_budget(config: &mut RunConfig) {
+    if config.model.path.as_os_str().is_empty() && config.generate.n_predict == 0 {
+        config.generate.n_predict = crate::config::DEMO_REPLY_TOKENS;
+    }
+}
+
 /// The model file `config` means, fetched or generated when needed.
 fn locate_model(config: &RunConfig) -> Result<PathBuf> {
     let given = &config.model.path;
-    if let Some(spec) = given.to_str().and_then(HubSpec::from_model_arg) {
-        let spec = spec.map_err(|e| anyhow::anyhow!(e))?;
+    let named =
+        given.to_str().filter(|g| !g.is_empty()).map(ModelRef::parse).transpose().map_err(anyhow::Error::msg)?;
+    if let Some(ModelRef::Hub(spec)) = named {
         let pulled = hub::pull(&spec, &HubSettings::from_env())?;
         if pulled.downloaded > 0 {
             eprintln!(
@@ -38,7 +47,8 @@ fn locate_model(config: &RunConfig) -> Result<PathBuf> {
         if !given.exists() {
             anyhow::bail!(
                 "{}: no such file; pass -m a GGUF model file (for a split model, its -00001-of-0000N.gguf \
-                 shard), or leave -m out to run the built-in demo model",
+                 shard), a hub model (OWNER/NAME[:QUANT], or a name `bmoe models` lists), or leave -m out to \
+                 run the built-in demo model",
                 given.display()
             );
         }
@@ -46,10 +56,13 @@ fn locate_model(config: &RunConfig) -> Result<PathBuf> {
     }
     let dir = crate::moe::copies::cache_root();
     let path = dir.join(format!("demo-qwen3moe-v{}.gguf", synth::GENERATOR_VERSION));
-    eprintln!(
-        "bmoe: no model given: using the built-in demo, a synthetic qwen3moe with RANDOM weights \
-         (its text is gibberish by design): {}",
-        path.display()
+    crate::notes::note(
+        "bmoe",
+        &format!(
+            "no model given: using the built-in demo, a synthetic qwen3moe with RANDOM weights (its text is \
+             gibberish by design): {}",
+            path.display()
+        ),
     );
     if !path.exists() {
         // A qwen3moe demo speaks Qwen3's chat template.

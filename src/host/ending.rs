@@ -85,15 +85,16 @@ impl Ending {
         Ending { reason, cut: open.filter(|_| ran_out), limit, tokens }
     }
 
-    /// One line naming what was cut off, for a generation that ran out of
-    /// tokens inside something (`None` otherwise).
+    /// One line saying the reply was cut off, where (inside its reasoning,
+    /// a tool call or the constrained output, when so) and by which limit,
+    /// for a generation that ran out of tokens (`None` otherwise).
     pub fn cut_notice(&self) -> Option<String> {
-        Some(format!("{}", CutNotice { cut: self.cut?, limit: self.limit?, tokens: self.tokens }))
+        Some(format!("{}", CutNotice { cut: self.cut, limit: self.limit?, tokens: self.tokens }))
     }
 }
 
 struct CutNotice {
-    cut: Cut,
+    cut: Option<Cut>,
     limit: Limit,
     tokens: usize,
 }
@@ -101,15 +102,16 @@ struct CutNotice {
 impl fmt::Display for CutNotice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.cut {
-            Cut::Reasoning => "inside its reasoning, before any answer",
-            Cut::ToolCall => "inside a tool call, which is incomplete and was not made",
-            Cut::Constrained => "before the constrained output (grammar or JSON schema) was complete",
+            Some(Cut::Reasoning) => " inside its reasoning, before any answer",
+            Some(Cut::ToolCall) => " inside a tool call, which is incomplete and was not made",
+            Some(Cut::Constrained) => " before the constrained output (grammar or JSON schema) was complete",
+            None => "",
         };
         let limit = match self.limit {
             Limit::Predict => "the token limit; raise -n (generate.n_predict)",
-            Limit::Context => "the end of the context; raise -c (generate.n_ctx) or start a new conversation",
+            Limit::Context => "the end of the context; raise -c (generate.ctx_size) or start a new conversation",
         };
-        write!(f, "the reply was cut off at {} tokens {what}: it ran into {limit}", self.tokens)
+        write!(f, "the reply was cut off at {} tokens{what}: it ran into {limit}", self.tokens)
     }
 }
 
@@ -131,6 +133,11 @@ mod tests {
         assert_eq!((e.reason, e.cut_notice()), (FinishReason::Stop, None));
         assert_eq!(Ending::new(5, true, false, 2, 64, None).reason.as_str(), "tool_calls");
         assert_eq!(Ending::new(5, false, true, 0, 64, Some(Cut::Reasoning)).reason, FinishReason::Aborted);
-        assert_eq!(Ending::new(64, false, false, 0, 64, None).cut_notice(), None);
+        // A plain answer cut by a limit is said to be cut too; one the model ended is not.
+        let plain = Ending::new(64, false, false, 0, 64, None).cut_notice().unwrap();
+        assert!(plain.starts_with("the reply was cut off at 64 tokens: it ran into the token limit"), "{plain}");
+        let by_context = Ending::new(30, false, false, 0, u32::MAX, None).cut_notice().unwrap();
+        assert!(by_context.contains("end of the context"), "{by_context}");
+        assert_eq!(Ending::new(64, true, false, 0, 64, None).cut_notice(), None);
     }
 }

@@ -16,7 +16,7 @@ mod turn;
 
 use std::path::{Path, PathBuf};
 
-pub use demo::resolve_model;
+pub use demo::{demo_budget, resolve_model};
 pub use recent::models_used;
 pub use settings::{Apply, SETTINGS, apply_of, description};
 
@@ -105,6 +105,8 @@ pub struct Reply {
     pub tokens: Vec<i32>,
     /// Tokens to generate at most (the room left in the context caps it).
     pub n_predict: u32,
+    /// The budget asked for, before the room capped it (`u32::MAX`: none).
+    budget: u32,
     /// Token selection.
     pub sampling: crate::llama::Sampling,
     /// What the reply follows (a forced tool call's grammar, or the
@@ -556,6 +558,7 @@ impl Host {
             prompt,
             tokens,
             n_predict: settings.n_predict.min(room as u32),
+            budget: settings.n_predict,
             sampling: settings.sampling,
             constraint,
             forced_call,
@@ -610,6 +613,7 @@ impl Host {
             prompt: ChatPrompt::plain(prompt),
             tokens,
             n_predict: settings.n_predict.min(room as u32),
+            budget: settings.n_predict,
             sampling: settings.sampling,
             constraint: settings.constraint.clone(),
             forced_call: false,
@@ -647,7 +651,7 @@ impl Host {
         } else {
             reply.constraint.as_ref().map(|_| Cut::Constrained)
         };
-        let ending = self.ending(generation, found.len(), reply.n_predict, open);
+        let ending = self.ending(generation, found.len(), reply.budget, open);
         let strip = |text: &str| format.map_or_else(|| text.trim().to_string(), |f| f.strip_calls(text, &found));
         let (reasoning, answer) = (strip(&reply.reasoning), strip(&reply.answer));
         let tool_calls: Vec<ToolCall> = found
@@ -685,9 +689,24 @@ impl Host {
         on_event: &mut dyn FnMut(HostEvent<'_>),
     ) -> Result<Generation, HostError> {
         let settings = self.turn_settings()?;
-        let mut request = self.request(Prompt::Text(prompt.to_string()), &settings, settings.n_predict);
+        let mut n_predict = settings.n_predict;
+        if n_predict == u32::MAX {
+            // No budget: the room a fresh context leaves after the prompt
+            // (its tokens and a BOS), or after what it holds.
+            let held = if continue_context { self.session.context_len() } else { 0 };
+            let prompt_len = self.session.tokenize_continuation(prompt).len() + 1;
+            n_predict = (self.slot_ctx() as usize).saturating_sub(held + prompt_len).max(1) as u32;
+        }
+        let mut request = self.request(Prompt::Text(prompt.to_string()), &settings, n_predict);
         request.continue_context = continue_context;
-        self.complete_request(&request, &settings.stop, on_event)
+        let generation = self.complete_request(&request, &settings.stop, on_event)?;
+        if let Some(ending) = self.last_ending.as_mut().filter(|_| settings.n_predict == u32::MAX) {
+            // The room ended it, not a budget.
+            if ending.limit.is_some() {
+                ending.limit = Some(Limit::Context);
+            }
+        }
+        Ok(generation)
     }
 
     /// Plain completion of `prompt` (no template, special tokens read)
@@ -841,7 +860,10 @@ impl Host {
         let new = new.map_err(HostError::Setting)?;
         let mut applied = apply_of(&key);
         // The io_uring arena is sized at open: a new budget reopens.
-        if key == "moe.cache_mb" && (!budget_change_is_live(&self.config, &new) || self.session.info().io_uring) {
+        let streaming = self.session.info().streaming;
+        if key == "moe.cache_mb"
+            && (!budget_change_is_live(streaming, &self.config, &new) || self.session.info().io_uring)
+        {
             applied = Apply::Reopen;
         }
         let mut notices = match applied {
@@ -893,7 +915,12 @@ impl Host {
     /// Opens the model again with `new`; the old session stays in use if
     /// that fails. The conversation is kept: the next turn prefills it.
     fn reopen(&mut self, new: RunConfig) -> Result<Vec<String>, HostError> {
-        let model = if new.model.path.as_os_str().is_empty() { self.model.clone() } else { new.model.path.clone() };
+        // Named as every command takes a model: a file, or a hub model.
+        let model = if new.model.path.as_os_str().is_empty() {
+            self.model.clone()
+        } else {
+            resolve_model(&new).map_err(|e| HostError::Setting(format!("model.path: {e:#}")))?
+        };
         let sequences = self.session.sequences() as u32;
         let (mut session, format, mut notices) = open_session(&new, &model, sequences)?;
         session.continue_turns_from(self.session.next_turn());
@@ -941,11 +968,11 @@ fn cut_at_stop(generation: &mut Generation, stop: &StopScan) {
 }
 
 /// Whether a new `moe.cache_mb` can be applied to the live cache: a fixed
-/// budget to a fixed one, while streaming. `auto`, or turning the cache on
+/// budget to a fixed one, while `streaming`. `auto`, or turning the cache on
 /// or off, changes how experts are held: a reopen.
-fn budget_change_is_live(old: &RunConfig, new: &RunConfig) -> bool {
+fn budget_change_is_live(streaming: bool, old: &RunConfig, new: &RunConfig) -> bool {
     let fixed = |c: &RunConfig| matches!(c.cache_budget(), CacheBudget::Fixed { .. });
-    old.moe.stream && fixed(old) && fixed(new)
+    streaming && fixed(old) && fixed(new)
 }
 
 /// The notice of a model without a chat template (worth showing only
@@ -960,11 +987,21 @@ fn open_session(
     sequences: u32,
 ) -> Result<(Session, ChatFormat, Vec<String>), HostError> {
     crate::llama::set_verbose(config.telemetry.verbose);
-    let mut options = config.session_options(model);
-    options.sequences = sequences.max(1);
-    options.ctx_size = options.ctx_size.saturating_mul(options.sequences);
+    let sequences = sequences.max(1);
+    let n_ctx = config.generate.ctx_size.saturating_mul(sequences);
+    let stream = crate::fit::choose_streaming(
+        config.moe.stream,
+        config.stream_needed_by(),
+        model,
+        n_ctx,
+        &crate::moe::budget::MemoryLimits::read(),
+    );
+    let mut options = config.session_options(model, stream.on);
+    options.sequences = sequences;
+    options.ctx_size = n_ctx;
     let mut session = Session::open(options)?;
-    let mut notices = session.info().notices.clone();
+    let mut notices = vec![stream.notice()];
+    notices.extend(session.info().notices.iter().cloned());
     notices.extend(plugins::attach(&mut session, config).map_err(HostError::Setting)?);
     let format = chat_format(config, model, &session)?;
     if format.is_fallback() {

@@ -28,7 +28,11 @@ impl Apply {
 
 /// (setting, how it applies, what it does), for every setting in `bmoe.toml`.
 pub const SETTINGS: &[(&str, Apply, &str)] = &[
-    ("model.path", Apply::Reopen, "GGUF model file; empty = the demo model"),
+    (
+        "model.path",
+        Apply::Reopen,
+        "GGUF model file, or a hub model (OWNER/NAME[:QUANT], or a name `bmoe models` lists); empty = the demo model",
+    ),
     ("model.repack", Apply::Reopen, "expert banks for the CPU's repacked kernels: auto, on, off"),
     ("model.rpc", Apply::Reopen, "RPC servers holding the last layers, HOST:PORT,... (empty = none)"),
     (
@@ -56,7 +60,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
         Apply::Live,
         "a JSON schema the output must follow: a file, or the schema itself (empty = none)",
     ),
-    ("moe.stream", Apply::Reopen, "stream routed experts from disk"),
+    ("moe.stream", Apply::Reopen, "stream routed experts from disk: auto (when the model does not fit), true or false"),
     (
         "moe.cache_mb",
         Apply::Live,

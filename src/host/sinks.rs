@@ -30,7 +30,7 @@ impl Sinks {
             sinks.csv = Some(csv);
         }
         if !t.route_trace.as_os_str().is_empty() {
-            if !config.moe.stream {
+            if !info.streaming {
                 return Err(
                     "a route trace needs streaming (moe.stream): routing is only observed while streaming".into()
                 );

@@ -27,7 +27,11 @@ impl TurnSettings {
     /// file counts from the next turn).
     pub fn from_config(config: &RunConfig) -> Result<TurnSettings, String> {
         Ok(TurnSettings {
-            n_predict: config.generate.n_predict,
+            // 0: no budget; the reply ends where the model ends it or the context does.
+            n_predict: match config.generate.n_predict {
+                0 => u32::MAX,
+                n => n,
+            },
             sampling: config.sampling(),
             constraint: config.generate.constraint().map_err(|e| e.to_string())?,
             think: config.chat.think,

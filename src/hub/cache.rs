@@ -59,6 +59,12 @@ pub fn cached_models(cache: &Path) -> Vec<CachedModel> {
     found
 }
 
+/// Each hub-cache model's first file, resolved to its blob (the path copies
+/// and route profiles record), with its name as [`cached_models`] gives it.
+pub fn names_by_file(cache: &Path) -> Vec<(PathBuf, String)> {
+    cached_models(cache).into_iter().filter_map(|m| Some((fs::canonicalize(&m.files[0]).ok()?, m.name))).collect()
+}
+
 /// `models--OWNER--NAME` under the hub cache.
 #[derive(Debug, Clone)]
 pub struct RepoCache {

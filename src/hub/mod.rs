@@ -7,6 +7,7 @@
 mod api;
 mod cache;
 mod download;
+mod model_ref;
 mod parallel;
 mod remote;
 mod select;
@@ -14,16 +15,17 @@ mod settings;
 mod spec;
 
 pub use api::{HubClient, HubError, RepoFile, RepoListing};
-pub use cache::{CachedModel, RepoCache, cached_models, repo_of};
+pub use cache::{CachedModel, RepoCache, cached_models, names_by_file, repo_of};
 pub use download::free_bytes;
+pub use model_ref::{ModelRef, cached_files};
 pub use remote::{RemoteModel, quantization_sizes, read_headers};
-pub use select::{quantizations, select_files};
+pub use select::{quantizations, select_files, set_of};
 pub use settings::{DEFAULT_CONNECTIONS, HubSettings};
 pub use spec::HubSpec;
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 /// What [`pull`] made available.
 #[derive(Debug, Clone)]
@@ -45,13 +47,13 @@ pub struct Pulled {
 pub fn pull(spec: &HubSpec, settings: &HubSettings) -> Result<Pulled> {
     let cache = RepoCache::new(&settings.cache, &spec.repo);
     if settings.offline {
-        return from_cache(spec, &cache, "HF_HUB_OFFLINE is set");
+        return from_cache(spec, settings, "HF_HUB_OFFLINE is set");
     }
     let client = HubClient::new(settings)?;
     let listing = match client.listing(&spec.repo, &spec.revision) {
         Ok(listing) => listing,
         Err(HubError::Unreachable(why)) => {
-            return from_cache(spec, &cache, &format!("the hub cannot be reached ({why})"));
+            return from_cache(spec, settings, &format!("the hub cannot be reached ({why})"));
         }
         Err(e) => return Err(e.into()),
     };
@@ -76,22 +78,8 @@ pub fn pull(spec: &HubSpec, settings: &HubSettings) -> Result<Pulled> {
 }
 
 /// The model from the cache alone, saying why the hub was not asked.
-fn from_cache(spec: &HubSpec, cache: &RepoCache, why: &str) -> Result<Pulled> {
-    let Some((commit, names)) = cache.snapshot(&spec.revision) else {
-        bail!(
-            "{}: not in the cache ({}) and {why}: connect and run `bmoe pull {spec}` first",
-            spec.repo,
-            cache.root().display()
-        );
-    };
-    let files: Vec<RepoFile> =
-        names.iter().map(|n| RepoFile { name: n.clone(), size: 0, sha256: None, blob: String::new() }).collect();
-    let chosen = select_files(&files, spec.selector.as_deref())
-        .map_err(|e| anyhow::anyhow!("{} ({why}; the cache holds commit {commit}): {e}", spec.repo))?;
-    let paths: Vec<PathBuf> = chosen.iter().map(|f| cache.snapshot_path(&commit, &f.name)).collect();
-    if let Some(gone) = paths.iter().find(|p| !p.is_file()) {
-        bail!("{}: the cached file {} is incomplete and {why}", spec.repo, gone.display());
-    }
+fn from_cache(spec: &HubSpec, settings: &HubSettings, why: &str) -> Result<Pulled> {
+    let (commit, paths) = cached_files(spec, &settings.cache).map_err(|e| anyhow::anyhow!("{e}; {why}"))?;
     eprintln!("bmoe: {why}: using the cached {} (commit {commit})", spec.repo);
     Ok(Pulled { model: paths[0].clone(), files: paths, downloaded: 0, commit })
 }

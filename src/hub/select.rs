@@ -77,7 +77,7 @@ fn base(name: &str) -> &str {
 
 /// The split set's name: `-00001-of-00003` taken out (the name itself when
 /// the file is whole).
-pub(super) fn set_of(name: &str) -> String {
+pub fn set_of(name: &str) -> String {
     split_part(name)
         .map(|(_, _, at)| format!("{}{}", &name[..at], &name[at + 15..]))
         .unwrap_or_else(|| name.to_string())

@@ -38,14 +38,13 @@ pub struct ContextParams {
     pub n_seq: u32,
     /// Batch-invariant kernels: a sequence's logits are bitwise the same
     /// whatever else the batch holds and however its prompt was split
-    /// (docs/server.md, "Exactness"). Attention runs without flash
-    /// attention (whose CPU kernel takes another path for a single query,
-    /// for 64 queries or more, and splits a long cache by thread count),
-    /// each sequence has its own KV stream, its cells in position order
-    /// from cell 0 as when it runs alone, and the CPU backend computes in
-    /// ggml's reference mode (each column on its own: no llamafile sgemm,
-    /// no tiled matmul). Off: llama.cpp's fastest kernels, flash attention
-    /// where llama.cpp enables it, and one KV buffer shared by all sequences.
+    /// (docs/server.md, "Exactness"). Each sequence has its own KV stream,
+    /// its cells in position order from cell 0 as when it runs alone, and
+    /// the CPU backend computes in ggml's reference mode (each column on its
+    /// own: no llamafile sgemm, no tiled matmul, flash attention one query
+    /// row at a time over all its cells, neither tiled nor split across
+    /// threads). Off: llama.cpp's fastest kernels, its tiled and split flash
+    /// attention, and one KV buffer shared by all sequences.
     pub batch_invariant: bool,
 }
 
@@ -164,7 +163,6 @@ impl<H: EvalHook> Context<H> {
         if params.batch_invariant {
             // One KV stream per sequence, each of n_ctx / n_seq cells.
             cp.kv_unified = false;
-            cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_DISABLED;
         } else {
             // Every sequence may grow to the whole context, the total shared.
             cp.kv_unified = params.n_seq > 1;

@@ -34,6 +34,10 @@ pub struct ScriptOptions {
     pub limits: Limits,
     /// Settings every `open` starts from (`--config`, flags).
     pub base: RunConfig,
+    /// The folder of the script's file (`SCRIPT_DIR`), so it can name
+    /// files beside it from any working directory; `.` for a script
+    /// given as text.
+    pub script_dir: PathBuf,
 }
 
 impl Default for ScriptOptions {
@@ -43,6 +47,7 @@ impl Default for ScriptOptions {
             args: Vec::new(),
             limits: Limits::default(),
             base: RunConfig::default(),
+            script_dir: PathBuf::from("."),
         }
     }
 }
@@ -110,7 +115,9 @@ pub fn run_file(path: &Path, options: &ScriptOptions) -> Result<(), ScriptError>
         message: format!("reading the script: {e}"),
         context: String::new(),
     })?;
-    run_source(&name, &source, options)
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let script_dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    run_source(&name, &source, &ScriptOptions { script_dir, ..options.clone() })
 }
 
 /// Runs `source` (named `name` in errors).
@@ -121,6 +128,7 @@ pub fn run_source(name: &str, source: &str, options: &ScriptOptions) -> Result<(
     let args: Array = options.args.iter().map(|a| Dynamic::from(a.clone())).collect();
     scope.push_constant("ARGS", args);
     scope.push_constant("OUT_DIR", options.out_dir.display().to_string());
+    scope.push_constant("SCRIPT_DIR", options.script_dir.display().to_string());
     let result = engine
         .compile(source)
         .map_err(EvalAltResult::from)

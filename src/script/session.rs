@@ -73,7 +73,11 @@ impl Session {
         if !model.is_empty() {
             config.model.path = model.into();
         }
-        if let Some(spec) = model.strip_prefix("hf:") {
+        let hub = match crate::hub::ModelRef::parse(model) {
+            Ok(crate::hub::ModelRef::Hub(spec)) => Some(spec.to_string()),
+            _ => model.strip_prefix("hf:").map(str::to_string),
+        };
+        if let Some(spec) = hub {
             // The sandbox: a script reaches no network and writes only under --out.
             return Err(fail(
                 "open",
@@ -83,6 +87,7 @@ impl Session {
             ));
         }
         let path = crate::host::resolve_model(&config).map_err(|e| fail("open", format!("{e:#}")))?;
+        crate::host::demo_budget(&mut config);
         crate::notes::raise_to_verbose(config.telemetry.verbose);
         let mut host = Host::open(config, &path).map_err(|e| fail("open", e))?;
         host.print_open_notes("bmoe run", true);
@@ -176,7 +181,7 @@ impl Session {
         m.insert("n_layer".into(), i64::from(i.n_layer).into());
         m.insert("n_expert".into(), i64::from(i.n_expert).into());
         m.insert("n_expert_used".into(), i64::from(i.n_expert_used).into());
-        m.insert("streaming".into(), host.config().moe.stream.into());
+        m.insert("streaming".into(), i.streaming.into());
         m.insert("bank_mib".into(), mib(i.bank_bytes));
         m.insert("cache_mib".into(), mib(i.cache_budget));
         // One token's working set: every layer's routed experts.

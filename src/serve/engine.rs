@@ -157,7 +157,7 @@ impl Engine {
                 let info = host.info();
                 let shape = serde_json::json!({
                     "arch": info.arch, "n_layer": info.n_layer, "n_expert": info.n_expert,
-                    "n_expert_used": info.n_expert_used, "streaming": host.config().moe.stream,
+                    "n_expert_used": info.n_expert_used, "streaming": host.info().streaming,
                     "cache_budget_mib": info.cache_budget as f64 / 1048576.0,
                 });
                 let n_ctx = host.slot_ctx();
@@ -356,9 +356,11 @@ impl Drop for Ticket {
     }
 }
 
-/// The name a model goes by: its file name without `.gguf`.
+/// The name a model goes by: its file name without `.gguf`, and for a
+/// split set without the shard's `-00001-of-0000N`.
 fn model_id(path: &std::path::Path) -> String {
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let name = crate::hub::set_of(&name);
     name.strip_suffix(".gguf").map(str::to_string).unwrap_or(name)
 }
 
@@ -506,5 +508,16 @@ pub(super) fn host_error(e: HostError) -> ApiError {
             host_error(HostError::ContextFull { needed, n_ctx })
         }
         HostError::Engine(e) => ApiError::internal(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_split_model_goes_by_its_sets_name() {
+        assert_eq!(model_id(std::path::Path::new("/m/BF16/Tiny-BF16-00001-of-00002.gguf")), "Tiny-BF16");
+        assert_eq!(model_id(std::path::Path::new("Qwen3-30B-A3B-Q4_K_M.gguf")), "Qwen3-30B-A3B-Q4_K_M");
     }
 }

@@ -64,16 +64,9 @@ fn calls(calls: &[ToolCall]) -> Vec<Value> {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let arguments = match &c.function.arguments {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            };
-            json!({
-                "index": i,
-                "id": c.id.clone().unwrap_or_else(|| format!("call_{i}")),
-                "type": "function",
-                "function": {"name": c.function.name, "arguments": arguments},
-            })
+            let mut call = c.to_api(i);
+            call["index"] = json!(i);
+            call
         })
         .collect()
 }

@@ -50,17 +50,17 @@ impl Session {
         if options.stream.is_some() {
             if n_expert == 0 {
                 return Err(EngineError::Unsupported(format!(
-                    "{arch} model has no experts to stream ({arch}.expert_count is missing or 0); run without \
-                     --moe-stream"
+                    "{arch} model has no experts to stream ({arch}.expert_count is missing or 0); run with \
+                     --moe-stream=off"
                 )));
             }
             if let Some(why) = recipe::refusal(&arch) {
                 return Err(EngineError::Unsupported(format!(
-                    "cannot stream architecture {arch}: {why}; run without --moe-stream"
+                    "cannot stream architecture {arch}: {why}; run with --moe-stream=off"
                 )));
             }
             capability::check_file(&files).map_err(|e| {
-                EngineError::Unsupported(format!("cannot stream this {arch} file: {e}; run without --moe-stream"))
+                EngineError::Unsupported(format!("cannot stream this {arch} file: {e}; run with --moe-stream=off"))
             })?;
             if let Some(note) = recipe::ungated_notice(&arch) {
                 notices.push(note);
@@ -151,6 +151,7 @@ impl Session {
             layers: layer_bytes(&files, u64::from(n_expert)),
             repacked_banks: resident_banks.len() as u32,
             remote_layers: remote.total(),
+            streaming: options.stream.is_some(),
             ..OpenReport::default()
         };
         if let Some(stream) = &options.stream {
@@ -232,7 +233,7 @@ fn attach_stream(
     let n_trunk = ctx.model().n_layer() as usize;
     let hook = ctx.hook_mut().ok_or_else(|| EngineError::Llama("the context has no eval hook".into()))?;
     if let Some(gap) = hook.routing_gap() {
-        return Err(EngineError::Unsupported(format!("cannot stream {}: {gap}; run without --moe-stream", info.arch)));
+        return Err(EngineError::Unsupported(format!("cannot stream {}: {gap}; run with --moe-stream=off", info.arch)));
     }
     let mut banks = resolve_banks(hook.captured(), files, repack).map_err(EngineError::Unsupported)?;
     info.repacked_banks = banks.layers.iter().flatten().filter(|p| p.repacker.is_some()).count() as u32;

@@ -59,7 +59,7 @@ impl HostInfo {
             n_expert: info.n_expert,
             k: info.n_expert_used,
             moe_layers: info.layers.iter().filter(|l| l.expert_bytes > 0).map(|l| l.layer).collect(),
-            streaming: config.moe.stream,
+            streaming: info.streaming,
             cache_mib: mib(info.cache_budget),
             bank_mib: mib(info.bank_bytes),
             lanes: info.io_threads,
@@ -96,6 +96,8 @@ pub struct TurnStats {
     pub acceptance_pct: Option<f64>,
     /// What the token limit cut off, when it did.
     pub cut: Option<crate::host::Cut>,
+    /// The limit that ended the reply, when one did (not the model).
+    pub limit: Option<crate::host::Limit>,
 }
 
 impl TurnStats {
@@ -111,6 +113,7 @@ impl TurnStats {
             stopped: turn.generation.aborted,
             acceptance_pct: (s.drafted > 0).then(|| 100.0 * s.accepted as f64 / s.drafted as f64),
             cut: turn.ending.cut,
+            limit: turn.ending.limit,
         }
     }
 
@@ -133,11 +136,18 @@ impl TurnStats {
         if self.stopped {
             parts.push("stopped (Esc)".into());
         }
-        match self.cut {
-            Some(crate::host::Cut::Reasoning) => parts.push("cut off inside the reasoning (raise n_predict)".into()),
-            Some(crate::host::Cut::ToolCall) => parts.push("cut off inside a tool call (raise n_predict)".into()),
-            Some(crate::host::Cut::Constrained) => parts.push("cut off before the output was complete".into()),
-            None => {}
+        if let Some(limit) = self.limit {
+            let by = match limit {
+                crate::host::Limit::Predict => "by the token limit (raise n_predict)",
+                crate::host::Limit::Context => "by the end of the context (Ctrl-N starts a new conversation)",
+            };
+            let what = match self.cut {
+                Some(crate::host::Cut::Reasoning) => "cut off inside the reasoning",
+                Some(crate::host::Cut::ToolCall) => "cut off inside a tool call",
+                Some(crate::host::Cut::Constrained) => "cut off before the output was complete",
+                None => "cut off",
+            };
+            parts.push(format!("{what} {by}"));
         }
         parts.join(" · ")
     }
@@ -531,6 +541,17 @@ mod tests {
 
     /// Ctrl-T asks for `chat.think` the other way round from what is in
     /// effect, and not while a reply or a setting is under way.
+    /// A reply a limit ended says so under it, by which limit, whether or
+    /// not it was inside something; one the model ended says nothing.
+    #[test]
+    fn the_footer_marks_a_cut_reply() {
+        use crate::host::{Cut, Limit};
+        let stats = |cut, limit| TurnStats { tokens: 9, cut, limit, ..TurnStats::default() }.footer();
+        assert!(stats(None, Some(Limit::Predict)).contains("cut off by the token limit (raise n_predict)"));
+        assert!(stats(Some(Cut::Reasoning), Some(Limit::Context)).contains("cut off inside the reasoning by the end"));
+        assert!(!stats(None, None).contains("cut off"));
+    }
+
     #[test]
     fn ctrl_t_switches_thinking() {
         let mut a = app();

@@ -106,6 +106,16 @@ macro_rules! bind {
     };
 }
 
+/// The keys that edit the message box and a setting being edited (handled
+/// as typing, not bound to actions), as help lists them.
+pub static EDITING_KEYS: &[(&str, &str)] = &[
+    ("Left / Right", "move the cursor"),
+    ("Home / Ctrl-A", "to the start of the line"),
+    ("End / Ctrl-E", "to the end of the line"),
+    ("Backspace", "delete before the cursor (Delete: after it)"),
+    ("Ctrl-U", "clear the line"),
+];
+
 /// Every key bmoe chat knows, in help order.
 pub static KEYMAP: &[Binding] = &[
     bind!(Global, [(KeyCode::Char('c'), CTRL)], "Ctrl-C ×2", Quit, "quit (press twice in a row)", "quit"),

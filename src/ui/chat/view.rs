@@ -11,7 +11,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use super::app::{App, Overlay};
-use super::keymap::{self, Context, KEYMAP};
+use super::keymap::{self, Context, EDITING_KEYS, KEYMAP};
 use super::routing::{self, Key};
 use super::telemetry::Telemetry;
 use crate::host::SETTINGS;
@@ -520,11 +520,17 @@ fn centred(area: Rect, w: u16, h: u16) -> Rect {
 fn draw_help(frame: &mut Frame, app: &App, scroll: u16) {
     let key = Style::default().add_modifier(Modifier::BOLD).patch(colour(app, Color::LightCyan));
     let mut lines = Vec::new();
+    let title =
+        |text: &str| Line::from(Span::styled(text.to_string(), Style::default().add_modifier(Modifier::UNDERLINED)));
     for ctx in [Context::Global, Context::Chat, Context::Help, Context::Settings, Context::SettingEdit] {
-        lines.push(Line::from(Span::styled(ctx.title(), Style::default().add_modifier(Modifier::UNDERLINED))));
+        lines.push(title(ctx.title()));
         for b in KEYMAP.iter().filter(|b| b.context == ctx) {
             lines.push(Line::from(vec![Span::styled(format!("  {:<14}", b.label), key), Span::raw(b.help)]));
         }
+    }
+    lines.push(title("Editing the message or a setting"));
+    for (label, help) in EDITING_KEYS {
+        lines.push(Line::from(vec![Span::styled(format!("  {label:<14}"), key), Span::raw(*help)]));
     }
     lines.push(Line::default());
     lines.extend(help_legend(app, frame.area().width));

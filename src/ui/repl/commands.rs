@@ -170,8 +170,11 @@ pub fn completions(line: &str, pos: usize, plugins: &[&str]) -> (usize, Vec<Stri
         [":set", key] if key.ends_with("draft_plugin") || key.ends_with("drop_plugin") => {
             pick(plugins.iter().map(|p| p.to_string()).collect())
         }
-        [":set", key] if RunConfig::resolve_key(key).is_ok_and(|k| k == "chat.think" || k == "moe.stream") => {
+        [":set", key] if RunConfig::resolve_key(key).is_ok_and(|k| k == "chat.think") => {
             pick(vec!["true".into(), "false".into()])
+        }
+        [":set", key] if RunConfig::resolve_key(key).is_ok_and(|k| k == "moe.stream") => {
+            pick(vec!["auto".into(), "true".into(), "false".into()])
         }
         [":show"] => pick(SHOW_TARGETS.iter().map(|s| s.to_string()).collect()),
         [":think"] => pick(vec!["on".into(), "off".into()]),

@@ -242,6 +242,11 @@ fn chat(host: &mut Host, text: Option<&str>, style: &Style) -> Result<Turn, Stri
     if turn.generation.aborted {
         eprintln!("(stopped)");
     }
+    // A reply a limit ended is marked, reasoning included (a reply cut
+    // inside its reasoning showed only `thinking: ...`).
+    if let Some(cut) = turn.ending.cut_notice() {
+        eprintln!("note: {cut}");
+    }
     Ok(turn)
 }
 
