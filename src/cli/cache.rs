@@ -105,9 +105,7 @@ fn remove(args: &RemoveArgs, entries: &[CachedCopy]) -> Result<()> {
 fn model_path(name: &str) -> Result<PathBuf> {
     let named = crate::hub::ModelRef::parse(name).map_err(anyhow::Error::msg)?;
     let path = match named {
-        crate::hub::ModelRef::Hub(_) => {
-            named.local(&crate::hub::HubSettings::from_env()).map_err(anyhow::Error::msg)?
-        }
+        crate::hub::ModelRef::Hub(_) => super::local_model(name)?,
         crate::hub::ModelRef::File(path) => path,
     };
     Ok(std::fs::canonicalize(&path).or_else(|_| std::path::absolute(&path))?)

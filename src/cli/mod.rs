@@ -226,7 +226,7 @@ fn print_stdout(text: &str) -> Result<()> {
 /// A model named as every command takes it (a file, or a hub model as
 /// `pull` takes it or `models` lists it), as a file on this machine:
 /// nothing is downloaded.
-fn local_model(name: &str) -> Result<PathBuf> {
+pub(super) fn local_model(name: &str) -> Result<PathBuf> {
     let named = crate::hub::ModelRef::parse(name).map_err(anyhow::Error::msg)?;
     named.local(&crate::hub::HubSettings::from_env()).map_err(anyhow::Error::msg)
 }

@@ -161,10 +161,9 @@ fn copies_of<'c>(model: &Listed, copies: &'c [CachedCopy]) -> impl Iterator<Item
 
 /// `bmoe models rm`.
 fn remove(args: &RmArgs, listed: &[Listed], copies: &[CachedCopy]) -> Result<()> {
-    let given = std::fs::canonicalize(&args.model).ok().or_else(|| {
-        let named = hub::ModelRef::parse(&args.model).ok()?;
-        std::fs::canonicalize(named.local(&HubSettings::from_env()).ok()?).ok()
-    });
+    let given = std::fs::canonicalize(&args.model)
+        .ok()
+        .or_else(|| std::fs::canonicalize(super::local_model(&args.model).ok()?).ok());
     let Some(model) = listed
         .iter()
         .find(|l| l.name == args.model || Some(&l.canonical) == given.as_ref() || l.files[0] == Path::new(&args.model))

@@ -47,8 +47,7 @@ pub fn load_template(source: &str) -> Result<(String, Option<String>, String, St
         })?;
         return Ok((source.to_string(), Some(text), String::new(), String::new()));
     }
-    let path = named.local(&crate::hub::HubSettings::from_env()).map_err(anyhow::Error::msg)?;
-    let files = ModelFiles::open(&path)?;
+    let files = ModelFiles::open(&super::local_model(source)?)?;
     let meta = files.meta();
     let token = |key: &str| -> String {
         let tokens = meta.get("tokenizer.ggml.tokens").and_then(Value::as_array);
