@@ -1041,6 +1041,17 @@ fn cache_lists_and_removes_copies() {
     let listing = stdout(&run(&["cache"]));
     assert!(listing.contains("repacked") && listing.contains(&kept) && listing.contains(&gone), "{listing}");
     assert!(listing.contains("4 entries"), "{listing}");
+    // Another model written over `kept`'s file: its copy and its profile
+    // replace the old ones, so the listing names the file once a kind.
+    make_tiny(dir.path(), "kept.gguf", &["--quant", "q4_0", "--seed", "5"]);
+    let out = run(&["generate", "-m", &kept, "-n", "2", "-t", "1", "--moe-stream", "--repack", "on"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listing = stdout(&run(&["cache"]));
+    let mut kinds_of_kept: Vec<&str> =
+        listing.lines().filter(|l| l.contains(&*kept)).filter_map(|l| l.split_whitespace().next()).collect();
+    kinds_of_kept.sort();
+    assert_eq!(kinds_of_kept, ["profile", "repacked"], "{listing}");
+    assert!(listing.contains("4 entries"), "{listing}");
 
     std::fs::remove_file(&gone).unwrap();
     let refused = run(&["cache", "remove"]);

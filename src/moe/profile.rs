@@ -198,11 +198,12 @@ impl RouteProfile {
 
     /// Writes it to `path` through a temporary file, so a reader never sees
     /// half of it, and removes the profiles beside it of models that are
-    /// gone.
+    /// gone or were replaced (another model written over this one's file:
+    /// its identity cannot come back).
     pub fn save(&self, path: &Path) -> io::Result<()> {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
-            remove_gone(dir, path);
+            remove_stale(dir, path, &self.model_path);
         }
         let tmp = path.with_extension("json.tmp");
         fs::write(&tmp, serde_json::to_vec(self).map_err(io::Error::other)?)?;
@@ -210,9 +211,10 @@ impl RouteProfile {
     }
 }
 
-/// Removes the profiles in `dir` (but `keep`) whose model file is gone.
-/// Best effort: a file it cannot read is left alone.
-fn remove_gone(dir: &Path, keep: &Path) {
+/// Removes the profiles in `dir` (but `keep`) whose model file is gone or
+/// is `model` (now another model's). Best effort: a file it cannot read is
+/// left alone.
+fn remove_stale(dir: &Path, keep: &Path, model: &str) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for path in entries.flatten().map(|e| e.path()) {
         if path == keep || path.extension().is_none_or(|e| e != "json") {
@@ -220,7 +222,7 @@ fn remove_gone(dir: &Path, keep: &Path) {
         }
         if let Ok(p) = RouteProfile::load(&path)
             && !p.model_path.is_empty()
-            && !Path::new(&p.model_path).exists()
+            && (p.model_path == model || !Path::new(&p.model_path).exists())
         {
             let _ = fs::remove_file(&path);
         }
@@ -310,6 +312,11 @@ mod tests {
         here.save(&profile_path(dir.path(), "here")).unwrap();
         p.save(&path).unwrap();
         assert!(!profile_path(dir.path(), "gone").exists() && profile_path(dir.path(), "here").exists());
+        // Another model written over `here`'s file: its profile replaces the old one.
+        let mut replacing = RouteProfile::new("replacing", 1, 2, 1);
+        replacing.model_path = here.model_path.clone();
+        replacing.save(&profile_path(dir.path(), "replacing")).unwrap();
+        assert!(!profile_path(dir.path(), "here").exists() && path.exists());
         assert!(p.fits("qwen3moe-0123", 3, 8) && !p.fits("other", 3, 8) && !p.fits("qwen3moe-0123", 3, 9));
         fs::write(&path, b"{\"version\": 1, \"model\": ").unwrap();
         assert!(RouteProfile::load(&path).unwrap_err().to_string().contains("not a route profile"));
