@@ -17,13 +17,20 @@ use bmoe::synth::{Arch, QuantMix};
 const N: usize = 10;
 
 /// A request: its prompt, the sequence it runs on, the step it arrives at,
-/// and the size of the prompt chunks it is fed in.
+/// the size of the prompt chunks it is fed in, and the sequence whose
+/// cache is copied to its own first (as the server brings a cached prefix
+/// to the slot a request runs in).
 struct Arrival {
     prompt: String,
     seq: usize,
     step: u32,
     chunk: usize,
+    copy_from: Option<usize>,
 }
+
+/// A running request moved to another sequence before a step (as the
+/// server keeps its running slots consecutive): (step, from, to).
+type Move = (u32, usize, usize);
 
 /// A request's greedy tokens and the logits each was chosen from.
 type Run = (Vec<i32>, Vec<Vec<f32>>);
@@ -73,8 +80,9 @@ struct Running {
 /// Runs `arrivals` on one session of `sequences` sequences: every step is
 /// one batch holding each running sequence's next token or its next prompt
 /// chunk. A request arriving on a sequence keeps the longest prefix that
-/// sequence holds (from the request it ran before) and decodes the rest.
-fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival]) -> Vec<Run> {
+/// sequence holds (from the request it ran before, or copied there) and
+/// decodes the rest; `moves` move running requests, cells and all.
+fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival], moves: &[Move]) -> Vec<Run> {
     let _serial = common::llama_lock();
     // Each sequence gets the context a session of one has; a batch holds
     // every sequence's part (the runs alone prefill in chunks of 64).
@@ -93,10 +101,21 @@ fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival]) -> Vec<
                 continue;
             }
             let prompt = session.tokenize_rendered(&a.prompt);
+            if let Some(from) = a.copy_from {
+                assert!(session.seq_copy(from, a.seq, false), "a KV cache can copy");
+                assert_eq!(session.seq_tokens(a.seq), session.seq_tokens(from));
+            }
             let kept = session.seq_keep_prefix(a.seq, &prompt);
             reused_any |= kept > 0;
             running[a.seq] =
                 Some(Running { arrival: i, input: prompt[kept..].to_vec(), pending: None, run: Run::default() });
+        }
+        for &(_, from, to) in moves.iter().filter(|m| m.0 == step) {
+            assert!(running[from].is_some() && running[to].is_none(), "move {from} -> {to} at step {step}");
+            let held = session.seq_tokens(from).to_vec();
+            assert!(session.seq_copy(from, to, true), "a KV cache can move");
+            assert!(session.seq_tokens(from).is_empty() && session.seq_tokens(to) == held);
+            running[to] = running[from].take();
         }
         let mut parts: Vec<(usize, Vec<i32>, bool)> = Vec::new();
         for (seq, r) in running.iter_mut().enumerate() {
@@ -198,10 +217,10 @@ fn check_model(what: &str, opts: SessionOptions) {
 
     // The repro: P2 on the sequence that held P5 reuses P5's first tokens.
     let after = [
-        Arrival { prompt: prompts[0].clone(), seq: 0, step: 0, chunk: 64 },
-        Arrival { prompt: prompts[1].clone(), seq: 0, step: 1, chunk: 64 },
+        Arrival { prompt: prompts[0].clone(), seq: 0, step: 0, chunk: 64, copy_from: None },
+        Arrival { prompt: prompts[1].clone(), seq: 0, step: 1, chunk: 64, copy_from: None },
     ];
-    let batched = together(&opts, 2, &after);
+    let batched = together(&opts, 2, &after, &[]);
     assert_bitwise(&format!("{what}, P2 after P5"), &[reference[0].clone(), reference[1].clone()], &batched);
 
     // Eight at once: mixed lengths, two sharing a long prefix, prompts fed
@@ -211,10 +230,31 @@ fn check_model(what: &str, opts: SessionOptions) {
     let steps = [0, 0, 0, 0, 0, 0, 0, 6, 0];
     let seqs = [0, 1, 2, 3, 4, 5, 6, 7, 0];
     let mixed: Vec<Arrival> = (0..prompts.len())
-        .map(|i| Arrival { prompt: prompts[i].clone(), seq: seqs[i], step: steps[i], chunk: chunks[i] })
+        .map(|i| Arrival {
+            prompt: prompts[i].clone(),
+            seq: seqs[i],
+            step: steps[i],
+            chunk: chunks[i],
+            copy_from: None,
+        })
         .collect();
-    let batched = together(&opts, 8, &mixed);
+    let batched = together(&opts, 8, &mixed, &[]);
     assert_bitwise(&format!("{what}, eight at once"), &reference, &batched);
+
+    // Requests moved to other sequences mid-prompt and mid-reply, one into
+    // the sequence another just left, and a prefix copied from the
+    // sequence a finished request left to the one a newcomer runs on.
+    let arrival =
+        |i: usize, seq, step, chunk, copy_from| Arrival { prompt: prompts[i].clone(), seq, step, chunk, copy_from };
+    let moved = [
+        arrival(2, 3, 0, 64, None),
+        arrival(4, 0, 0, 3, None),
+        arrival(6, 2, 0, 5, None),
+        arrival(3, 1, 13, 64, Some(3)),
+    ];
+    let batched = together(&opts, 5, &moved, &[(1, 2, 4), (4, 0, 2), (7, 4, 0)]);
+    let expected: Vec<Run> = [2, 4, 6, 3].iter().map(|&i| reference[i].clone()).collect();
+    assert_bitwise(&format!("{what}, moved and copied"), &expected, &batched);
 }
 
 #[test]

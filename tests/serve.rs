@@ -550,6 +550,99 @@ fn a_running_stream_keeps_its_pace_while_long_prompts_join() {
     }
 }
 
+/// A streamed greedy completion with logits digests on its own connection,
+/// read up to its first token.
+fn open_stream(url: &str, prompt: &str, max_tokens: u32) -> BufReader<TcpStream> {
+    let body = json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": true,
+                      "logits_digest": true})
+    .to_string();
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream of {prompt:?} ended before its first token");
+        if line.starts_with("data: {") {
+            return reader;
+        }
+    }
+}
+
+/// Reads a stream from [`open_stream`] to its end: the text after its
+/// first token's chunk, and its closing chunk (with the digests).
+fn finish_stream(mut reader: BufReader<TcpStream>) -> (String, Value) {
+    let (mut text, mut last, mut line) = (String::new(), Value::Null, String::new());
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        let Some(data) = line.trim_end().strip_prefix("data: ") else { continue };
+        if data == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        text.push_str(chunk["choices"][0]["text"].as_str().unwrap_or_default());
+        if !chunk["choices"][0]["finish_reason"].is_null() {
+            last = chunk;
+        }
+    }
+    (text, last)
+}
+
+/// The running requests are kept in consecutive slots (one pass a step
+/// where each sequence has its own KV buffer): a newcomer takes the slot
+/// beside them and gets its cached prefix copied there from the slot
+/// holding it, and a request running past a slot its client left is moved
+/// into it. Both replies equal their solo runs, logits bitwise.
+#[test]
+fn requests_copied_and_moved_between_slots_equal_their_solo_runs() {
+    let dir = common::tempdir();
+    let model = dir.path().join("demo.gguf");
+    let spec = bmoe::synth::ModelSpec::preset(bmoe::synth::Preset::Demo, Arch::Qwen3Moe);
+    bmoe::synth::write_model(&spec, &model, &mut |_, _| std::ops::ControlFlow::Continue(())).expect("write model");
+    let server = Serve::start(&model, &["--parallel", "5", "--ctx-size", "1024"]);
+    let url = server.url.as_str();
+    let long = "The history of the river that runs through the old town, its bridges, mills and floods, ";
+    let (p, t) = (format!("{long}told by a miller"), format!("{long}told by a ferryman who crossed it every day"));
+    // P in slot 0, Q in slot 1: each the free slot holding the least.
+    for prompt in [p.as_str(), "Seven"] {
+        let (status, done) =
+            post(url, "/v1/completions", &json!({"prompt": prompt, "max_tokens": 4, "temperature": 0}));
+        assert_eq!(status, 200, "{done}");
+    }
+    // R in slot 2, S beside it in 3, T beside them in 4 with P's prefix
+    // copied from slot 0; S's client leaves, and T is moved into slot 1.
+    let n = 300;
+    let r = open_stream(url, "Once upon a time in a small village", n);
+    let s = open_stream(url, "Rust is a systems programming language", n);
+    let t_stream = open_stream(url, &t, n);
+    drop(s);
+    let (r_text, r_last) = finish_stream(r);
+    let (t_text, t_last) = finish_stream(t_stream);
+    let (_, metrics) = get(url, "/metrics", None);
+    let count = |name: &str| -> u64 {
+        metrics.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap()
+    };
+    assert!(count("bmoe_prefix_copies_total ") >= 1, "no prefix was copied:\n{metrics}");
+    assert!(count("bmoe_slot_moves_total ") >= 1, "no running request was moved:\n{metrics}");
+    assert!(count("bmoe_requests_cancelled_total ") >= 1, "S's client never left:\n{metrics}");
+    drop(server);
+    for (what, prompt, text, last) in
+        [("R", "Once upon a time in a small village", r_text, r_last), ("T", t.as_str(), t_text, t_last)]
+    {
+        let (alone, digests) = generated_alone(&model, prompt, n, &[]);
+        assert_eq!(last["logits_digest"], digests, "{what}'s logits differ from its solo run");
+        assert!(alone.ends_with(&text), "{what}: {text:?} is not the end of {alone:?}");
+    }
+}
+
 #[test]
 fn a_full_queue_is_answered_429_and_the_queue_drains() {
     let dir = common::tempdir();

@@ -498,6 +498,16 @@ impl<H: EvalHook> Context<H> {
         unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.ptr.as_ptr()), seq, from, -1) }
     }
 
+    /// Makes sequence `dst` hold every position sequence `src` holds, in
+    /// the same cells (clear `dst` first). Where each sequence has its own
+    /// KV buffer, the whole buffer is copied at the start of the next
+    /// decode, bit for bit.
+    pub fn copy_kv_seq(&mut self, src: i32, dst: i32) {
+        // SAFETY: live context; both ids are below the context's n_seq_max,
+        // and -1..-1 is the whole range a cross-buffer copy requires.
+        unsafe { sys::llama_memory_seq_cp(sys::llama_get_memory(self.ptr.as_ptr()), src, dst, -1, -1) }
+    }
+
     /// Forgets positions `from..`; false if the cache cannot do it.
     pub fn truncate_kv(&mut self, from: i32) -> bool {
         if let Some(m) = self.mtp.as_mut() {

@@ -34,6 +34,8 @@ struct Counts {
     queued_ns: u64,
     beside_streams: u64,
     paced_steps: u64,
+    prefix_copies: u64,
+    slot_moves: u64,
 }
 
 impl Counts {
@@ -103,6 +105,16 @@ impl Metrics {
         c.paced_steps += u64::from(paced);
     }
 
+    /// Counts a cached prefix copied from one slot to another.
+    pub fn prefix_copied(&self) {
+        self.counts().prefix_copies += 1;
+    }
+
+    /// Counts a running request moved to another slot.
+    pub fn slot_moved(&self) {
+        self.counts().slot_moves += 1;
+    }
+
     /// The counters as Prometheus text, with the queue's `waiting` depth.
     pub fn render(&self, waiting: usize) -> String {
         let c = self.counts();
@@ -144,6 +156,18 @@ impl Metrics {
             "counter",
             "Steps whose prompt tokens the budget held back to keep running streams' pace (--step-target).",
             one(c.paced_steps.to_string()),
+        );
+        metric(
+            "prefix_copies_total",
+            "counter",
+            "Cached prompt prefixes copied from the slot holding them to the slot a request runs in.",
+            one(c.prefix_copies.to_string()),
+        );
+        metric(
+            "slot_moves_total",
+            "counter",
+            "Running requests moved to another slot to keep the running slots consecutive (one pass a step).",
+            one(c.slot_moves.to_string()),
         );
         metric(
             "generated_tokens_total",

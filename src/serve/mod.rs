@@ -10,6 +10,7 @@ mod logprobs;
 mod metrics;
 mod pace;
 mod parse_errors;
+mod placement;
 mod reply;
 mod request;
 mod routes;

@@ -6,8 +6,10 @@
 //! sizes, so a long prompt does not stall them.
 //! The expert hook serves the batch's union of routes once per layer.
 //! Each slot keeps its tokens after its request, so a conversation's next
-//! turn (sent to the slot whose tokens it shares the most) decodes only
-//! what is new.
+//! turn (its longest cached prefix, copied to its slot where another holds
+//! it) decodes only what is new. The running slots are kept in one block of
+//! consecutive sequences ([`super::placement`]) and a batch lists them in
+//! order, so a step is one pass over the weights.
 
 use std::sync::mpsc::{Receiver, TryRecvError};
 
@@ -15,6 +17,7 @@ use super::engine::{Engine, Finished, Job, Out, finish_reason, host_error, step_
 use super::error::ApiError;
 use super::logprobs::{TokenLogprob, token_logprob};
 use super::pace::{Pacer, StepCost};
+use super::placement::{gather, place};
 use super::request::{CompletionPrompt, Work};
 use crate::engine::{Generation, Phase, Utf8Stream};
 use crate::host::{Host, HostEvent, Reply};
@@ -86,8 +89,9 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
                 continue;
             }
             arrivals += 1;
-            start(&mut host, &model, job, arrivals, &mut running);
+            start(&mut host, engine, &model, job, arrivals, &mut running);
         }
+        gather_slots(&mut host, engine, &mut running);
         // One batch: each generating slot's token, then prompt chunks.
         let mut parts: Vec<(usize, Vec<i32>, bool)> = Vec::new();
         for (seq, slot) in running.iter().enumerate() {
@@ -104,6 +108,8 @@ pub fn run(mut host: Host, inbox: &Receiver<Job>, engine: &Engine, slots: usize)
         if parts.is_empty() {
             continue;
         }
+        // In sequence order: llama.cpp puts consecutive sequences in one pass.
+        parts.sort_by_key(|p| p.0);
         let refs: Vec<(usize, &[i32], bool)> = parts.iter().map(|(s, t, l)| (*s, t.as_slice(), *l)).collect();
         let phase = if parts.iter().all(|p| p.1.len() > 1 || running[p.0].as_ref().is_some_and(|s| s.pending.is_none()))
         {
@@ -189,7 +195,14 @@ fn take_prompt_chunks(
 /// Starts `job` (the `arrival`th) in the free slot whose tokens share the
 /// longest prefix with its prompt, or answers it with the error that
 /// prevents it.
-fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, arrival: u64, running: &mut [Option<Slot<'m>>]) {
+fn start<'m>(
+    host: &mut Host,
+    engine: &Engine,
+    model: &'m Model,
+    mut job: Job,
+    arrival: u64,
+    running: &mut [Option<Slot<'m>>],
+) {
     let prepared = job.request.prepared.take();
     let settings = &job.request.settings;
     let (begun, called_before) = match &job.request.work {
@@ -217,11 +230,20 @@ fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, arrival: u64, runn
         Err(e) => return refuse(job, ApiError::bad_request(e)),
     };
     let session = host.session_mut();
-    let shared = |seq: usize| session.seq_tokens(seq).iter().zip(&reply.tokens).take_while(|(a, b)| a == b).count();
-    let free = (0..running.len()).filter(|&s| running[s].is_none());
-    let Some(seq) = free.max_by_key(|&s| shared(s)) else {
+    let shared: Vec<usize> = (0..running.len())
+        .map(|seq| session.seq_tokens(seq).iter().zip(&reply.tokens).take_while(|(a, b)| a == b).count())
+        .collect();
+    let held: Vec<usize> = (0..running.len()).map(|seq| session.seq_tokens(seq).len()).collect();
+    let busy: Vec<bool> = running.iter().map(Option::is_some).collect();
+    let Some(placed) = place(&busy, &shared, &held, session.seqs_copy()) else {
         return refuse(job, ApiError::internal("no free slot"));
     };
+    let seq = placed.slot;
+    if let Some(from) = placed.copy_from
+        && session.seq_copy(from, seq, false)
+    {
+        engine.metrics.prefix_copied();
+    }
     let kept = session.seq_keep_prefix(seq, &reply.tokens);
     let input = reply.tokens[kept..].to_vec();
     let generation = Generation { reused_tokens: kept, ..Generation::default() };
@@ -238,6 +260,22 @@ fn start<'m>(host: &mut Host, model: &'m Model, mut job: Job, arrival: u64, runn
         logprobs: Vec::new(),
         digests: Vec::new(),
     });
+}
+
+/// Moves running slots (their requests, tokens and KV cells) so that they
+/// form one block of consecutive sequences, where the session can copy.
+fn gather_slots(host: &mut Host, engine: &Engine, running: &mut [Option<Slot<'_>>]) {
+    let session = host.session_mut();
+    if !session.seqs_copy() {
+        return;
+    }
+    let busy: Vec<bool> = running.iter().map(Option::is_some).collect();
+    for (from, to) in gather(&busy) {
+        if session.seq_copy(from, to, true) {
+            running[to] = running[from].take();
+            engine.metrics.slot_moved();
+        }
+    }
 }
 
 /// Answers `job` with `error`.
