@@ -339,6 +339,27 @@ fn every_name_models_prints_is_taken_by_every_command() {
         run(&["template", name]);
         run(&["cache", "remove", "--model", name, "--dry-run"]);
     }
+    // A live setting takes the names too: `:set model.path` in the REPL
+    // goes through the same reopen as F2's `model.path` in the chat.
+    for name in ["owner/tiny:q8_0", "hf:owner/tiny:Tiny-Q8_0.gguf"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["repl", "-m", local.to_str().unwrap()])
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .env("HF_HOME", &home)
+            .env("XDG_CACHE_HOME", home.join("xdg"))
+            .env_remove("HF_HUB_OFFLINE")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, format!(":set model.path {name}\n").as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        assert!(out.status.success() && said.contains("reopened") && said.contains("Tiny-Q8_0.gguf"), "{name}: {said}");
+    }
     // A streamed run of the hub model leaves a route profile: `cache list`
     // names it as `models` does, and `cache remove --model SPEC` finds it.
     run(&["generate", "-m", "owner/tiny:q8_0", "-p", "hi", "-n", "2", "--moe-stream"]);
