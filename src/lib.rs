@@ -30,5 +30,6 @@ pub mod script;
 pub mod serve;
 pub mod synth;
 pub mod telemetry;
+pub mod text;
 pub mod ui;
 pub mod units;

@@ -9,7 +9,8 @@ fn main() {
     let cli = bmoe::cli::Cli::parse_from(args);
     if let Err(e) = bmoe::cli::run(cli) {
         if e.downcast_ref::<interrupt::Interrupted>().is_some() {
-            eprintln!("bmoe: interrupted");
+            // What was kept and how to go on, where the command says.
+            eprintln!("bmoe: {e:#}");
             std::process::exit(interrupt::EXIT_STATUS);
         }
         eprintln!("bmoe: error: {e:#}");

@@ -497,7 +497,7 @@ fn a_large_file_comes_over_ranges_and_a_cut_one_continues_each() {
         },
     );
     let home = dir.path().join("home");
-    hub.inject(Faults { cut_after: Some(3 << 20), corrupt_at: None });
+    hub.inject(Faults { cut_after: Some(3 << 20), ..Faults::default() });
     let out = bmoe(&hub.endpoint, &home, &["pull", "owner/big"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("run the same command to continue"), "{}", stderr(&out));

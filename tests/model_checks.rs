@@ -34,6 +34,7 @@ enum Base {
     GraniteHybrid,
     Lfm2Moe,
     GptOss,
+    Gemma4,
 }
 
 impl Base {
@@ -48,6 +49,7 @@ impl Base {
             Base::GraniteHybrid => Arch::GraniteHybrid,
             Base::Lfm2Moe => Arch::Lfm2Moe,
             Base::GptOss => Arch::GptOss,
+            Base::Gemma4 => Arch::Gemma4,
         };
         let path = dir.join(format!("base-{self:?}.gguf"));
         if !path.exists() {
@@ -673,6 +675,78 @@ const MUTANTS: &[Mutant] = &[
             "kv_lora_rank (32) plus deepseek2.rope.dimension_count (8)",
         ],
     },
+    // Error lines stay short and printable whatever the file holds.
+    Mutant {
+        name: "architecture-1mib",
+        before: "a 1,048,750-byte error line",
+        base: Base::Qwen3Moe,
+        edit: |h| h.set("general.architecture", Value::String("q".repeat(1 << 20))),
+        flags: &[],
+        expect: &["general.architecture is \"qqq", "... (1048576 bytes)", "expected an architecture's name"],
+    },
+    Mutant {
+        name: "architecture-nul-escape",
+        before: "the NUL and escape bytes printed raw",
+        base: Base::Qwen3Moe,
+        edit: |h| h.set("general.architecture", Value::String("qwen3\0moe\u{1b}[2J".into())),
+        flags: &[],
+        expect: &["general.architecture is \"qwen3\\0moe\\u{1b}[2J\""],
+    },
+    // Found by the mutation fuzz (`bmoe::fuzz`): llama.cpp asserted in
+    // ggml_set_rows (the cache holds one compressed head with latent attention).
+    Mutant {
+        name: "deepseek2-mla-kv-heads-missing",
+        before: ABORT,
+        base: Base::Deepseek2,
+        edit: |h| h.remove("ARCH.attention.head_count_kv"),
+        flags: &[],
+        expect: &["deepseek2.attention.head_count_kv is missing", "expected 1"],
+    },
+    Mutant {
+        name: "deepseek2-mla-kv-heads-2",
+        before: ABORT,
+        base: Base::Deepseek2,
+        edit: |h| h.set("ARCH.attention.head_count_kv", Value::U32(2)),
+        flags: &[],
+        expect: &["deepseek2.attention.head_count_kv is 2", "expected 1"],
+    },
+    Mutant {
+        name: "deepseek2-mla-kv-heads-0",
+        before: ABORT,
+        base: Base::Deepseek2,
+        edit: |h| h.set("ARCH.attention.head_count_kv", Value::U32(0)),
+        flags: &[],
+        expect: &["deepseek2.attention.head_count_kv is 0", "expected 1"],
+    },
+    // deepseek2.cpp asserted n_embd_head_qk_nope >= 1.
+    Mutant {
+        name: "deepseek2-key-length-mla-narrow",
+        before: ABORT,
+        base: Base::Deepseek2,
+        edit: |h| h.set("ARCH.attention.key_length_mla", Value::U32(8)),
+        flags: &[],
+        expect: &["deepseek2.attention.key_length_mla is 8", "deepseek2.rope.dimension_count (8)"],
+    },
+    // llama-model.cpp asserted is_swa_any().
+    Mutant {
+        name: "gemma4-sliding-window-pattern-all-false",
+        before: ABORT,
+        base: Base::Gemma4,
+        edit: |h| {
+            let n = h.get("ARCH.attention.sliding_window_pattern").as_array().unwrap().len();
+            h.set("ARCH.attention.sliding_window_pattern", Value::Array(ValueType::Bool, vec![Value::Bool(false); n]));
+        },
+        flags: &[],
+        expect: &["gemma4.attention.sliding_window_pattern is", "at least one true"],
+    },
+    Mutant {
+        name: "gemma4-sliding-window-pattern-empty",
+        before: ABORT,
+        base: Base::Gemma4,
+        edit: |h| h.set("ARCH.attention.sliding_window_pattern", Value::Array(ValueType::Bool, Vec::new())),
+        flags: &[],
+        expect: &["gemma4.attention.sliding_window_pattern is []", "at least one true"],
+    },
 ];
 
 /// Writes every fixture under `dir`; returns (mutant, path).
@@ -722,6 +796,7 @@ fn the_base_models_pass() {
         Base::GraniteHybrid,
         Base::Lfm2Moe,
         Base::GptOss,
+        Base::Gemma4,
     ] {
         let path = base.write(dir.path());
         let files = ModelFiles::open(&path).unwrap();
@@ -800,6 +875,7 @@ fn each_mutant_gets_one_clear_line() {
         let files = ModelFiles::open(&path).unwrap_or_else(|e| panic!("{}: the reader refused it: {e}", m.name));
         let e = bmoe::gguf::check_model(&files, &run_shape(m)).expect_err(m.name);
         assert_eq!(e.lines().count(), 1, "{}: {e}", m.name);
+        assert!(e.len() < 400 && !e.chars().any(char::is_control), "{}: {} bytes: {e:.400}", m.name, e.len());
         assert_names(m, &e);
         if m.flags.is_empty() {
             let report = bmoe::moe::inspect::inspect_report(&files, &path);

@@ -14,11 +14,16 @@ pub struct PullArgs {
     /// repository's only model) or a file name ending in .gguf; a split set comes whole.
     pub model: String,
     /// The branch, tag or commit to pull.
-    #[arg(long, default_value = "main")]
+    #[arg(long, default_value = "main", value_parser = revision)]
     pub revision: String,
     /// Connections a file of 64 MiB or more is fetched over, each a byte range (1: one stream).
     #[arg(long, default_value_t = hub::DEFAULT_CONNECTIONS, value_parser = clap::value_parser!(u16).range(1..=32))]
     pub connections: u16,
+}
+
+/// A `--revision` the cache can hold: a commit or a branch or tag name.
+fn revision(text: &str) -> Result<String, String> {
+    hub::validate::revision(text).map(|()| text.to_string())
 }
 
 /// Pulls the model and prints the file to pass as `-m`.

@@ -46,8 +46,19 @@ pub fn check_model(files: &ModelFiles, run: &RunShape) -> Result<(), String> {
     let meta = files.meta();
     let arch = match meta.get("general.architecture") {
         None => return Err("general.architecture is missing; expected the model's architecture name".into()),
-        Some(Value::String(a)) => a.as_str(),
-        Some(v) => return Err(format!("general.architecture is {v}; expected a string such as \"qwen3moe\"")),
+        Some(Value::String(a))
+            if !a.is_empty()
+                && a.len() <= 64
+                && a.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c)) =>
+        {
+            a.as_str()
+        }
+        Some(v) => {
+            return Err(format!(
+                "general.architecture is {v}; expected an architecture's name, such as \"qwen3moe\" (`bmoe archs` \
+                 lists them)"
+            ));
+        }
     };
     let keys = Keys { meta, arch };
     check_layers(&keys, run)?;
@@ -303,6 +314,8 @@ fn check_widths(k: &Keys) -> Result<(), String> {
     }
     check_kv_heads(k)?;
     check_latent_widths(k)?;
+    check_latent_heads(k)?;
+    check_sliding_window_pattern(k)?;
     check_lfm2_heads(k, n_embd)?;
     let (heads_key, groups_key, inner_key) =
         (k.name("ssm.time_step_rank"), k.name("ssm.group_count"), k.name("ssm.inner_size"));
@@ -390,6 +403,78 @@ fn check_latent_widths(k: &Keys) -> Result<(), String> {
             }
             Some(_) => {}
         }
+    }
+    Ok(())
+}
+
+/// Latent attention (deepseek2's family): a key head is its unrotated part
+/// and its rotated part (`rope.dimension_count`), so it must be wider than
+/// the rotated part; in the absorbed form (`key_length_mla` and
+/// `value_length_mla` both set) the cache holds one compressed head per
+/// token, so `head_count_kv` must be 1 (missing, llama.cpp takes the query
+/// heads' count). llama.cpp asserts on both.
+fn check_latent_heads(k: &Keys) -> Result<(), String> {
+    if !MLA_ARCHS.contains(&k.arch) {
+        return Ok(());
+    }
+    let (key_mla, value_mla) = (k.uint("attention.key_length_mla")?, k.uint("attention.value_length_mla")?);
+    let absorbed = key_mla.is_some_and(|v| v > 0) && value_mla.is_some_and(|v| v > 0);
+    let rotated = k.uint("rope.dimension_count")?;
+    let (width_key, width) = if absorbed {
+        (k.name("attention.key_length_mla"), key_mla)
+    } else {
+        let heads = k.uint_per_layer("attention.head_count", true)?.filter(|&h| h > 0);
+        match k.uint("attention.key_length")? {
+            Some(w) => (k.name("attention.key_length"), Some(w)),
+            None => (
+                format!("{} / {}", k.name("embedding_length"), k.name("attention.head_count")),
+                k.uint("embedding_length")?.zip(heads).map(|(d, h)| d / h),
+            ),
+        }
+    };
+    if let (Some(w), Some(r)) = (width, rotated)
+        && w <= r
+    {
+        return Err(format!(
+            "{width_key} is {w}, not wider than {} ({r}); expected more: a key head is its unrotated part and its \
+             rotated part",
+            k.name("rope.dimension_count")
+        ));
+    }
+    if absorbed {
+        let key = k.name("attention.head_count_kv");
+        let kv_heads = k.per_layer("attention.head_count_kv")?;
+        if kv_heads.is_empty() {
+            return Err(format!(
+                "{key} is missing; with latent attention ({} set) expected 1: the cache holds one compressed head",
+                k.name("attention.key_length_mla")
+            ));
+        }
+        if let Some((layer, n)) = kv_heads.iter().enumerate().find(|(_, n)| **n != 1) {
+            return Err(format!(
+                "{key} is {n} (layer {layer}); with latent attention ({} set) expected 1: the cache holds one \
+                 compressed head",
+                k.name("attention.key_length_mla")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Gemma 4 marks each layer sliding-window or global in
+/// `attention.sliding_window_pattern`; llama.cpp asserts that at least one
+/// layer slides.
+fn check_sliding_window_pattern(k: &Keys) -> Result<(), String> {
+    if k.arch != "gemma4" {
+        return Ok(());
+    }
+    let key = k.name("attention.sliding_window_pattern");
+    let Some(v) = k.meta.get(&key) else { return Ok(()) };
+    let layers = k.uint("block_count")?.unwrap_or(u64::MAX) as usize;
+    let any_sliding =
+        v.as_array().is_some_and(|items| items.iter().take(layers).any(|x| matches!(x, Value::Bool(true))));
+    if !any_sliding {
+        return Err(format!("{key} is {v}; expected one flag per layer, at least one true (a sliding-window layer)"));
     }
     Ok(())
 }

@@ -62,25 +62,27 @@ impl GgufFile {
         let io_err = |source| GgufError::Io { path: path.to_path_buf(), source };
         let file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
-        GgufFile::read_header(path, len, FIRST_READ, |buf, want| fill_from(&file, buf, want))
+        GgufFile::read_header(path, len, FIRST_READ, u64::MAX, |buf, want| fill_from(&file, buf, want))
     }
 
     /// Parses the header of a file of `len` bytes named `name` whose bytes
     /// come from `more(buf, want)`, which appends the next bytes to `buf`
     /// until it holds `want` (fewer where the file ends):
     /// `first` bytes at first, four times as many while the parse needs
-    /// more. A file on the hub is read this way by range requests.
+    /// more, up to `max` (a header past it is an error). A file on the hub
+    /// is read this way by range requests.
     pub fn read_header(
         name: &Path,
         len: u64,
         first: u64,
+        max: u64,
         mut more: impl FnMut(&mut Vec<u8>, u64) -> std::io::Result<()>,
     ) -> Result<GgufFile> {
         let io_err = |source| GgufError::Io { path: name.to_path_buf(), source };
         if len == 0 {
             return Err(GgufError::invalid(0, "magic", "file is empty").in_file(name));
         }
-        let mut want = len.min(first.max(1));
+        let mut want = len.min(first.max(1)).min(max);
         let mut buf = Vec::new();
         loop {
             more(&mut buf, want).map_err(io_err)?;
@@ -89,7 +91,19 @@ impl GgufFile {
             let size = if got < want { got } else { len };
             let mut parser = Parser { buf: &buf, pos: 0, file_size: size, short: false };
             match parser.file() {
-                Err(_) if parser.short && want < size => want = want.saturating_mul(4).min(size),
+                Err(_) if parser.short && want < size && want >= max => {
+                    return Err(GgufError::invalid(
+                        want,
+                        "header",
+                        format!(
+                            "the header goes on past {} (a string or array in it claims more than a model's header \
+                             holds): not read further",
+                            crate::units::size(max)
+                        ),
+                    )
+                    .in_file(name));
+                }
+                Err(_) if parser.short && want < size => want = want.saturating_mul(4).min(size).min(max),
                 done => return done.map_err(|e| e.in_file(name)),
             }
         }
@@ -268,9 +282,13 @@ impl<'a> Parser<'a> {
                     return Err(self.err(field, format!("arrays nested deeper than {MAX_ARRAY_DEPTH}")));
                 }
                 let elem = self.value_type(field)?;
-                let n = self.count(field, elem.min_encoded_len())?;
-                // `count` bounded n by the bytes left, so this allocation is bounded by the file.
-                let mut items = Vec::with_capacity(n as usize);
+                let min_len = elem.min_encoded_len();
+                let n = self.count(field, min_len)?;
+                // `count` bounded n by the file; the room reserved is bounded
+                // by the bytes read so far too (a header read in windows
+                // does not reserve for a count the window cannot hold).
+                let in_buf = (self.buf.len().saturating_sub(self.pos) as u64) / min_len.max(1);
+                let mut items = Vec::with_capacity(n.min(in_buf) as usize);
                 for _ in 0..n {
                     items.push(self.value(elem, field, depth + 1)?);
                 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::HubSettings;
+use super::{HubSettings, validate};
 
 /// One file of a repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,9 +16,11 @@ pub struct RepoFile {
     pub name: String,
     /// Its size in bytes.
     pub size: u64,
-    /// Its SHA-256 (hex), for a file stored in LFS (every GGUF).
+    /// Its SHA-256 (64 lower-case hex digits), for a file stored in LFS
+    /// (every GGUF).
     pub sha256: Option<String>,
-    /// Its blob's name in the cache: the SHA-256, else the git blob id.
+    /// Its blob's name in the cache: the SHA-256, else the git blob id (40
+    /// lower-case hex digits, the SHA-1 of `blob SIZE\0` and the bytes).
     pub blob: String,
 }
 
@@ -75,6 +77,23 @@ struct Lfs {
     size: u64,
 }
 
+impl Sibling {
+    /// The file it lists, every string checked ([`validate`]): a file
+    /// whose bytes cannot be checked (no SHA-256, no blob id) is refused.
+    fn file(self) -> Result<RepoFile, String> {
+        validate::file_name(&self.rfilename)?;
+        let sha256 = self.lfs.as_ref().map(|l| validate::sha256(&l.sha256)).transpose()?;
+        let blob_id = self.blob_id.as_deref().map(validate::blob_id).transpose()?;
+        let named = validate::shown(&self.rfilename);
+        let size = self.lfs.as_ref().map(|l| l.size).or(self.size).ok_or_else(|| format!("{named}: no size"))?;
+        let blob = sha256
+            .clone()
+            .or(blob_id)
+            .ok_or_else(|| format!("{named}: neither lfs.sha256 nor blobId, so its bytes could not be checked"))?;
+        Ok(RepoFile { name: self.rfilename, size, sha256, blob })
+    }
+}
+
 impl HubClient {
     /// A client for `settings`' endpoint and token.
     pub fn new(settings: &HubSettings) -> Result<HubClient, HubError> {
@@ -98,20 +117,19 @@ impl HubClient {
             .body_mut()
             .read_json()
             .map_err(|e| HubError::Refused(format!("{url}: the listing is not what the hub sends: {e}")))?;
+        if !validate::is_commit(&info.sha) {
+            return Err(HubError::Refused(format!(
+                "{url}: the listing names no commit (sha {})",
+                validate::shown(&info.sha)
+            )));
+        }
         let files = info
             .siblings
             .into_iter()
-            .map(|s| {
-                let size = s.lfs.as_ref().map(|l| l.size).or(s.size).unwrap_or(0);
-                let sha256 = s.lfs.map(|l| l.sha256.to_ascii_lowercase());
-                let blob = sha256.clone().or(s.blob_id).unwrap_or_else(|| format!("size-{size}"));
-                RepoFile { name: s.rfilename, size, sha256, blob }
-            })
-            .collect();
-        if !is_commit(&info.sha) {
-            return Err(HubError::Refused(format!("{url}: the listing names no commit (sha {:?})", info.sha)));
-        }
-        Ok(RepoListing { commit: info.sha, files })
+            .map(Sibling::file)
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(|e| HubError::Refused(format!("{url}: the listing is refused: {e}")))?;
+        Ok(RepoListing { commit: info.sha.to_ascii_lowercase(), files })
     }
 
     /// `file`'s bytes from `offset` on, at `commit`. The flag says whether
@@ -200,7 +218,8 @@ fn check(
     }
     let code = header(response, "x-error-code").unwrap_or_default();
     let message = header(response, "x-error-message").unwrap_or_default();
-    let detail = if message.is_empty() { String::new() } else { format!(" (the hub says: {message})") };
+    let detail =
+        if message.is_empty() { String::new() } else { format!(" (the hub says: {})", validate::shown(&message)) };
     let gated = code == "GatedRepo" || message.to_ascii_lowercase().contains("gated");
     let why = match (status, file) {
         (401 | 403, _) if gated && has_token => format!(
@@ -229,11 +248,6 @@ fn check(
 /// A header's value as text.
 fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
     response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
-}
-
-/// A 40-hex-digit commit id.
-fn is_commit(sha: &str) -> bool {
-    sha.len() == 40 && sha.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// A path for a URL: the characters a file name may hold that a URL reads

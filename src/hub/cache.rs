@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 
-use super::RepoFile;
 use super::select::{is_model, set_of};
+use super::{RepoFile, validate};
 
 /// A model in the hub cache: one GGUF, or a split set, of one snapshot.
 #[derive(Debug, Clone)]
@@ -96,7 +96,8 @@ impl RepoCache {
     /// The complete blob of `file`, when it is there with the listed size.
     pub fn blob_if_complete(&self, file: &RepoFile) -> Option<PathBuf> {
         let path = self.blob(file);
-        fs::metadata(&path).ok().filter(|m| m.len() == file.size).map(|_| path)
+        // A file, not a link: a link planted there is no download.
+        fs::symlink_metadata(&path).ok().filter(|m| m.is_file() && m.len() == file.size).map(|_| path)
     }
 
     /// Bytes of `file` already downloaded by an earlier, cut pull.
@@ -115,12 +116,32 @@ impl RepoCache {
         self.root.join("snapshots").join(commit).join(name)
     }
 
+    /// Makes the folder `folder` (under the repository's folder) and checks
+    /// that it is there once links are followed: a folder planted as a
+    /// link to elsewhere is refused, so nothing is written outside.
+    pub fn make_folder(&self, folder: &Path) -> Result<()> {
+        fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+        let root = fs::canonicalize(&self.root).with_context(|| format!("reading {}", self.root.display()))?;
+        let real = fs::canonicalize(folder).with_context(|| format!("reading {}", folder.display()))?;
+        if !real.starts_with(&root) || !folder.starts_with(&self.root) {
+            anyhow::bail!(
+                "{} leads to {}, outside the repository's cache folder {}: refused (remove the link)",
+                folder.display(),
+                real.display(),
+                self.root.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Links `snapshots/COMMIT/NAME` to `file`'s blob (relative, as
     /// `huggingface_hub` makes it) and returns the link.
     pub fn link(&self, commit: &str, file: &RepoFile) -> Result<PathBuf> {
+        validate::file_name(&file.name).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(validate::is_commit(commit), "commit {}: not 40 hex digits", validate::shown(commit));
         let link = self.snapshot_path(commit, &file.name);
         let folder = link.parent().expect("a snapshot path has a folder");
-        fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+        self.make_folder(folder)?;
         let depth = file.name.matches('/').count() + 2;
         let target = Path::new(&"../".repeat(depth)).join("blobs").join(&file.blob);
         match fs::symlink_metadata(&link) {
@@ -134,9 +155,11 @@ impl RepoCache {
 
     /// Records that `revision` is at `commit`.
     pub fn write_ref(&self, revision: &str, commit: &str) -> Result<()> {
+        validate::revision(revision).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(validate::is_commit(commit), "commit {}: not 40 hex digits", validate::shown(commit));
         let path = self.root.join("refs").join(revision);
         let folder = path.parent().expect("a ref path has a folder");
-        fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+        self.make_folder(folder)?;
         if fs::read_to_string(&path).is_ok_and(|c| c == commit) {
             return Ok(());
         }
@@ -149,7 +172,15 @@ impl RepoCache {
     /// The commit `revision` resolved to at the last pull (a commit hash
     /// names itself), with the files of its snapshot (relative names).
     pub fn snapshot(&self, revision: &str) -> Option<(String, Vec<String>)> {
-        let commit = fs::read_to_string(self.root.join("refs").join(revision)).unwrap_or_else(|_| revision.to_string());
+        validate::revision(revision).ok()?;
+        // A ref holding anything but a commit is not followed.
+        let commit = match fs::read_to_string(self.root.join("refs").join(revision)) {
+            Ok(held) => held.trim().to_string(),
+            Err(_) => revision.to_string(),
+        };
+        if !validate::is_commit(&commit) {
+            return None;
+        }
         let folder = self.root.join("snapshots").join(&commit);
         let mut names = Vec::new();
         list_files(&folder, "", &mut names).ok()?;

@@ -13,6 +13,7 @@ mod remote;
 mod select;
 mod settings;
 mod spec;
+pub mod validate;
 
 pub use api::{HubClient, HubError, RepoFile, RepoListing};
 pub use cache::{CachedModel, RepoCache, cached_models, names_by_file, repo_of};

@@ -108,10 +108,11 @@ mod tests {
         let e = cached_files(&spec, &settings.cache).unwrap_err();
         assert!(e.contains("bmoe pull acme/Chat-MoE-GGUF:q8_0"), "{e}");
         let repo = dir.path().join("models--acme--Chat-MoE-GGUF");
-        let snapshot = repo.join("snapshots/abc123");
+        let commit = "abc1230000000000000000000000000000000000";
+        let snapshot = repo.join("snapshots").join(commit);
         std::fs::create_dir_all(&snapshot).unwrap();
         std::fs::create_dir_all(repo.join("refs")).unwrap();
-        std::fs::write(repo.join("refs/main"), "abc123").unwrap();
+        std::fs::write(repo.join("refs/main"), commit).unwrap();
         std::fs::write(snapshot.join("Chat-MoE-Q8_0.gguf"), b"gguf").unwrap();
         std::fs::write(snapshot.join("Chat-MoE-Q4_K_M.gguf"), b"gguf").unwrap();
         let want = snapshot.join("Chat-MoE-Q8_0.gguf");

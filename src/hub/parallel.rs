@@ -5,7 +5,6 @@
 //! The SHA-256 is taken over the finished file before it is used.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -13,7 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{HubClient, HubError, RepoFile};
+use super::download::{next_piece, open_no_follow, read_in_background};
+use super::{HubClient, HubError, RepoFile, validate};
 use crate::interrupt;
 use crate::units::sizes;
 
@@ -75,11 +75,12 @@ pub fn read_ranges(path: &Path, size: u64) -> Option<Vec<Range>> {
     tiles.then_some(ranges)
 }
 
-fn write_ranges(path: &Path, ranges: &[Range]) -> std::io::Result<()> {
+fn write_ranges(path: &Path, ranges: &[Range]) -> Result<()> {
     let text: String = ranges.iter().map(|r| format!("{} {} {}\n", r.start, r.done, r.end)).collect();
     let tmp = path.with_extension("ranges.tmp");
-    fs::write(&tmp, text)?;
-    fs::rename(&tmp, path)
+    let mut out = open_no_follow(OpenOptions::new().create(true).truncate(true).write(true), &tmp)?;
+    std::io::Write::write_all(&mut out, text.as_bytes()).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Fetches what `ranges` still lack into `partial` over one connection per
@@ -96,12 +97,7 @@ pub fn fetch_ranges(
 ) -> Result<u64> {
     let record = ranges_path(partial);
     write_ranges(&record, &ranges).with_context(|| format!("writing {}", record.display()))?;
-    let out = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(partial)
-        .with_context(|| format!("opening {}", partial.display()))?;
+    let out = open_no_follow(OpenOptions::new().create(true).truncate(false).write(true), partial)?;
     let state = Mutex::new(ranges.clone());
     let stop = AtomicBool::new(false);
     let fetched = AtomicU64::new(0);
@@ -136,11 +132,11 @@ pub fn fetch_ranges(
         )));
     }
     if have < file.size {
-        bail!(
-            "interrupted with {have_text} of {total} of {} downloaded (kept in {}): run the same command to continue",
-            file.name,
+        return Err(anyhow::Error::new(interrupt::Interrupted).context(format!(
+            "stopped with {have_text} of {total} of {} downloaded (kept in {}): run the same command to continue",
+            validate::printable(&file.name),
             partial.display()
-        );
+        )));
     }
     out.sync_all().with_context(|| format!("writing {}", partial.display()))?;
     let _ = fs::remove_file(&record);
@@ -172,21 +168,20 @@ fn fetch_one(
         }
         other => other.into(),
     })?;
-    let mut reader = body.into_reader();
-    let mut buf = vec![0u8; 1 << 20];
+    let pieces = read_in_background(body);
+    let name = validate::printable(&file.name);
     let mut since_record = 0;
     while done < end {
-        if stop.load(Ordering::Relaxed) || interrupt::requested() {
-            // Another range failed (its error is the one reported) or the
-            // user interrupted: what this range has is recorded below.
-            return Ok(());
+        // Another range failed (its error is the one reported) or the user
+        // interrupted: what this range has is recorded by the caller.
+        let piece = if stop.load(Ordering::Relaxed) { None } else { next_piece(&pieces) };
+        let Some(piece) = piece else { return Ok(()) };
+        let piece = piece.with_context(|| format!("{name}: connection {} cut", i + 1))?;
+        if piece.is_empty() {
+            bail!("{name}: connection {} ended early", i + 1);
         }
-        let want = buf.len().min((end - done) as usize);
-        let n = reader.read(&mut buf[..want]).with_context(|| format!("{}: connection {} cut", file.name, i + 1))?;
-        if n == 0 {
-            bail!("{}: connection {} ended early", file.name, i + 1);
-        }
-        out.write_all_at(&buf[..n], done).context("writing the download")?;
+        let n = piece.len().min((end - done) as usize);
+        out.write_all_at(&piece[..n], done).context("writing the download")?;
         done += n as u64;
         since_record += n as u64;
         fetched.fetch_add(n as u64, Ordering::Relaxed);

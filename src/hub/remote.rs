@@ -14,6 +14,12 @@ use crate::gguf::{GgufFile, ModelFiles};
 /// 6-10 MiB).
 const FIRST_READ: u64 = 1 << 20;
 
+/// The most of a file's header read from the hub: twice the largest real
+/// header (a 262,144-token vocabulary's, ~16 MiB). A header that claims
+/// more (a string or an array past it) is refused with the bytes read so
+/// far, so a lying file cannot make `fit` fetch or hold gigabytes.
+pub const MAX_HEADER: u64 = 32 << 20;
+
 /// A model on the hub as its headers describe it.
 pub struct RemoteModel {
     /// The headers of the chosen file (every shard of a split set), the
@@ -46,7 +52,7 @@ pub fn read_headers(spec: &HubSpec, settings: &HubSettings) -> Result<RemoteMode
     let load = |path: &Path| -> Result<Option<GgufFile>, crate::gguf::GgufError> {
         let name = path.to_string_lossy();
         let Some(file) = listing.files.iter().find(|f| f.name == name) else { return Ok(None) };
-        GgufFile::read_header(path, file.size, FIRST_READ, |buf, want| {
+        GgufFile::read_header(path, file.size, FIRST_READ, MAX_HEADER, |buf, want| {
             let start = buf.len() as u64;
             let bytes = client
                 .read_range(&spec.repo, &listing.commit, &file.name, start, want.saturating_sub(start))

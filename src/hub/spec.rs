@@ -31,18 +31,20 @@ impl FromStr for HubSpec {
             Some((repo, _)) => (repo, None),
             None => (text, None),
         };
-        let valid = |part: &str| {
-            !part.is_empty()
-                && !part.starts_with('.')
-                && part.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        };
-        match repo.split_once('/') {
-            Some((owner, name)) if valid(owner) && valid(name) => {}
-            _ => {
-                return Err(format!(
-                    "{text:?} is not a hub model: write OWNER/NAME[:QUANT], e.g. unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M"
-                ));
-            }
+        if let Err(why) = super::validate::repo_id(repo) {
+            return Err(format!(
+                "{} is not a hub model ({why}): write OWNER/NAME[:QUANT], e.g. unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M",
+                super::validate::shown(text)
+            ));
+        }
+        if let Some(sel) = &selector
+            && let Err(why) = super::validate::file_name(sel)
+        {
+            return Err(format!(
+                "{} is not a hub model (after ':' a quantization tag or a file's path in the repository: {why}): \
+                 write OWNER/NAME[:QUANT]",
+                super::validate::shown(text)
+            ));
         }
         Ok(HubSpec { repo: repo.to_string(), selector, revision: "main".into() })
     }
@@ -69,7 +71,7 @@ mod tests {
         assert_eq!(s.selector, None);
         assert_eq!(HubSpec::from_model_arg("hf:a/b:x.gguf").unwrap().unwrap().selector.as_deref(), Some("x.gguf"));
         assert!(HubSpec::from_model_arg("model.gguf").is_none());
-        for bad in ["qwen", "a/b/c", "/b", "a/", "a/../b", "a b/c"] {
+        for bad in ["qwen", "a/b/c", "/b", "a/", "a/../b", "a b/c", "evil--normal/x", "evil/normal--x", "a/b:../x"] {
             assert!(bad.parse::<HubSpec>().unwrap_err().contains("OWNER/NAME"), "{bad}");
         }
     }

@@ -70,6 +70,9 @@ pub(super) fn install() {
     unsafe { sys::llama_log_set(Some(on_log), std::ptr::null_mut()) };
 }
 
+/// The most characters of a log line kept for an error message.
+const MAX_LINE: usize = 300;
+
 unsafe extern "C" fn on_log(level: sys::ggml_log_level, text: *const c_char, _user: *mut c_void) {
     if text.is_null() {
         return;
@@ -78,7 +81,9 @@ unsafe extern "C" fn on_log(level: sys::ggml_log_level, text: *const c_char, _us
     let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
     let important = level == sys::GGML_LOG_LEVEL_WARN || level == sys::GGML_LOG_LEVEL_ERROR;
     if important && let Ok(mut recent) = RECENT.lock() {
-        recent.push(level == sys::GGML_LOG_LEVEL_ERROR, line.trim().to_string());
+        // A line quoting the file (an architecture name, a token) is kept
+        // short and printable: the file may hold anything.
+        recent.push(level == sys::GGML_LOG_LEVEL_ERROR, crate::text::excerpt(line.trim(), MAX_LINE));
     }
     if VERBOSE.load(Ordering::Relaxed) {
         eprint!("{line}");

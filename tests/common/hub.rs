@@ -1,8 +1,12 @@
 //! A stand-in for the Hugging Face Hub over real HTTP on 127.0.0.1: the
 //! listing API, `resolve` answering with a redirect to a second port (the
 //! "CDN", another origin as on the real hub) that serves byte ranges, the
-//! hub's refusals (401 gated or unknown, 404), and faults on demand: a
-//! connection cut mid-file, a corrupted byte.
+//! hub's refusals (401 gated or unknown, 404), faults on demand (a
+//! connection cut mid-file, a corrupted byte, a body that stalls or
+//! trickles), and a hostile hub's listings served as given.
+
+// Each test binary that includes the stand-in uses a part of it.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -34,11 +38,19 @@ pub struct Faults {
     pub cut_after: Option<u64>,
     /// Flip a byte of the next download at this offset.
     pub corrupt_at: Option<u64>,
+    /// Send this many body bytes of the next download, then nothing more
+    /// (the connection stays open) for ten minutes.
+    pub stall_after: Option<u64>,
+    /// Send the next download in 64 KiB pieces this many milliseconds
+    /// apart.
+    pub slow_ms: Option<u64>,
 }
 
 #[derive(Default)]
 struct State {
     repos: HashMap<String, HubRepo>,
+    /// Listings served as they are instead of the repository's own.
+    listings: HashMap<String, serde_json::Value>,
     faults: Faults,
     /// Each request: method, path, Range header.
     log: Vec<(String, String, Option<String>)>,
@@ -84,6 +96,12 @@ impl FakeHub {
     /// Adds (or replaces) a repository.
     pub fn add(&self, repo: &str, r: HubRepo) {
         self.state.lock().unwrap().repos.insert(repo.into(), r);
+    }
+
+    /// Serves `listing` as `repo`'s listing JSON, whatever its files are
+    /// (a hostile hub's): downloads still find files by name and hash.
+    pub fn set_listing(&self, repo: &str, listing: serde_json::Value) {
+        self.state.lock().unwrap().listings.insert(repo.into(), listing);
     }
 
     /// Sets the faults of the next download.
@@ -172,6 +190,12 @@ fn hub(
         ];
         return reply(out, status, &h, b"{\"error\":\"gated\"}", head);
     }
+    if path.starts_with("/api/models/")
+        && let Some(listing) = state.listings.get(&repo_name)
+    {
+        let body = listing.to_string();
+        return reply(out, "200 OK", &[("Content-Type", "application/json".into())], body.as_bytes(), head);
+    }
     if path.starts_with("/api/models/") {
         let siblings: Vec<serde_json::Value> = repo
             .files
@@ -249,6 +273,32 @@ fn cdn(
         None => ("200 OK", 0, vec![]),
     };
     let body = &bytes[from as usize..if start.is_some() { end as usize } else { total as usize }];
+    let head_of = |status: &str, extra: &[(&str, String)], len: usize| {
+        let mut text = format!("HTTP/1.1 {status}\r\nContent-Length: {len}\r\n");
+        for (k, v) in extra {
+            text.push_str(&format!("{k}: {v}\r\n"));
+        }
+        text.push_str("\r\n");
+        text
+    };
+    if let Some(stall) = faults.stall_after.filter(|_| !head) {
+        let _ = out.write_all(head_of(status, &extra, body.len()).as_bytes());
+        let _ = out.write_all(&body[..(stall as usize).min(body.len())]);
+        let _ = out.flush();
+        std::thread::sleep(std::time::Duration::from_secs(600));
+        return false;
+    }
+    if let Some(ms) = faults.slow_ms.filter(|_| !head) {
+        let _ = out.write_all(head_of(status, &extra, body.len()).as_bytes());
+        for piece in body.chunks(64 << 10) {
+            if out.write_all(piece).is_err() {
+                return false;
+            }
+            let _ = out.flush();
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        return true;
+    }
     match faults.cut_after {
         Some(cut) if !head => {
             // The headers promise the whole rest; the connection ends early.
