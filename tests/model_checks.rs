@@ -921,7 +921,12 @@ fn bmoe_exits_with_the_line_instead_of_a_signal() {
             let out = bmoe(&["inspect", p]);
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(out.status.success(), "{}: inspect {:?}", m.name, out.status);
-            assert!(stdout.contains("load check:    FAILED: ") && !stdout.contains("streamable:    yes"), "{stdout}");
+            assert!(
+                stdout.contains("load check:    FAILED: ") && !stdout.contains("streamable:    yes"),
+                "{stdout:.2000}"
+            );
+            let longest = stdout.lines().map(str::len).max().unwrap_or(0);
+            assert!(longest < 500 && !stdout.contains('\0'), "{}: a {longest}-byte line: {stdout:.2000}", m.name);
         }
         for stream in [false, true] {
             let mut args = vec!["generate", "-m", p, "-p", "hello", "-n", "2", "-t", "1", "-q"];

@@ -33,7 +33,8 @@ pub fn inspect_report(files: &ModelFiles, file: &Path) -> String {
         meta.alignment,
         files.tensors().count()
     );
-    let _ = writeln!(out, "architecture:  {arch}");
+    // The header may hold anything: the name is printed short and escaped.
+    let _ = writeln!(out, "architecture:  {}", crate::text::excerpt(arch, 64));
     // MTP (next-n) layers count in block_count but never run in the main graph.
     let mtp = meta.arch_u64("nextn_predict_layers").unwrap_or(0);
     let trunk = n_layer.map(|n| n.saturating_sub(mtp));
