@@ -8,6 +8,9 @@ use llama_cpp_sys_2 as sys;
 
 use super::rpc::RemoteLayers;
 
+/// The most characters of llama.cpp's log a failed load's error quotes.
+const MAX_REASON: usize = 600;
+
 /// Why llama.cpp refused a model.
 #[derive(Debug, thiserror::Error)]
 #[error("llama.cpp could not load {path}: {reason}")]
@@ -134,7 +137,12 @@ impl Model {
         let raw = unsafe { sys::llama_model_load_from_file(cpath.as_ptr(), params) };
         let ptr = NonNull::new(raw).ok_or_else(|| {
             let errors = super::last_errors();
-            fail(if errors.is_empty() { "unknown error (run with --verbose)".into() } else { errors.join("; ") })
+            // One readable line however much llama.cpp quoted from the file.
+            fail(if errors.is_empty() {
+                "unknown error (run with --verbose)".into()
+            } else {
+                crate::text::excerpt(&errors.join("; "), MAX_REASON)
+            })
         })?;
         // SAFETY: a loaded model always has a vocabulary, valid as long as the model.
         let vocab = unsafe { sys::llama_model_get_vocab(ptr.as_ptr()) };
