@@ -53,14 +53,7 @@ fn hub_with_models(dir: &Path) -> FakeHub {
 
 /// `bmoe ARGS` with the hub at `hub` and its cache under `home`.
 fn bmoe(hub: &str, home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
-    cmd.args(args)
-        .env("HF_ENDPOINT", hub)
-        .env("HF_HOME", home)
-        .env("XDG_CACHE_HOME", home.join("xdg"))
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_HUB_OFFLINE")
-        .env_remove("HF_HUB_CACHE");
+    let mut cmd = standin::bmoe_command(hub, home, args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -342,12 +335,7 @@ fn every_name_models_prints_is_taken_by_every_command() {
     // A live setting takes the names too: `:set model.path` in the REPL
     // goes through the same reopen as F2's `model.path` in the chat.
     for name in ["owner/tiny:q8_0", "hf:owner/tiny:Tiny-Q8_0.gguf"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
-            .args(["repl", "-m", local.to_str().unwrap()])
-            .env("HF_ENDPOINT", &hub.endpoint)
-            .env("HF_HOME", &home)
-            .env("XDG_CACHE_HOME", home.join("xdg"))
-            .env_remove("HF_HUB_OFFLINE")
+        let mut child = standin::bmoe_command(&hub.endpoint, &home, &["repl", "-m", local.to_str().unwrap()])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

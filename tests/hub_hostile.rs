@@ -42,15 +42,7 @@ fn bmoe(hub: &str, home: &Path, args: &[&str]) -> Output {
 }
 
 fn command(hub: &str, home: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bmoe"));
-    cmd.args(args)
-        .env("HF_ENDPOINT", hub)
-        .env("HF_HOME", home)
-        .env("XDG_CACHE_HOME", home.join("xdg"))
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_HUB_OFFLINE")
-        .env_remove("HF_HUB_CACHE");
-    cmd
+    standin::bmoe_command(hub, home, args)
 }
 
 fn stderr(out: &Output) -> String {

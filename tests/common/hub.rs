@@ -317,6 +317,20 @@ fn cdn(
     }
 }
 
+/// `bmoe ARGS` with the hub at `hub` and its cache (and bmoe's) under
+/// `home`, none of the user's hub settings inherited.
+pub fn bmoe_command(hub: &str, home: &Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bmoe"));
+    cmd.args(args)
+        .env("HF_ENDPOINT", hub)
+        .env("HF_HOME", home)
+        .env("XDG_CACHE_HOME", home.join("xdg"))
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_HUB_CACHE");
+    cmd
+}
+
 /// Reads a file whole (for comparisons).
 pub fn read(path: &Path) -> Vec<u8> {
     let mut v = Vec::new();
