@@ -192,9 +192,9 @@ fn take_prompt_chunks(
     taken
 }
 
-/// Starts `job` (the `arrival`th) in the free slot whose tokens share the
-/// longest prefix with its prompt, or answers it with the error that
-/// prevents it.
+/// Starts `job` (the `arrival`th) in the free slot [`place`] picks (beside
+/// the running ones, with the longest cached prefix of its prompt copied
+/// there), or answers it with the error that prevents it.
 fn start<'m>(
     host: &mut Host,
     engine: &Engine,
