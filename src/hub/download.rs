@@ -1,5 +1,5 @@
 //! A file's bytes into the cache: continued from what an earlier, cut pull
-//! left, one pull of a file at a time (a lock beside its blob), and the
+//! left, one pull of a file at a time (a lock in the repository's `.locks`), and the
 //! file on disk checked against the hub's hash before it is used, with a
 //! progress bar (bytes, rate, time left).
 
@@ -207,7 +207,7 @@ fn fetch_stream(
         bar.set_position(have);
         let pieces = read_in_background(body);
         while have < file.size {
-            let Some(piece) = next_piece(&pieces) else {
+            let Some(piece) = next_piece(&pieces, &|| false) else {
                 bar.abandon();
                 out.flush()?;
                 let [have, total] = sizes([have, file.size]);
@@ -257,10 +257,14 @@ pub(super) fn read_in_background(body: ureq::Body) -> Receiver<std::io::Result<V
     receive
 }
 
-/// The next piece from [`read_in_background`]; None once Ctrl-C is pressed.
-pub(super) fn next_piece(pieces: &Receiver<std::io::Result<Vec<u8>>>) -> Option<std::io::Result<Vec<u8>>> {
+/// The next piece from [`read_in_background`]; None once Ctrl-C is pressed
+/// or `stopped` says so (another connection of the same pull failed).
+pub(super) fn next_piece(
+    pieces: &Receiver<std::io::Result<Vec<u8>>>,
+    stopped: &dyn Fn() -> bool,
+) -> Option<std::io::Result<Vec<u8>>> {
     loop {
-        if interrupt::requested() {
+        if interrupt::requested() || stopped() {
             return None;
         }
         match pieces.recv_timeout(POLL) {

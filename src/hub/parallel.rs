@@ -174,8 +174,7 @@ fn fetch_one(
     while done < end {
         // Another range failed (its error is the one reported) or the user
         // interrupted: what this range has is recorded by the caller.
-        let piece = if stop.load(Ordering::Relaxed) { None } else { next_piece(&pieces) };
-        let Some(piece) = piece else { return Ok(()) };
+        let Some(piece) = next_piece(&pieces, &|| stop.load(Ordering::Relaxed)) else { return Ok(()) };
         let piece = piece.with_context(|| format!("{name}: connection {} cut", i + 1))?;
         if piece.is_empty() {
             bail!("{name}: connection {} ended early", i + 1);
