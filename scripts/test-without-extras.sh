@@ -19,6 +19,9 @@ expected=(
   the_chat_page_streams_a_reply_and_shows_the_routing_panel
   a_page_on_another_origin_calls_the_api_with_cors
   the_openai_python_client_drives_the_server
+  the_anthropic_python_client_runs_a_streamed_tool_loop
+  the_openai_python_client_runs_a_streamed_tool_loop_on_responses
+  the_ollama_python_client_runs_a_streamed_tool_loop
   huggingface_hub_reads_the_cache_bmoe_writes_and_bmoe_reads_its
   scaffolded_plugins_build_and_load
 )

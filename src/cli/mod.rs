@@ -119,8 +119,8 @@ pub enum Command {
         #[arg(long, default_value_t = 128)]
         tokens: usize,
     },
-    /// Answer the OpenAI HTTP API (chat and text completions, models, health, metrics) and serve a
-    /// chat page, for any client, editor or agent; without a model, the demo model.
+    /// Answer the OpenAI (chat and text completions, Responses), Anthropic Messages and Ollama HTTP
+    /// APIs and serve a chat page, for any client, editor or agent; without a model, the demo model.
     Serve(serve::ServeArgs),
     /// Run a Rhai experiment script: sweeps, A/B runs, trace replays, CSV and charts.
     Run(run::RunArgs),

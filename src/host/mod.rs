@@ -95,6 +95,8 @@ pub struct Turn {
     pub prefilled: u64,
     /// How the reply ended, and what it left open if it ran out of tokens.
     pub ending: Ending,
+    /// The stop string that ended it, if one did.
+    pub stop_sequence: Option<String>,
 }
 
 /// A chat reply being generated ([`Host::begin_reply`]).
@@ -663,7 +665,8 @@ impl Host {
             on_event(HostEvent::ToolCall(call));
         }
         let prefilled = generation.summary.prompt_tokens;
-        Turn { reasoning, answer, tool_calls, generation: std::mem::take(generation), prefilled, ending }
+        let stop_sequence = reply.stop.matched().map(str::to_string);
+        Turn { reasoning, answer, tool_calls, generation: std::mem::take(generation), prefilled, ending, stop_sequence }
     }
 
     /// How `generation` ended (with `calls` complete tool calls, under

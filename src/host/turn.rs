@@ -51,6 +51,8 @@ pub struct StopScan {
     /// Bytes passed on so far.
     passed: usize,
     hit: bool,
+    /// The stop string found, once one is.
+    matched: Option<String>,
 }
 
 impl StopScan {
@@ -66,10 +68,11 @@ impl StopScan {
             return String::new();
         }
         self.held.push_str(text);
-        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
+        let first = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s))).min_by_key(|(at, _)| *at);
         let pass = match first {
-            Some(at) => {
+            Some((at, stop)) => {
                 self.hit = true;
+                self.matched = Some(stop.clone());
                 let before = self.held[..at].to_string();
                 self.held.clear();
                 before
@@ -95,6 +98,11 @@ impl StopScan {
     /// Whether a stop string was found.
     pub fn hit(&self) -> bool {
         self.hit
+    }
+
+    /// The stop string found, if one was.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Bytes of the generated text before the stop string (all passed on).
@@ -131,6 +139,15 @@ mod tests {
     fn a_stop_string_split_across_pieces_ends_the_text_before_it() {
         assert_eq!(scan(&["END"], &["one E", "N", "D two"]), ("one ".into(), true, 4));
         assert_eq!(scan(&["\n\n", "###"], &["a", "b#", "## c"]), ("ab".into(), true, 2));
+    }
+
+    #[test]
+    fn the_stop_string_found_first_is_the_one_named() {
+        let stops = vec!["later".to_string(), "B".to_string()];
+        let mut s = StopScan::new(&stops);
+        assert_eq!(s.matched(), None);
+        assert_eq!(s.push("a B and later"), "a ");
+        assert_eq!(s.matched(), Some("B"));
     }
 
     #[test]

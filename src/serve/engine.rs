@@ -42,6 +42,8 @@ pub struct Finished {
     pub tool_calls: Vec<ToolCall>,
     /// `stop`, `length` or `tool_calls`.
     pub finish_reason: &'static str,
+    /// The stop string that ended a chat reply, if one did.
+    pub stop_sequence: Option<String>,
     /// Tokens of the prompt (reused and decoded).
     pub prompt_tokens: u64,
     /// Tokens generated.
@@ -92,6 +94,9 @@ pub enum Status {
         /// The longest token's bytes: a text of `n` bytes is at least
         /// `n / max_token_bytes` tokens.
         max_token_bytes: usize,
+        /// The model file's size, date and details, as Ollama's listings
+        /// give them.
+        about: serde_json::Value,
     },
     /// Opening failed (said in every answer).
     Failed(String),
@@ -160,6 +165,7 @@ impl Engine {
                     "n_expert_used": info.n_expert_used, "streaming": host.info().streaming,
                     "cache_budget_mib": info.cache_budget as f64 / 1048576.0,
                 });
+                let about = super::ollama::describe(host.model(), &info.arch);
                 let n_ctx = host.slot_ctx();
                 let model = host.session_mut().model().clone();
                 let max_token_bytes =
@@ -169,7 +175,7 @@ impl Engine {
                 if let Ok(prompter) = host.prompter() {
                     let _ = shared.prompter.set(Arc::new(prompter));
                 }
-                shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape, max_token_bytes });
+                shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape, max_token_bytes, about });
                 // Drafts are verified one sequence at a time, by the host.
                 if host.session_mut().drafts() {
                     run(host, &inbox, &shared);
@@ -272,6 +278,22 @@ impl Engine {
         match self.status() {
             Status::Ready { tool_openings, .. } => tool_openings,
             _ => Vec::new(),
+        }
+    }
+
+    /// The model file's size, date and details (null until it is ready).
+    pub fn about(&self) -> serde_json::Value {
+        match self.status() {
+            Status::Ready { about, .. } => about,
+            _ => serde_json::Value::Null,
+        }
+    }
+
+    /// A request's context in tokens (0 until the model is ready).
+    pub fn n_ctx(&self) -> u32 {
+        match self.status() {
+            Status::Ready { n_ctx, .. } => n_ctx,
+            _ => 0,
         }
     }
 
@@ -425,6 +447,7 @@ fn answer(host: &mut Host, job: &Job, engine: &Engine) -> Result<Finished, ApiEr
                 answer: turn.answer,
                 tool_calls: turn.tool_calls,
                 finish_reason: finish_reason(turn.ending.reason),
+                stop_sequence: turn.stop_sequence,
                 prompt_tokens: summary.prompt_tokens + turn.generation.reused_tokens as u64,
                 completion_tokens: turn.generation.tokens.len() as u64,
                 ..Finished::default()

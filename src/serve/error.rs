@@ -1,8 +1,34 @@
-//! Errors as the OpenAI API writes them: an HTTP status and
-//! `{"error": {"message", "type", "param", "code"}}`.
+//! Errors as each API writes them: an HTTP status and, for OpenAI's
+//! `{"error": {"message", "type", "param", "code"}}`, for Anthropic's
+//! `{"type": "error", "error": {"type", "message"}}`, for Ollama's
+//! `{"error": "message"}`.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+
+/// Which API's shapes an answer takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI's chat completions, completions and Responses.
+    OpenAi,
+    /// Anthropic's Messages (`/v1/messages`).
+    Anthropic,
+    /// Ollama's own (`/api/...`).
+    Ollama,
+}
+
+impl Dialect {
+    /// The dialect of the endpoint at `path`.
+    pub fn of_path(path: &str) -> Dialect {
+        if path.starts_with("/v1/messages") {
+            Dialect::Anthropic
+        } else if path.starts_with("/api/") {
+            Dialect::Ollama
+        } else {
+            Dialect::OpenAi
+        }
+    }
+}
 
 /// An error answered to a client.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +72,8 @@ impl ApiError {
             ..ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
-                "a missing or wrong API key: send `Authorization: Bearer KEY` with the key the server was started with",
+                "a missing or wrong API key: send `Authorization: Bearer KEY` (or `x-api-key: KEY`) with the key the \
+                 server was started with",
             )
         }
     }
@@ -78,8 +105,8 @@ impl ApiError {
             StatusCode::NOT_FOUND,
             "not_found_error",
             format!(
-                "no endpoint {path}: this server answers /v1/chat/completions, /v1/completions, /v1/models, /health \
-                 and /metrics"
+                "no endpoint {path}: this server answers /v1/chat/completions, /v1/completions, /v1/responses, \
+                 /v1/messages, /v1/models, Ollama's /api/chat, /api/generate and /api/tags, /health and /metrics"
             ),
         )
     }
@@ -115,7 +142,41 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
-    /// The error object's JSON.
+    /// The error object's JSON as `dialect` writes it.
+    pub fn body_in(&self, dialect: Dialect) -> serde_json::Value {
+        match dialect {
+            Dialect::OpenAi => self.body(),
+            Dialect::Anthropic => serde_json::json!({
+                "type": "error",
+                "error": {"type": self.anthropic_type(), "message": self.message},
+            }),
+            Dialect::Ollama => serde_json::json!({"error": self.message}),
+        }
+    }
+
+    /// The `error.type` Anthropic's API gives this status.
+    fn anthropic_type(&self) -> &'static str {
+        match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            500..=599 => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The response as `dialect` writes it.
+    pub fn response_in(self, dialect: Dialect) -> Response {
+        let body = self.body_in(dialect);
+        let mut response = self.into_response();
+        *response.body_mut() = axum::body::Body::from(body.to_string());
+        response
+    }
+
+    /// The error object's JSON (OpenAI's shape).
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({
             "error": {
@@ -153,5 +214,28 @@ const RETRY_AFTER_S: &str = "1";
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_dialect_writes_its_own_error_shape() {
+        let e = ApiError::bad_param("temperature", "`temperature` must be 0 to 1");
+        assert_eq!(e.body_in(Dialect::OpenAi)["error"]["param"], "temperature");
+        let anthropic = e.body_in(Dialect::Anthropic);
+        assert_eq!(
+            (&anthropic["type"], &anthropic["error"]["type"]),
+            (&"error".into(), &"invalid_request_error".into())
+        );
+        assert_eq!(ApiError::unauthorized().body_in(Dialect::Anthropic)["error"]["type"], "authentication_error");
+        assert_eq!(ApiError::queue_full(3).body_in(Dialect::Anthropic)["error"]["type"], "rate_limit_error");
+        assert_eq!(ApiError::unavailable("x").body_in(Dialect::Anthropic)["error"]["type"], "overloaded_error");
+        assert_eq!(e.body_in(Dialect::Ollama), serde_json::json!({"error": "`temperature` must be 0 to 1"}));
+        assert_eq!(Dialect::of_path("/v1/messages/count_tokens"), Dialect::Anthropic);
+        assert_eq!(Dialect::of_path("/api/tags"), Dialect::Ollama);
+        assert_eq!(Dialect::of_path("/v1/responses"), Dialect::OpenAi);
     }
 }

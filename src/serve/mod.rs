@@ -1,18 +1,24 @@
 //! `bmoe serve`: an OpenAI-compatible HTTP server in front of the session
 //! host. The engine keeps its own thread ([`engine`]) and the HTTP side
 //! (axum on tokio, [`routes`]) talks to it over channels, as `bmoe chat`'s
-//! worker does. Endpoints: `/v1/chat/completions`, `/v1/completions`,
-//! `/v1/models`, `/health`, `/metrics`, and a chat page at `/`.
+//! worker does. Endpoints: OpenAI's `/v1/chat/completions`,
+//! `/v1/completions`, `/v1/responses` ([`responses`]) and `/v1/models`,
+//! Anthropic's `/v1/messages` ([`anthropic`]), Ollama's `/api/...`
+//! ([`ollama`]), `/health`, `/metrics`, and a chat page at `/`.
 
+mod anthropic;
+mod deltas;
 mod engine;
 mod error;
 mod logprobs;
 mod metrics;
+mod ollama;
 mod pace;
 mod parse_errors;
 mod placement;
 mod reply;
 mod request;
+mod responses;
 mod routes;
 mod slots;
 

@@ -15,7 +15,7 @@ use crate::host::{Prepared, TurnSettings};
 use crate::llama::Constraint;
 
 /// Most stop strings a request may give.
-const MAX_STOPS: usize = 16;
+pub(super) const MAX_STOPS: usize = 16;
 /// Most messages a conversation may hold.
 pub const MAX_MESSAGES: usize = 4096;
 
@@ -381,7 +381,7 @@ fn settings(common: &Common, config: &RunConfig, default_max: Option<u32>) -> Re
 }
 
 /// The JSON schema a `response_format` asks for, checked.
-fn response_schema(format: &Value) -> Result<Option<Constraint>, ApiError> {
+pub(super) fn response_schema(format: &Value) -> Result<Option<Constraint>, ApiError> {
     let bad = |m: String| ApiError::bad_param("response_format", m);
     let kind = format.get("type").and_then(Value::as_str).unwrap_or("text");
     let schema = match kind {
@@ -395,6 +395,106 @@ fn response_schema(format: &Value) -> Result<Option<Constraint>, ApiError> {
         other => return Err(bad(format!("unknown type `{other}` (text, json_object or json_schema)"))),
     };
     Constraint::json_schema_value(schema).map(Some).map_err(bad)
+}
+
+/// The settings of a request that sets nothing: the configuration's, with
+/// `default_max` as its token limit (`None`: the room in the context).
+pub(super) fn base_settings(config: &RunConfig, default_max: Option<u32>) -> TurnSettings {
+    TurnSettings {
+        n_predict: default_max.unwrap_or(u32::MAX),
+        sampling: config.sampling(),
+        constraint: None,
+        think: config.chat.think,
+        require_call: false,
+        stop: Vec::new(),
+    }
+}
+
+/// A request of the APIs beside chat completions: `work` run with
+/// `settings`.
+pub(super) fn chat_request(work: ChatWork, settings: TurnSettings, stream: bool, logits_digest: bool) -> Parsed {
+    Parsed {
+        work: Work::Chat(work),
+        settings,
+        stream,
+        include_usage: false,
+        logprobs: None,
+        logits_digest,
+        prepared: None,
+    }
+}
+
+/// The number `field` of `body` within `lo..=hi`, if given (`null` is
+/// absent).
+pub(super) fn number_in(body: &Value, field: &str, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_f64().filter(|x| x.is_finite() && (lo..=hi).contains(x)).map(Some).ok_or_else(|| {
+            ApiError::bad_param(field, format!("`{field}` must be a number from {lo} to {hi} (got {v})"))
+        }),
+    }
+}
+
+/// The integer `field` of `body` within `lo..=hi`, if given.
+pub(super) fn integer_in(body: &Value, field: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_i64().filter(|x| (lo..=hi).contains(x)).map(Some).ok_or_else(|| {
+            ApiError::bad_param(field, format!("`{field}` must be an integer from {lo} to {hi} (got {v})"))
+        }),
+    }
+}
+
+/// The boolean `field` of `body`, if given.
+pub(super) fn bool_field(body: &Value, field: &str) -> Result<Option<bool>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(ApiError::bad_param(field, format!("`{field}` must be true or false (got {v})"))),
+    }
+}
+
+/// Stop strings: one string or a list of at most [`MAX_STOPS`].
+pub(super) fn stop_strings(value: Option<&Value>, field: &str) -> Result<Vec<String>, ApiError> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) => return Ok(vec![s.clone()]),
+        Some(Value::Array(list)) => list,
+        Some(v) => return Err(ApiError::bad_param(field, format!("`{field}` must be a list of strings (got {v})"))),
+    };
+    if list.len() > MAX_STOPS {
+        return Err(ApiError::bad_param(field, format!("at most {MAX_STOPS} stop strings (got {})", list.len())));
+    }
+    list.iter()
+        .map(|v| v.as_str().map(str::to_string))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| ApiError::bad_param(field, format!("`{field}` must be a list of strings")))
+}
+
+/// Refuses each of `fields` that `body` sets: features this server does
+/// not have, named rather than ignored.
+pub(super) fn refuse_fields(body: &Value, fields: &[&str]) -> Result<(), ApiError> {
+    for field in fields {
+        let set = body.get(*field).is_some_and(|v| match v {
+            Value::Null | Value::Bool(false) => false,
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => !o.is_empty(),
+            _ => true,
+        });
+        if set {
+            return Err(ApiError::bad_param(field, format!("`{field}` is not supported by this server")));
+        }
+    }
+    Ok(())
+}
+
+/// An OpenAI-style list of function tools, checked as chat completions
+/// checks `tools` (`None`: an empty list).
+pub(super) fn checked_tools(list: Vec<Value>, field: &str) -> Result<Option<Value>, ApiError> {
+    if list.is_empty() {
+        return Ok(None);
+    }
+    crate::chat::parse_tools(&Value::Array(list).to_string()).map(Some).map_err(|e| ApiError::bad_param(field, e))
 }
 
 /// The messages of a chat request as a conversation: a leading system (or

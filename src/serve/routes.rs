@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::engine::{Engine, Finished, Job, Out, Status, Ticket};
-use super::error::ApiError;
+use super::error::{ApiError, Dialect};
 use super::reply::{self, ChatChunks, CompletionChunks, Header};
 use super::request::{self, Parsed, Work};
 
@@ -83,7 +83,14 @@ impl Cors {
             CorsLayer::new()
                 .allow_origin(origins)
                 .allow_methods([Method::GET, Method::POST])
-                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+                .allow_headers([
+                    header::AUTHORIZATION,
+                    header::CONTENT_TYPE,
+                    // Anthropic's clients send these.
+                    header::HeaderName::from_static("x-api-key"),
+                    header::HeaderName::from_static("anthropic-version"),
+                    header::HeaderName::from_static("anthropic-beta"),
+                ])
                 .max_age(Duration::from_secs(600)),
         )
     }
@@ -103,6 +110,16 @@ pub fn router(state: AppState, cors: &Cors) -> Router {
         .route("/metrics", get(metrics))
         .route("/bmoe/model", get(model_shape))
         .route("/bmoe/events", get(events))
+        .route("/v1/messages", post(super::anthropic::messages))
+        .route("/v1/messages/count_tokens", post(super::anthropic::count_tokens))
+        .route("/v1/responses", post(super::responses::create))
+        .route("/responses", post(super::responses::create))
+        .route("/api/chat", post(super::ollama::chat))
+        .route("/api/generate", post(super::ollama::generate))
+        .route("/api/tags", get(super::ollama::tags))
+        .route("/api/show", post(super::ollama::show))
+        .route("/api/ps", get(super::ollama::ps))
+        .route("/api/version", get(super::ollama::version))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), check_key));
     let router = Router::new()
         .route("/health", get(health))
@@ -120,12 +137,13 @@ pub fn router(state: AppState, cors: &Cors) -> Router {
 }
 
 async fn method_not_allowed(request: Request) -> Response {
-    ApiError::method_not_allowed(request.method().as_str(), request.uri().path()).into_response()
+    let path = request.uri().path();
+    ApiError::method_not_allowed(request.method().as_str(), path).response_in(Dialect::of_path(path))
 }
 
 /// A request's line in the access log: what was asked and when.
 #[derive(Debug, Clone)]
-struct Access {
+pub(super) struct Access {
     method: String,
     path: String,
     started: Instant,
@@ -133,7 +151,7 @@ struct Access {
 
 /// Tokens of a reply, put on its response for the access log.
 #[derive(Debug, Clone, Copy)]
-struct Tokens {
+pub(super) struct Tokens {
     prompt: u64,
     generated: u64,
 }
@@ -161,31 +179,38 @@ async fn access_log(mut request: Request, next: Next) -> Response {
     };
     request.extensions_mut().insert(access.clone());
     let response = next.run(request).await;
-    let streamed = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes() == b"text/event-stream");
+    let streamed = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"text/event-stream" || v.as_bytes() == NDJSON.as_bytes());
     if !streamed || response.status() != StatusCode::OK {
         access.log(response.status().as_u16(), response.extensions().get::<Tokens>().copied());
     }
     response
 }
 
-/// Refuses a request without the server's key (when it has one).
+/// Refuses a request without the server's key (when it has one): sent
+/// as `Authorization: Bearer KEY`, or as `x-api-key: KEY` (Anthropic's).
 async fn check_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
-        let sent = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let headers = request.headers();
+        let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         // The scheme's name is case-insensitive (RFC 7235).
-        let sent = sent.and_then(|v| v.split_once(' ')).filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
-        let sent = sent.map(|(_, token)| token.trim());
-        if sent != Some(key.as_str()) {
+        let bearer = bearer.and_then(|v| v.split_once(' ')).filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
+        let bearer = bearer.map(|(_, token)| token.trim());
+        let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+        if bearer != Some(key.as_str()) && x_api_key != Some(key.as_str()) {
             let endpoint = request.uri().path().to_string();
             state.engine.metrics.request(&endpoint, 401);
-            return ApiError::unauthorized().into_response();
+            return ApiError::unauthorized().response_in(Dialect::of_path(&endpoint));
         }
     }
     next.run(request).await
 }
 
 async fn not_found(request: Request) -> Response {
-    ApiError::not_found(request.uri().path()).into_response()
+    let path = request.uri().path();
+    ApiError::not_found(path).response_in(Dialect::of_path(path))
 }
 
 /// `GET /health`: 200 once the model is ready, 503 before (or if it failed).
@@ -204,18 +229,26 @@ async fn page() -> Html<&'static str> {
     Html(super::PAGE)
 }
 
-/// The model object of the model served as `id`.
+/// The model object of the model served as `id`: OpenAI's fields, and
+/// Anthropic's (`type`, `display_name`, `created_at`) beside them.
 fn model_object(state: &AppState, id: String) -> Value {
-    let n_ctx = match state.engine.status() {
-        Status::Ready { n_ctx, .. } => n_ctx,
-        _ => 0,
-    };
-    json!({"id": id, "object": "model", "created": 0, "owned_by": "bmoe", "meta": {"n_ctx": n_ctx}})
+    let n_ctx = state.engine.n_ctx();
+    let created_at = state.engine.about()["modified_at"].as_str().unwrap_or("").to_string();
+    json!({
+        "id": id, "object": "model", "created": 0, "owned_by": "bmoe", "meta": {"n_ctx": n_ctx},
+        "type": "model", "display_name": id, "created_at": created_at,
+    })
 }
 
-/// `GET /v1/models`: the one model.
+/// `GET /v1/models`: the one model (a list as OpenAI's and Anthropic's
+/// clients read it).
 async fn models(State(state): State<AppState>) -> Response {
-    let answer = state.engine.ready().map(|id| json!({"object": "list", "data": [model_object(&state, id)]}));
+    let answer = state.engine.ready().map(|id| {
+        json!({
+            "object": "list", "data": [model_object(&state, id.clone())],
+            "has_more": false, "first_id": id, "last_id": id,
+        })
+    });
     respond(&state, "/v1/models", answer.map(Json::ok))
 }
 
@@ -352,30 +385,41 @@ async fn completion(
 }
 
 /// `response` marked with the reply's tokens, for the access log.
-fn with_tokens(mut response: Response, f: &Finished) -> Response {
+pub(super) fn with_tokens(mut response: Response, f: &Finished) -> Response {
     response.extensions_mut().insert(Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
     response
 }
 
 /// Counts the answer's status and turns an error into its response.
 fn respond(state: &AppState, endpoint: &str, answer: Result<Response, ApiError>) -> Response {
-    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    respond_in(state, endpoint, Dialect::OpenAi, answer)
+}
+
+/// [`respond`] with errors in `dialect`'s shape.
+pub(super) fn respond_in(
+    state: &AppState,
+    endpoint: &str,
+    dialect: Dialect,
+    answer: Result<Response, ApiError>,
+) -> Response {
+    let response = answer.unwrap_or_else(|e| e.response_in(dialect));
     state.engine.metrics.request(endpoint, response.status().as_u16());
     response
 }
 
 /// JSON with status 200.
-struct Json;
+pub(super) struct Json;
 
 impl Json {
-    fn ok(value: Value) -> Response {
+    /// `value` as a 200 answer.
+    pub(super) fn ok(value: Value) -> Response {
         axum::Json(value).into_response()
     }
 }
 
 /// Reads a body of at most `limit` bytes within [`BODY_TIMEOUT`] and
 /// parses it as JSON; a body declared larger is refused before it is read.
-async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
+pub(super) async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         // Answered now; the body is still read (and dropped) behind the
@@ -418,21 +462,30 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
 }
 
 /// A queued request's output, and its place among the requests in flight.
-struct Pending {
+pub(super) struct Pending {
     rx: UnboundedReceiver<Out>,
     _ticket: Ticket,
 }
 
 /// Queues `parsed`; the receiver of its output.
-fn submit(state: &AppState, parsed: Parsed) -> Result<Pending, ApiError> {
+pub(super) fn submit(state: &AppState, parsed: Parsed) -> Result<Pending, ApiError> {
     let (out, rx) = unbounded_channel();
     let ticket = state.engine.submit(Job { request: parsed, out, received: Instant::now() })?;
     Ok(Pending { rx, _ticket: ticket })
 }
 
 /// Waits for the finished reply.
-async fn finished(mut pending: Pending) -> Result<Box<Finished>, ApiError> {
+pub(super) async fn finished(pending: Pending) -> Result<Box<Finished>, ApiError> {
+    finished_watching(pending, |_| {}).await
+}
+
+/// Waits for the finished reply, showing `watch` each piece of output.
+pub(super) async fn finished_watching(
+    mut pending: Pending,
+    mut watch: impl FnMut(&Out),
+) -> Result<Box<Finished>, ApiError> {
     while let Some(out) = pending.rx.recv().await {
+        watch(&out);
         if let Out::Done(result) = out {
             return result;
         }
@@ -444,29 +497,86 @@ async fn finished(mut pending: Pending) -> Result<Box<Finished>, ApiError> {
 /// into one `data:` line, ending with `data: [DONE]`. A client that goes
 /// away drops the stream, and with it the receiver: the engine stops.
 fn sse(pending: Pending, access: Access, mut chunks: impl FnMut(Out) -> Vec<Value> + Send + 'static) -> Response {
-    let (tx, events) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
+    let events = move |out: Out| {
+        let done = matches!(out, Out::Done(_));
+        let mut events: Vec<Event> = chunks(out).into_iter().map(|c| Event::default().data(c.to_string())).collect();
+        if done {
+            events.push(Event::default().data("[DONE]"));
+        }
+        events
+    };
+    sse_events(pending, access, events)
+}
+
+/// Streams the engine's output as the server-sent events `events` makes
+/// of each piece (named or not), ending after those of [`Out::Done`].
+pub(super) fn sse_events(
+    pending: Pending,
+    access: Access,
+    mut events: impl FnMut(Out) -> Vec<Event> + Send + 'static,
+) -> Response {
+    let (tx, stream) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         // The whole of `pending` lives in the task: its ticket counts the
         // request in flight until the stream ends.
         let Pending { mut rx, _ticket } = pending;
         while let Some(out) = rx.recv().await {
-            let done = matches!(out, Out::Done(_));
-            if let Out::Done(result) = &out {
-                let tokens =
-                    result.as_ref().ok().map(|f| Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
-                access.log(result.as_ref().map_or_else(|e| e.status.as_u16(), |_| 200), tokens);
-            }
-            for chunk in chunks(out) {
-                if tx.send(Ok(Event::default().data(chunk.to_string()))).await.is_err() {
+            let done = log_if_done(&access, &out);
+            for event in events(out) {
+                if tx.send(Ok(event)).await.is_err() {
                     return;
                 }
             }
             if done {
-                let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
                 return;
             }
         }
     });
-    let stream = tokio_stream::wrappers::ReceiverStream::new(events);
+    let stream = tokio_stream::wrappers::ReceiverStream::new(stream);
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// Named server-sent events: each `(name, data)` as `event: name` and
+/// its data as JSON (Anthropic's and the Responses API's streams).
+pub(super) fn named(events: Vec<(&'static str, Value)>) -> Vec<Event> {
+    events.into_iter().map(|(name, data)| Event::default().event(name).data(data.to_string())).collect()
+}
+
+/// Newline-delimited JSON's media type (Ollama's streams).
+pub(super) const NDJSON: &str = "application/x-ndjson";
+
+/// Streams the engine's output as newline-delimited JSON: one line per
+/// object `lines` makes of each piece, ending after those of [`Out::Done`].
+pub(super) fn ndjson(
+    pending: Pending,
+    access: Access,
+    mut lines: impl FnMut(Out) -> Vec<Value> + Send + 'static,
+) -> Response {
+    let (tx, stream) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    tokio::spawn(async move {
+        let Pending { mut rx, _ticket } = pending;
+        while let Some(out) = rx.recv().await {
+            let done = log_if_done(&access, &out);
+            for line in lines(out) {
+                let mut text = line.to_string();
+                text.push('\n');
+                if tx.send(Ok(Bytes::from(text))).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                return;
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(stream));
+    ([(header::CONTENT_TYPE, NDJSON)], body).into_response()
+}
+
+/// Writes a stream's access-log line when `out` ends it; whether it does.
+fn log_if_done(access: &Access, out: &Out) -> bool {
+    let Out::Done(result) = out else { return false };
+    let tokens = result.as_ref().ok().map(|f| Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
+    access.log(result.as_ref().map_or_else(|e| e.status.as_u16(), |_| 200), tokens);
+    true
 }

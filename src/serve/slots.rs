@@ -344,6 +344,7 @@ fn finish(host: &mut Host, engine: &Engine, running: &mut [Option<Slot<'_>>], se
         answer: if raw { turn.generation.text.clone() } else { turn.answer },
         tool_calls: turn.tool_calls,
         finish_reason: finish_reason(turn.ending.reason),
+        stop_sequence: turn.stop_sequence,
         prompt_tokens: turn.generation.summary.prompt_tokens + turn.generation.reused_tokens as u64,
         completion_tokens: turn.generation.tokens.len() as u64,
         logprobs: std::mem::take(&mut slot.logprobs),
