@@ -255,6 +255,25 @@ pub struct GenerateConfig {
     pub top_k: i32,
     /// Top-p stage of sampling.
     pub top_p: f64,
+    /// Min-p stage of sampling: drop tokens less likely than this fraction
+    /// of the most likely one (0 = off).
+    pub min_p: f64,
+    /// Locally typical sampling's mass (1 = off).
+    pub typical_p: f64,
+    /// Divides the logit of a token generated in the last `repeat_last_n`
+    /// tokens (1 = off; greedy too).
+    pub repeat_penalty: f64,
+    /// Subtracted from a token's logit per time it was generated in the
+    /// window (0 = off).
+    pub frequency_penalty: f64,
+    /// Subtracted from the logit of a token generated in the window (0 = off).
+    pub presence_penalty: f64,
+    /// The penalties' window: the last N generated tokens (0 = none, -1 =
+    /// the whole context).
+    pub repeat_last_n: i32,
+    /// Added to tokens' logits by id: `ID=BIAS` pairs, comma-separated
+    /// (`-inf` bans a token); empty = none.
+    pub logit_bias: String,
     /// Sampling seed.
     pub seed: u32,
     /// A GBNF grammar file the generated text must follow (llama.cpp's
@@ -277,6 +296,13 @@ impl Default for GenerateConfig {
             temp: 0.0,
             top_k: 40,
             top_p: 0.95,
+            min_p: 0.0,
+            typical_p: 1.0,
+            repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            repeat_last_n: 64,
+            logit_bias: String::new(),
             seed: 0,
             grammar: PathBuf::new(),
             json_schema: String::new(),
@@ -629,6 +655,29 @@ impl RunConfig {
         if !(g.top_p > 0.0 && g.top_p <= 1.0) {
             return Err(bad("generate.top_p", format!("must be in (0, 1] (got {})", g.top_p)));
         }
+        if !(0.0..=1.0).contains(&g.min_p) {
+            return Err(bad("generate.min_p", format!("must be in [0, 1] (got {})", g.min_p)));
+        }
+        if !(g.typical_p > 0.0 && g.typical_p <= 1.0) {
+            return Err(bad("generate.typical_p", format!("must be in (0, 1] (got {})", g.typical_p)));
+        }
+        if !(g.repeat_penalty.is_finite() && g.repeat_penalty > 0.0) {
+            return Err(bad("generate.repeat_penalty", format!("must be positive (got {})", g.repeat_penalty)));
+        }
+        for (key, v) in
+            [("generate.frequency_penalty", g.frequency_penalty), ("generate.presence_penalty", g.presence_penalty)]
+        {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(bad(key, format!("must be in [-2, 2] (got {v})")));
+            }
+        }
+        if g.repeat_last_n < -1 {
+            return Err(bad(
+                "generate.repeat_last_n",
+                format!("must be -1 (the context), 0 (none) or more (got {})", g.repeat_last_n),
+            ));
+        }
+        parse_logit_bias(&g.logit_bias).map_err(|e| bad("generate.logit_bias", e))?;
         if !g.grammar.as_os_str().is_empty() && !g.grammar.is_file() {
             return Err(bad("generate.grammar", format!("{} is not a file", g.grammar.display())));
         }
@@ -876,7 +925,23 @@ impl RunConfig {
     /// Sampling settings.
     pub fn sampling(&self) -> Sampling {
         let g = &self.generate;
-        Sampling { temp: g.temp as f32, top_k: g.top_k, top_p: g.top_p as f32, seed: g.seed }
+        let last_n = if g.repeat_last_n < 0 { i32::try_from(g.ctx_size).unwrap_or(i32::MAX) } else { g.repeat_last_n };
+        Sampling {
+            temp: g.temp as f32,
+            top_k: g.top_k,
+            top_p: g.top_p as f32,
+            min_p: g.min_p as f32,
+            typical_p: g.typical_p as f32,
+            seed: g.seed,
+            penalties: crate::llama::Penalties {
+                last_n,
+                repeat: g.repeat_penalty as f32,
+                frequency: g.frequency_penalty as f32,
+                presence: g.presence_penalty as f32,
+            },
+            // Checked by validate(); a value that slipped past it biases nothing.
+            logit_bias: parse_logit_bias(&g.logit_bias).unwrap_or_default(),
+        }
     }
 
     /// Every setting's name, `section.key`, in file order.
@@ -963,9 +1028,43 @@ impl RunConfig {
     }
 }
 
+/// `ID=BIAS` pairs, comma-separated (`BIAS` a number, `-inf` or `inf`),
+/// as token ids and biases.
+pub fn parse_logit_bias(text: &str) -> Result<Vec<(i32, f32)>, String> {
+    let pair = |item: &str| -> Result<(i32, f32), String> {
+        let (id, bias) = item.split_once('=').ok_or_else(|| format!("`{item}` is not ID=BIAS"))?;
+        let id: i32 =
+            id.trim().parse().ok().filter(|&n: &i32| n >= 0).ok_or_else(|| format!("`{id}` is not a token id"))?;
+        let bias: f32 = bias
+            .trim()
+            .parse()
+            .ok()
+            .filter(|b: &f32| !b.is_nan())
+            .ok_or_else(|| format!("`{bias}` is not a bias (a number, -inf or inf)"))?;
+        Ok((id, bias))
+    };
+    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(pair).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_logit_bias_reads_ids_and_biases() {
+        assert_eq!(parse_logit_bias("300=5, 12=-inf").unwrap(), [(300, 5.0), (12, f32::NEG_INFINITY)]);
+        assert_eq!(parse_logit_bias("").unwrap(), []);
+        for bad in ["300", "x=1", "-3=1", "3=hot", "3=NaN"] {
+            assert!(parse_logit_bias(bad).is_err(), "{bad}");
+        }
+        let e = RunConfig::default().with("generate.logit_bias", "7").unwrap_err();
+        assert!(e.contains("generate.logit_bias"), "{e}");
+        let c = RunConfig::default().with("generate.repeat_penalty", "1.3").unwrap();
+        assert_eq!(c.sampling().penalties.repeat, 1.3);
+        assert!(RunConfig::default().with("generate.presence_penalty", "5").is_err());
+        let whole = RunConfig::default().with("generate.repeat_last_n", "-1").unwrap();
+        assert_eq!(whole.sampling().penalties.last_n, 4096);
+    }
 
     #[test]
     fn checked_in_file_is_the_defaults() {
@@ -1109,7 +1208,7 @@ mod tests {
         let pairs = RunConfig::default().resolved_pairs();
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
-        assert_eq!(pairs.len(), 4 + 12 + 18 + 10 + 5 + 5 + 10);
+        assert_eq!(pairs.len(), 4 + 19 + 18 + 10 + 5 + 5 + 10);
     }
 
     #[test]

@@ -1416,3 +1416,34 @@ fn kernels_probes_each_type_and_family() {
     let bad = bmoe(&["kernels", "--widths", "0"]);
     assert!(!bad.status.success() && stderr(&bad).contains("a width must be 1 to 4096"), "{}", stderr(&bad));
 }
+
+#[test]
+fn sampling_flags_and_keys_change_what_generate_writes() {
+    let dir = common::tempdir();
+    let m = make_tiny(dir.path(), "m.gguf", &[]);
+    let run = |extra: &[&str]| {
+        let out = ok(&[&["generate", "-q", "-m", &m, "-p", "The river", "-n", "64"], extra].concat());
+        stdout(&out).trim_end_matches('\n').to_string()
+    };
+    let greedy = run(&[]);
+    // A bias that forces one token: the reply is that token, 64 times.
+    let forced = run(&["--logit-bias", "300=inf"]);
+    let piece = &forced[..forced.len() / 64];
+    assert!(!piece.is_empty() && forced == piece.repeat(64), "{forced:?}");
+    assert_ne!(forced, greedy);
+    // Each penalty changes the greedy reply (which repeats itself within 64
+    // tokens); a window of none changes nothing.
+    for flag in [&["--repeat-penalty", "3"][..], &["--presence-penalty", "2"], &["--frequency-penalty", "2"]] {
+        assert_ne!(run(flag), greedy, "{flag:?} changed nothing");
+    }
+    assert_eq!(run(&["--repeat-penalty", "3", "--repeat-last-n", "0"]), greedy);
+    // min_p 1 leaves only the favourite, at any temperature.
+    assert_eq!(run(&["--temp", "1", "--top-k", "0", "--min-p", "1", "--seed", "4"]), greedy);
+    // The same through bmoe.toml.
+    let config = dir.path().join("bmoe.toml");
+    std::fs::write(&config, "[generate]\nlogit_bias = \"300=inf\"\n").unwrap();
+    assert_eq!(run(&["--config", config.to_str().unwrap()]), forced);
+    std::fs::write(&config, "[generate]\npresence_penalty = 3.0\n").unwrap();
+    fails_with_one_line(&["generate", "-m", &m, "--config", config.to_str().unwrap()], "generate.presence_penalty");
+    fails_with_one_line(&["generate", "-m", &m, "--logit-bias", "300"], "generate.logit_bias");
+}

@@ -92,7 +92,10 @@ fn disk_error_mid_run_is_reported_and_recoverable() {
 fn seeded_sampling_repeats_and_streams_identically() {
     let dir = tempdir();
     let m = write_tiny(dir.path(), "m.gguf", Arch::Qwen3Moe, |_| {});
-    let sampled = GenerateRequest { sampling: Sampling { temp: 0.8, top_k: 40, top_p: 0.95, seed: 7 }, ..request(24) };
+    let sampled = GenerateRequest {
+        sampling: Sampling { temp: 0.8, top_k: 40, top_p: 0.95, seed: 7, ..Sampling::default() },
+        ..request(24)
+    };
     let _serial = llama_lock();
     let go = |stream| Session::open(options(&m, stream)).unwrap().generate(&sampled, &mut |_| {}).unwrap();
     let a = go(None);
@@ -176,8 +179,8 @@ fn greedy_grammar_shortcut_picks_what_the_full_mask_picks() {
     let _serial = llama_lock();
     let model = Model::load(&m, &[], &[], &[], false, &RemoteLayers::default()).unwrap();
     let grammar = "root ::= [a-e]+ \".\"\n";
-    let mut quick = Sampler::with_grammar(Sampling::default(), &model, grammar).unwrap();
-    let mut full = Sampler::with_grammar(Sampling::default(), &model, grammar).unwrap().without_shortcut();
+    let mut quick = Sampler::with_grammar(&Sampling::default(), &model, grammar).unwrap();
+    let mut full = Sampler::with_grammar(&Sampling::default(), &model, grammar).unwrap().without_shortcut();
     let favourites: Vec<i32> = ["a", "c", "e", "."].iter().flat_map(|t| model.tokenize(t, false)).collect();
     let n = model.n_vocab();
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;

@@ -236,6 +236,32 @@ pub struct TurnFlags {
     /// Top-p sampling stage (1 = off) [generate.top_p, default 0.95].
     #[arg(long)]
     pub top_p: Option<f64>,
+    /// Min-p sampling stage: drop tokens less likely than this fraction of the top one (0 = off)
+    /// [generate.min_p, default 0].
+    #[arg(long)]
+    pub min_p: Option<f64>,
+    /// Locally typical sampling's mass (1 = off) [generate.typical_p, default 1].
+    #[arg(long)]
+    pub typical_p: Option<f64>,
+    /// Divide the logits of tokens generated in the last --repeat-last-n tokens (1 = off; greedy
+    /// too) [generate.repeat_penalty, default 1].
+    #[arg(long)]
+    pub repeat_penalty: Option<f64>,
+    /// Subtract this per time a token was generated lately, -2 to 2 [generate.frequency_penalty,
+    /// default 0].
+    #[arg(long, allow_hyphen_values = true)]
+    pub frequency_penalty: Option<f64>,
+    /// Subtract this once from a token generated lately, -2 to 2 [generate.presence_penalty,
+    /// default 0].
+    #[arg(long, allow_hyphen_values = true)]
+    pub presence_penalty: Option<f64>,
+    /// The penalties' window in generated tokens (0 = none, -1 = the context)
+    /// [generate.repeat_last_n, default 64].
+    #[arg(long, allow_hyphen_values = true)]
+    pub repeat_last_n: Option<i32>,
+    /// Add to tokens' logits by id: ID=BIAS[,ID=BIAS...] (-inf bans a token) [generate.logit_bias].
+    #[arg(long, value_name = "ID=BIAS,...")]
+    pub logit_bias: Option<String>,
     /// Sampling seed [generate.seed, default 0].
     #[arg(long)]
     pub seed: Option<u32>,
@@ -398,7 +424,9 @@ pub fn resolve_config(args: &RunFlags, turn: &TurnFlags) -> Result<RunConfig> {
     }
     set!(args: threads => g.threads, ctx_size => g.ctx_size, batch => g.batch, ubatch => g.ubatch);
     set!(turn: n_predict => g.n_predict, temp => g.temp, top_k => g.top_k, top_p => g.top_p, seed => g.seed,
-         grammar => g.grammar, json_schema => g.json_schema);
+         grammar => g.grammar, json_schema => g.json_schema, min_p => g.min_p, typical_p => g.typical_p,
+         repeat_penalty => g.repeat_penalty, frequency_penalty => g.frequency_penalty,
+         presence_penalty => g.presence_penalty, repeat_last_n => g.repeat_last_n, logit_bias => g.logit_bias);
     if args.no_batch_invariant {
         g.batch_invariant = BatchInvariance::Off;
     }

@@ -525,6 +525,13 @@ impl Session {
                 "speculative decoding verifies drafts against greedy argmax: use --temp 0 with --draft-plugin".into(),
             ));
         }
+        if (self.drafter.is_some() || self.drafts_with_mtp()) && req.sampling.reshapes_logits() {
+            return Err(EngineError::Request(
+                "repetition penalties and a logit bias change the greedy choice drafts are verified against: turn \
+                 them off, or the draft plugin or MTP"
+                    .into(),
+            ));
+        }
         if self.drafts_with_mtp() && req.sampling.temp > 0.0 {
             return Err(EngineError::Request(
                 "MTP drafts are verified against greedy argmax: use --temp 0 with --mtp".into(),
@@ -549,7 +556,7 @@ impl Session {
                 ));
             }
             constraint => {
-                Sampler::constrained(req.sampling, &model, constraint.as_ref()).map_err(EngineError::Request)?
+                Sampler::constrained(&req.sampling, &model, constraint.as_ref()).map_err(EngineError::Request)?
             }
         };
         let (input, turn_start, old_pending, reused) = match &req.prompt {

@@ -53,6 +53,17 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("generate.temp", Apply::Live, "sampling temperature (0 = greedy)"),
     ("generate.top_k", Apply::Live, "top-k sampling stage (0 = off)"),
     ("generate.top_p", Apply::Live, "top-p sampling stage"),
+    (
+        "generate.min_p",
+        Apply::Live,
+        "min-p sampling stage: drop tokens under this fraction of the top one's probability (0 = off)",
+    ),
+    ("generate.typical_p", Apply::Live, "locally typical sampling's mass (1 = off)"),
+    ("generate.repeat_penalty", Apply::Live, "divides the logits of tokens generated lately (1 = off; greedy too)"),
+    ("generate.frequency_penalty", Apply::Live, "subtracted per time a token was generated lately (0 = off)"),
+    ("generate.presence_penalty", Apply::Live, "subtracted once from a token generated lately (0 = off)"),
+    ("generate.repeat_last_n", Apply::Live, "the penalties' window in generated tokens (0 = none, -1 = the context)"),
+    ("generate.logit_bias", Apply::Live, "ID=BIAS pairs added to tokens' logits (-inf bans one; empty = none)"),
     ("generate.seed", Apply::Live, "sampling seed"),
     ("generate.grammar", Apply::Live, "a GBNF grammar file the output must follow (empty = none)"),
     (

@@ -29,7 +29,7 @@ pub use model::{Model, ModelLoadError};
 pub use mtp::{MtpExperts, MtpParams};
 pub use repack::Repacker;
 pub use rpc::RemoteLayers;
-pub use sampler::{Sampler, Sampling, argmax};
+pub use sampler::{Penalties, Sampler, Sampling, argmax};
 pub use tensor::{RowScorer, Tensor, TensorBinding, TensorHandle};
 
 static INIT: Once = Once::new();

@@ -11,7 +11,7 @@ use llama_cpp_sys_2 as sys;
 use super::{Constraint, Model, SchemaGuide};
 
 /// Sampling settings; `temp <= 0` means greedy.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sampling {
     /// Temperature; 0 or less selects greedy argmax.
     pub temp: f32,
@@ -19,13 +19,67 @@ pub struct Sampling {
     pub top_k: i32,
     /// Keep the smallest set of tokens whose probability reaches p.
     pub top_p: f32,
+    /// Drop the tokens less likely than this fraction of the most likely
+    /// one (0 disables the stage).
+    pub min_p: f32,
+    /// Locally typical sampling's probability mass (1 disables the stage).
+    pub typical_p: f32,
     /// Seed of the random draw.
     pub seed: u32,
+    /// Penalties on the tokens generated lately (greedy too).
+    pub penalties: Penalties,
+    /// Added to a token's logit before anything else, by token id (greedy
+    /// too): `-inf` bans a token, a large bias forces it.
+    pub logit_bias: Vec<(i32, f32)>,
 }
 
 impl Default for Sampling {
     fn default() -> Sampling {
-        Sampling { temp: 0.0, top_k: 40, top_p: 0.95, seed: 0 }
+        Sampling {
+            temp: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.0,
+            typical_p: 1.0,
+            seed: 0,
+            penalties: Penalties::default(),
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
+impl Sampling {
+    /// Whether the logits are changed before a choice (penalties or a
+    /// bias): a greedy choice is then no longer the model's argmax.
+    pub fn reshapes_logits(&self) -> bool {
+        self.penalties.active() || !self.logit_bias.is_empty()
+    }
+}
+
+/// llama.cpp's repetition penalties over a window of generated tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Penalties {
+    /// How many of the last generated tokens count (0 disables them).
+    pub last_n: i32,
+    /// Divides a counted token's positive logit (multiplies a negative
+    /// one); 1 disables it.
+    pub repeat: f32,
+    /// Subtracted once per time a token was generated in the window.
+    pub frequency: f32,
+    /// Subtracted once from a token generated in the window.
+    pub presence: f32,
+}
+
+impl Default for Penalties {
+    fn default() -> Penalties {
+        Penalties { last_n: 64, repeat: 1.0, frequency: 0.0, presence: 0.0 }
+    }
+}
+
+impl Penalties {
+    /// Whether any penalty applies.
+    pub fn active(&self) -> bool {
+        self.last_n != 0 && (self.repeat != 1.0 || self.frequency != 0.0 || self.presence != 0.0)
     }
 }
 
@@ -40,6 +94,8 @@ pub struct Sampler<'m> {
     schema: Option<SchemaGuide>,
     /// Greedy choice (argmax over the logits the constraint left), not a draw.
     greedy: bool,
+    /// The chain changes logits (a bias, penalties) before the choice.
+    reshaped: bool,
     scratch: Vec<sys::llama_token_data>,
     /// The logits a schema masked.
     masked: Vec<f32>,
@@ -54,11 +110,15 @@ pub struct Sampler<'m> {
 unsafe impl Send for Sampler<'_> {}
 
 impl Sampler<'static> {
-    /// Builds the sampler.
-    pub fn new(s: Sampling) -> Sampler<'static> {
+    /// Builds the sampler (for a vocabulary of `n_vocab` tokens, which
+    /// llama.cpp's penalty and bias stages are told).
+    pub fn new(s: &Sampling, n_vocab: usize) -> Sampler<'static> {
         let mut sampler = Sampler::bare(s.temp <= 0.0);
-        if !sampler.greedy {
+        if !sampler.greedy || s.reshapes_logits() {
             sampler.chain = new_chain();
+            sampler.add_shaping_stages(s, n_vocab);
+        }
+        if !sampler.greedy {
             sampler.add_draw_stages(s);
         }
         sampler
@@ -80,6 +140,7 @@ impl<'m> Sampler<'m> {
             grammar: None,
             schema: None,
             greedy,
+            reshaped: false,
             scratch: Vec::new(),
             masked: Vec::new(),
             failure: None,
@@ -88,13 +149,13 @@ impl<'m> Sampler<'m> {
     }
 
     /// Builds the sampler behind `constraint` (none: [`Sampler::new`]).
-    pub fn constrained(s: Sampling, model: &'m Model, constraint: Option<&Constraint>) -> Result<Sampler<'m>, String> {
+    pub fn constrained(s: &Sampling, model: &'m Model, constraint: Option<&Constraint>) -> Result<Sampler<'m>, String> {
         match constraint {
-            None => Ok(Sampler::new(s)),
+            None => Ok(Sampler::new(s, model.n_vocab())),
             Some(Constraint::Grammar(grammar)) => Sampler::with_grammar(s, model, grammar),
             Some(Constraint::JsonSchema(schema)) => {
                 let guide = SchemaGuide::new(model.token_table()?, schema)?;
-                let mut sampler = Sampler::new(s);
+                let mut sampler = Sampler::new(s, model.n_vocab());
                 sampler.schema = Some(guide);
                 Ok(sampler)
             }
@@ -103,7 +164,7 @@ impl<'m> Sampler<'m> {
 
     /// Builds the sampler behind `grammar` (GBNF text, rule `root` first)
     /// for `model`'s vocabulary; an error quotes llama.cpp's parse error.
-    pub fn with_grammar(s: Sampling, model: &'m Model, grammar: &str) -> Result<Sampler<'m>, String> {
+    pub fn with_grammar(s: &Sampling, model: &'m Model, grammar: &str) -> Result<Sampler<'m>, String> {
         super::init();
         let text = CString::new(grammar).map_err(|_| "the grammar contains a NUL byte".to_string())?;
         // llama.cpp prints a grammar's parse error straight to stderr: it is
@@ -125,14 +186,41 @@ impl<'m> Sampler<'m> {
             // SAFETY: the live chain takes ownership of the grammar stage.
             unsafe { sys::llama_sampler_chain_add(chain.as_ptr(), stage) };
         }
+        sampler.add_shaping_stages(s, model.n_vocab());
         if !sampler.greedy {
             sampler.add_draw_stages(s);
         }
         Ok(sampler)
     }
 
-    /// Appends top-k, top-p, temperature and the seeded draw to the chain.
-    fn add_draw_stages(&mut self, s: Sampling) {
+    /// Appends the logit bias and the penalties to the chain (where set):
+    /// stages that change logits in place and keep their order, so a
+    /// greedy choice is the argmax of what they leave.
+    fn add_shaping_stages(&mut self, s: &Sampling, n_vocab: usize) {
+        let Some(chain) = self.chain else { return };
+        self.reshaped = s.reshapes_logits();
+        let n_vocab = i32::try_from(n_vocab).unwrap_or(i32::MAX);
+        let bias: Vec<sys::llama_logit_bias> =
+            s.logit_bias.iter().map(|&(token, bias)| sys::llama_logit_bias { token, bias }).collect();
+        let p = s.penalties;
+        // SAFETY: the live chain takes ownership of each new stage; the
+        // bias list is copied by llama.cpp during the call.
+        unsafe {
+            let chain = chain.as_ptr();
+            if !bias.is_empty() {
+                let n = i32::try_from(bias.len()).unwrap_or(i32::MAX);
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_logit_bias(n_vocab, n, bias.as_ptr()));
+            }
+            if p.active() {
+                let stage = sys::llama_sampler_init_penalties(n_vocab, p.last_n, p.repeat, p.frequency, p.presence);
+                sys::llama_sampler_chain_add(chain, stage);
+            }
+        }
+    }
+
+    /// Appends top-k, typical, top-p, min-p, temperature and the seeded
+    /// draw to the chain (llama.cpp's order).
+    fn add_draw_stages(&mut self, s: &Sampling) {
         let Some(chain) = self.chain else { return };
         // SAFETY: the live chain takes ownership of each new stage.
         unsafe {
@@ -140,7 +228,13 @@ impl<'m> Sampler<'m> {
             if s.top_k > 0 {
                 sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_k(s.top_k));
             }
+            if s.typical_p < 1.0 {
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_typical(s.typical_p, 1));
+            }
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_top_p(s.top_p, 1));
+            if s.min_p > 0.0 {
+                sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_min_p(s.min_p, 1));
+            }
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_temp(s.temp));
             sys::llama_sampler_chain_add(chain, sys::llama_sampler_init_dist(s.seed));
         }
@@ -157,6 +251,7 @@ impl<'m> Sampler<'m> {
             return self.sample_schema(logits);
         }
         if self.greedy
+            && !self.reshaped
             && let Some(token) = self.greedy_grammar_fast(logits)
         {
             return Some(token);
@@ -336,13 +431,68 @@ mod tests {
     #[test]
     fn seeded_sampling_repeats() {
         let logits: Vec<f32> = (0..50).map(|i| (i % 7) as f32 * 0.3).collect();
-        let s = Sampling { temp: 1.0, top_k: 40, top_p: 0.95, seed: 9 };
+        let s = Sampling { temp: 1.0, seed: 9, ..Sampling::default() };
         let run = || {
-            let mut sm = Sampler::new(s);
+            let mut sm = Sampler::new(&s, logits.len());
             (0..20).map(|_| sm.sample(&logits).unwrap()).collect::<Vec<_>>()
         };
         let a = run();
         assert_eq!(a, run());
         assert!(a.iter().any(|&t| t != a[0]), "a temperature draw should vary");
+    }
+
+    /// Logits whose argmax is token 6, with 13, 20... tied behind it.
+    fn periodic() -> Vec<f32> {
+        (0..50).map(|i| (i % 7) as f32 * 0.3).collect()
+    }
+
+    fn picks(s: &Sampling, logits: &[f32], n: usize) -> Vec<i32> {
+        let mut sampler = Sampler::new(s, logits.len());
+        (0..n).map(|_| sampler.sample(logits).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_logit_bias_forces_or_bans_a_token() {
+        let logits = periodic();
+        assert_eq!(picks(&Sampling::default(), &logits, 3), [6, 6, 6]);
+        let forced = Sampling { logit_bias: vec![(11, 100.0)], ..Sampling::default() };
+        assert_eq!(picks(&forced, &logits, 3), [11, 11, 11]);
+        let hot = Sampling { temp: 1.0, seed: 5, ..forced };
+        assert_eq!(picks(&hot, &logits, 3), [11, 11, 11]);
+        let banned = Sampling { logit_bias: vec![(6, f32::NEG_INFINITY)], ..Sampling::default() };
+        assert_eq!(picks(&banned, &logits, 2), [13, 13]);
+    }
+
+    #[test]
+    fn each_penalty_stops_a_greedy_repeat() {
+        let logits = periodic();
+        let with = |p: Penalties| Sampling { penalties: p, ..Sampling::default() };
+        let base = Penalties::default();
+        for p in [
+            Penalties { repeat: 2.0, ..base },
+            Penalties { frequency: 1.0, ..base },
+            Penalties { presence: 1.0, ..base },
+        ] {
+            assert_eq!(picks(&with(p), &logits, 4), [6, 13, 20, 27], "{p:?}");
+        }
+        // A window of none, or no penalty, repeats.
+        assert_eq!(picks(&with(Penalties { last_n: 0, repeat: 2.0, ..base }), &logits, 3), [6, 6, 6]);
+        // The window forgets: with one token counted, the first comes back.
+        assert_eq!(picks(&with(Penalties { last_n: 1, presence: 1.0, ..base }), &logits, 3), [6, 13, 6]);
+    }
+
+    #[test]
+    fn min_p_and_typical_p_narrow_the_draw() {
+        // One clear favourite over a flat field.
+        let logits: Vec<f32> = (0..50).map(|i| if i == 7 { 2.0 } else { 0.0 }).collect();
+        let drawn = |s: Sampling| -> std::collections::BTreeSet<i32> {
+            (0..16).flat_map(|seed| picks(&Sampling { seed, ..s.clone() }, &logits, 2)).collect()
+        };
+        let hot = Sampling { temp: 1.0, ..Sampling::default() };
+        assert!(drawn(hot.clone()).len() > 3, "a plain draw varies");
+        assert_eq!(drawn(Sampling { min_p: 0.5, ..hot.clone() }).into_iter().collect::<Vec<_>>(), [7]);
+        // The most typical token of this field is one of the flat ones,
+        // the same whatever the seed.
+        assert_eq!(drawn(Sampling { typical_p: 1e-6, ..hot }).len(), 1);
     }
 }

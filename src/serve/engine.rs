@@ -97,6 +97,8 @@ pub enum Status {
         /// The model file's size, date and details, as Ollama's listings
         /// give them.
         about: serde_json::Value,
+        /// Tokens in the vocabulary.
+        n_vocab: usize,
     },
     /// Opening failed (said in every answer).
     Failed(String),
@@ -175,7 +177,16 @@ impl Engine {
                 if let Ok(prompter) = host.prompter() {
                     let _ = shared.prompter.set(Arc::new(prompter));
                 }
-                shared.set_status(Status::Ready { model_id, n_ctx, tool_openings, shape, max_token_bytes, about });
+                let n_vocab = model.n_vocab();
+                shared.set_status(Status::Ready {
+                    model_id,
+                    n_ctx,
+                    tool_openings,
+                    shape,
+                    max_token_bytes,
+                    about,
+                    n_vocab,
+                });
                 // Drafts are verified one sequence at a time, by the host.
                 if host.session_mut().drafts() {
                     run(host, &inbox, &shared);
@@ -200,8 +211,16 @@ impl Engine {
     /// Refuses a request whose prompt cannot fit in a slot's context, from
     /// its size alone (before the engine thread renders or tokenizes it: a
     /// many-megabyte prompt refused anyway holds up no other request).
+    /// A `logit_bias` naming a token outside the vocabulary is refused here
+    /// too.
     pub fn refuse_oversized(&self, request: &Parsed) -> Result<(), ApiError> {
-        let Status::Ready { n_ctx, max_token_bytes, .. } = self.status() else { return Ok(()) };
+        let Status::Ready { n_ctx, max_token_bytes, n_vocab, .. } = self.status() else { return Ok(()) };
+        if let Some(&(token, _)) = request.settings.sampling.logit_bias.iter().find(|(t, _)| *t as usize >= n_vocab) {
+            return Err(ApiError::bad_param(
+                "logit_bias",
+                format!("token {token} is not in the vocabulary (ids 0 to {})", n_vocab - 1),
+            ));
+        }
         let at_least = match &request.work {
             Work::Chat(work) => {
                 let c = &work.conversation;

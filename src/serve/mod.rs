@@ -190,16 +190,22 @@ impl Connections {
 
     /// Every second: once a burst of connections (64 or more since the
     /// last time) is over, hands the allocator's free memory back to the
-    /// system.
+    /// system; and once more when the connections still open then have
+    /// closed too (on a loaded machine the last of a burst close late).
     /// (glibc keeps what thousands of connections' buffers freed in its
     /// arenas: RSS stayed at its peak after a flood of idle connections.)
     async fn give_back_memory(self: std::sync::Arc<Self>) {
         use std::sync::atomic::Ordering;
+        // Connections open at the last trim, still to be given back.
+        let mut left = 0;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            if self.open.load(Ordering::Relaxed) <= 16 && self.since_trim.load(Ordering::Relaxed) >= 64 {
+            let open = self.open.load(Ordering::Relaxed);
+            let burst = self.since_trim.load(Ordering::Relaxed) >= 64;
+            if open <= 16 && (burst || (left > 0 && open < left)) {
                 self.since_trim.store(0, Ordering::Relaxed);
                 crate::llama::memory::trim_heap();
+                left = open;
             }
         }
     }

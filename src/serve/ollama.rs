@@ -43,18 +43,22 @@ const LOAD_OPTIONS: [&str; 12] = [
 ];
 
 /// Sampler options bmoe does not have: refused by name.
-const REFUSED_OPTIONS: [&str; 11] = [
+const REFUSED_OPTIONS: [&str; 5] = ["tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline"];
+
+/// The sampler options taken.
+const SAMPLER_OPTIONS: [&str; 12] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "num_predict",
+    "stop",
+    "min_p",
+    "typical_p",
     "repeat_penalty",
     "repeat_last_n",
     "presence_penalty",
     "frequency_penalty",
-    "min_p",
-    "typical_p",
-    "tfs_z",
-    "mirostat",
-    "mirostat_tau",
-    "mirostat_eta",
-    "penalize_newline",
 ];
 
 /// `POST /api/chat`.
@@ -138,8 +142,7 @@ fn options(body: &Value, settings: &mut TurnSettings) -> Result<(), ApiError> {
     };
     let options = Value::Object(options.clone());
     for (key, _) in options.as_object().into_iter().flatten() {
-        let known = ["temperature", "top_p", "top_k", "seed", "num_predict", "stop"].contains(&key.as_str())
-            || LOAD_OPTIONS.contains(&key.as_str());
+        let known = SAMPLER_OPTIONS.contains(&key.as_str()) || LOAD_OPTIONS.contains(&key.as_str());
         if REFUSED_OPTIONS.contains(&key.as_str()) {
             return Err(ApiError::bad_param(
                 &format!("options.{key}"),
@@ -173,7 +176,16 @@ fn options(body: &Value, settings: &mut TurnSettings) -> Result<(), ApiError> {
         }
     }
     settings.stop = request::stop_strings(options.get("stop"), "options.stop")?;
-    Ok(())
+    let number = |field: &str| request::number_in(&options, field, f64::MIN, f64::MAX).map_err(named);
+    let given = request::Penalties {
+        min_p: number("min_p")?,
+        typical_p: number("typical_p")?,
+        repeat_penalty: number("repeat_penalty")?,
+        repeat_last_n: request::integer_in(&options, "repeat_last_n", i64::MIN, i64::MAX).map_err(named)?,
+        frequency_penalty: number("frequency_penalty")?,
+        presence_penalty: number("presence_penalty")?,
+    };
+    request::penalties(&mut settings.sampling, given, "options.")
 }
 
 /// `think`: true or false, or an effort (`low`, `medium`, `high`).
@@ -624,7 +636,8 @@ mod tests {
             body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
             chat_of(body).unwrap_err().param
         };
-        assert_eq!(param(json!({"options": {"repeat_penalty": 1.1}})).as_deref(), Some("options.repeat_penalty"));
+        assert_eq!(param(json!({"options": {"mirostat": 2}})).as_deref(), Some("options.mirostat"));
+        assert_eq!(param(json!({"options": {"repeat_penalty": 0}})).as_deref(), Some("options.repeat_penalty"));
         assert_eq!(param(json!({"options": {"bogus": 1}})).as_deref(), Some("options.bogus"));
         assert_eq!(param(json!({"options": {"temperature": "hot"}})).as_deref(), Some("options.temperature"));
         assert_eq!(param(json!({"format": 5})).as_deref(), Some("format"));

@@ -24,6 +24,9 @@ pub struct Header {
     pub logprobs: bool,
     /// Whether the request asked for the logits digests.
     pub logits_digest: bool,
+    /// The sampling seed the reply was drawn with (the request's, or a
+    /// fresh one), reported so a sampled reply can be reproduced.
+    pub seed: Option<u32>,
 }
 
 impl Header {
@@ -31,7 +34,12 @@ impl Header {
     pub fn new(prefix: &str, model: String) -> Header {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let id = format!("{prefix}-{:016x}", rand::random::<u64>());
-        Header { id, created, model, logprobs: false, logits_digest: false }
+        Header { id, created, model, logprobs: false, logits_digest: false, seed: None }
+    }
+
+    /// This header for a reply drawn with `seed`.
+    pub fn seeded(self, seed: u32) -> Header {
+        Header { seed: Some(seed), ..self }
     }
 
     /// This header for a request that asks for log-probabilities and/or digests.
@@ -39,10 +47,13 @@ impl Header {
         Header { logprobs, logits_digest, ..self }
     }
 
-    /// Adds the logits digests of `f` to a reply object, when asked (a bmoe
-    /// extension: one 16-digit hex XXH3 per step, as `bmoe generate
-    /// --logits-digest` writes them).
-    fn add_digests(&self, object: &mut Value, f: &Finished) {
+    /// Adds what a reply reports beyond OpenAI's fields: the seed, and the
+    /// logits digests when asked (a bmoe extension: one 16-digit hex XXH3
+    /// per step, as `bmoe generate --logits-digest` writes them).
+    fn add_reported(&self, object: &mut Value, f: &Finished) {
+        if let Some(seed) = self.seed {
+            object["seed"] = json!(seed);
+        }
         if self.logits_digest {
             object["logits_digest"] = f.logits_digest.iter().map(|d| format!("{d:016x}")).collect();
         }
@@ -92,7 +103,7 @@ pub fn chat_completion(h: &Header, f: &Finished) -> Value {
         "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": f.finish_reason}],
         "usage": usage(f),
     });
-    h.add_digests(&mut object, f);
+    h.add_reported(&mut object, f);
     object
 }
 
@@ -117,7 +128,7 @@ pub fn text_completion(h: &Header, replies: &[Box<Finished>], total: &Finished) 
         "usage": usage(total),
     });
     if let Some(first) = replies.first() {
-        h.add_digests(&mut object, first);
+        h.add_reported(&mut object, first);
     }
     object
 }
@@ -213,7 +224,7 @@ impl ChatChunks {
             out.push(self.chunk_with_logprobs(json!({})));
         }
         let mut last = self.chunk(json!({}), Some(f.finish_reason));
-        self.header.add_digests(&mut last, f);
+        self.header.add_reported(&mut last, f);
         out.push(last);
         if include_usage {
             out.push(json!({
@@ -280,7 +291,7 @@ impl CompletionChunks {
     /// are left, and the digests when asked), then the usage when asked.
     pub fn finish(&mut self, f: &Finished, include_usage: bool) -> Vec<Value> {
         let mut last = self.with_logprobs("", Some(f.finish_reason));
-        self.header.add_digests(&mut last, f);
+        self.header.add_reported(&mut last, f);
         let mut out = vec![last];
         out.extend(include_usage.then(|| completion_usage(&self.header, f)));
         out
@@ -304,7 +315,14 @@ mod tests {
     use super::*;
 
     fn header() -> Header {
-        Header { id: "chatcmpl-1".into(), created: 1, model: "m".into(), logprobs: false, logits_digest: false }
+        Header {
+            id: "chatcmpl-1".into(),
+            created: 1,
+            model: "m".into(),
+            logprobs: false,
+            logits_digest: false,
+            seed: None,
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::error::ApiError;
 use crate::chat::{Conversation, Message, ToolCall};
 use crate::config::RunConfig;
 use crate::host::{Prepared, TurnSettings};
-use crate::llama::Constraint;
+use crate::llama::{Constraint, Sampling};
 
 /// Most stop strings a request may give.
 pub(super) const MAX_STOPS: usize = 16;
@@ -93,6 +93,13 @@ struct Common {
     temperature: Option<f64>,
     top_p: Option<f64>,
     top_k: Option<i64>,
+    min_p: Option<f64>,
+    typical_p: Option<f64>,
+    repeat_penalty: Option<f64>,
+    repeat_last_n: Option<i64>,
+    frequency_penalty: Option<f64>,
+    presence_penalty: Option<f64>,
+    logit_bias: Option<Value>,
     seed: Option<i64>,
     n: Option<i64>,
     logprobs: Option<Value>,
@@ -250,7 +257,14 @@ enum FieldType {
 }
 
 /// The fields both endpoints read, with their types.
-const FIELD_TYPES: [(&str, FieldType); 14] = [
+const FIELD_TYPES: [(&str, FieldType); 21] = [
+    ("min_p", FieldType::Number),
+    ("typical_p", FieldType::Number),
+    ("repeat_penalty", FieldType::Number),
+    ("repeat_last_n", FieldType::Integer),
+    ("frequency_penalty", FieldType::Number),
+    ("presence_penalty", FieldType::Number),
+    ("logit_bias", FieldType::Object),
     ("stream", FieldType::Bool),
     ("stream_options", FieldType::Object),
     ("max_tokens", FieldType::Integer),
@@ -332,14 +346,7 @@ fn include_usage(common: &Common) -> bool {
 /// The sampling, length, stop and output-format settings of a request
 /// over the configuration's.
 fn settings(common: &Common, config: &RunConfig, default_max: Option<u32>) -> Result<TurnSettings, ApiError> {
-    let mut settings = TurnSettings {
-        n_predict: default_max.unwrap_or(u32::MAX),
-        sampling: config.sampling(),
-        constraint: None,
-        think: config.chat.think,
-        require_call: false,
-        stop: Vec::new(),
-    };
+    let mut settings = base_settings(config, default_max);
     let limit = common.max_completion_tokens.or(common.max_tokens).or(common.n_predict.filter(|&n| n >= 0));
     if let Some(n) = limit {
         if n < 1 {
@@ -362,8 +369,22 @@ fn settings(common: &Common, config: &RunConfig, default_max: Option<u32>) -> Re
     if let Some(k) = common.top_k {
         settings.sampling.top_k = i32::try_from(k.max(0)).unwrap_or(i32::MAX);
     }
-    if let Some(seed) = common.seed {
-        settings.sampling.seed = seed.rem_euclid(1 << 32) as u32;
+    // No seed: a fresh one, which the reply reports (`seed`).
+    settings.sampling.seed = common.seed.map_or_else(rand::random, |seed| seed.rem_euclid(1 << 32) as u32);
+    penalties(
+        &mut settings.sampling,
+        Penalties {
+            min_p: common.min_p,
+            typical_p: common.typical_p,
+            repeat_penalty: common.repeat_penalty,
+            repeat_last_n: common.repeat_last_n,
+            frequency_penalty: common.frequency_penalty,
+            presence_penalty: common.presence_penalty,
+        },
+        "",
+    )?;
+    if let Some(bias) = &common.logit_bias {
+        settings.sampling.logit_bias = logit_bias(bias)?;
     }
     settings.stop = match &common.stop {
         None => Vec::new(),
@@ -397,12 +418,85 @@ pub(super) fn response_schema(format: &Value) -> Result<Option<Constraint>, ApiE
     Constraint::json_schema_value(schema).map(Some).map_err(bad)
 }
 
+/// The penalty and filter fields of a request (each `None` when not given).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Penalties {
+    pub min_p: Option<f64>,
+    pub typical_p: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub repeat_last_n: Option<i64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+}
+
+/// `given` over `sampling`, each checked (OpenAI's ranges for the
+/// frequency and presence penalties, llama-server's for the others); a
+/// bad one is named with `prefix` before it (`options.`).
+pub(super) fn penalties(sampling: &mut Sampling, given: Penalties, prefix: &str) -> Result<(), ApiError> {
+    let bad = |field: &str, range: &str, v: f64| {
+        ApiError::bad_param(&format!("{prefix}{field}"), format!("`{field}` must be {range} (got {v})"))
+    };
+    if let Some(v) = given.min_p {
+        (0.0..=1.0).contains(&v).then_some(()).ok_or_else(|| bad("min_p", "0 to 1", v))?;
+        sampling.min_p = v as f32;
+    }
+    if let Some(v) = given.typical_p {
+        (v > 0.0 && v <= 1.0).then_some(()).ok_or_else(|| bad("typical_p", "above 0, at most 1", v))?;
+        sampling.typical_p = v as f32;
+    }
+    if let Some(v) = given.repeat_penalty {
+        (v.is_finite() && v > 0.0).then_some(()).ok_or_else(|| bad("repeat_penalty", "positive", v))?;
+        sampling.penalties.repeat = v as f32;
+    }
+    for (field, value, target) in [
+        ("frequency_penalty", given.frequency_penalty, &mut sampling.penalties.frequency),
+        ("presence_penalty", given.presence_penalty, &mut sampling.penalties.presence),
+    ] {
+        if let Some(v) = value {
+            (-2.0..=2.0).contains(&v).then_some(()).ok_or_else(|| bad(field, "-2 to 2", v))?;
+            *target = v as f32;
+        }
+    }
+    if let Some(n) = given.repeat_last_n {
+        // -1: the whole context (no slot holds more than i32::MAX tokens).
+        let n = if n == -1 { i32::MAX } else { i32::try_from(n).unwrap_or(-2) };
+        (n >= 0).then_some(()).ok_or_else(|| bad("repeat_last_n", "-1 (the context), 0 or more", n as f64))?;
+        sampling.penalties.last_n = n;
+    }
+    Ok(())
+}
+
+/// Most entries a `logit_bias` may hold.
+const MAX_BIASES: usize = 1024;
+
+/// `logit_bias` as OpenAI writes it: token ids (as strings) to biases from
+/// -100 to 100.
+pub(super) fn logit_bias(value: &Value) -> Result<Vec<(i32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("logit_bias", m);
+    let map = value.as_object().ok_or_else(|| bad("`logit_bias` must be an object of token ids to biases".into()))?;
+    if map.len() > MAX_BIASES {
+        return Err(bad(format!("at most {MAX_BIASES} biases (got {})", map.len())));
+    }
+    map.iter()
+        .map(|(id, bias)| {
+            let token = id.trim().parse::<i32>().ok().filter(|&t| t >= 0);
+            let token = token.ok_or_else(|| bad(format!("`{id}` is not a token id")))?;
+            let bias = bias.as_f64().filter(|b| (-100.0..=100.0).contains(b));
+            let bias = bias.ok_or_else(|| bad(format!("token {id}'s bias must be a number from -100 to 100")))?;
+            Ok((token, bias as f32))
+        })
+        .collect()
+}
+
 /// The settings of a request that sets nothing: the configuration's, with
-/// `default_max` as its token limit (`None`: the room in the context).
+/// `default_max` as its token limit (`None`: the room in the context), and
+/// a fresh seed.
 pub(super) fn base_settings(config: &RunConfig, default_max: Option<u32>) -> TurnSettings {
+    let mut sampling = config.sampling();
+    sampling.seed = rand::random();
     TurnSettings {
         n_predict: default_max.unwrap_or(u32::MAX),
-        sampling: config.sampling(),
+        sampling,
         constraint: None,
         think: config.chat.think,
         require_call: false,

@@ -316,7 +316,9 @@ async fn chat(
         };
         let stream = parsed.stream;
         let include_usage = parsed.include_usage;
-        let header = Header::new("chatcmpl", model).reporting(parsed.logprobs.is_some(), parsed.logits_digest);
+        let header = Header::new("chatcmpl", model)
+            .reporting(parsed.logprobs.is_some(), parsed.logits_digest)
+            .seeded(parsed.settings.sampling.seed);
         let rx = submit(&state, parsed)?;
         if stream {
             let mut chunks = ChatChunks::new(header, &openings);
@@ -356,7 +358,9 @@ async fn completion(
         }
         let first = &prompts[0];
         let (stream, include_usage) = (first.stream, first.include_usage);
-        let header = Header::new("cmpl", model).reporting(first.logprobs.is_some(), first.logits_digest);
+        let header = Header::new("cmpl", model)
+            .reporting(first.logprobs.is_some(), first.logits_digest)
+            .seeded(first.settings.sampling.seed);
         if stream {
             // A streamed completion has one prompt (request::completion).
             let rx = submit(&state, prompts.remove(0))?;

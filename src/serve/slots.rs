@@ -225,7 +225,7 @@ fn start<'m>(
         Ok(reply) => reply,
         Err(e) => return refuse(job, host_error(e)),
     };
-    let sampler = match Sampler::constrained(reply.sampling, model, reply.constraint.as_ref()) {
+    let sampler = match Sampler::constrained(&reply.sampling, model, reply.constraint.as_ref()) {
         Ok(s) => s,
         Err(e) => return refuse(job, ApiError::bad_request(e)),
     };

@@ -101,10 +101,10 @@ def main(base_url):
 
     # An option bmoe does not have is an error naming it.
     try:
-        client.chat(model=model, messages=ask, options={"repeat_penalty": 1.2})
-        check(False, "repeat_penalty was taken")
+        client.chat(model=model, messages=ask, options={"mirostat": 2})
+        check(False, "mirostat was taken")
     except ollama.ResponseError as e:
-        check(e.status_code == 400 and "repeat_penalty" in e.error, f"error {e.status_code} {e.error}")
+        check(e.status_code == 400 and "mirostat" in e.error, f"error {e.status_code} {e.error}")
     print("ok")
 
 
