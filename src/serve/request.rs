@@ -308,6 +308,7 @@ fn common(body: &Value) -> Result<Common, ApiError> {
     }
     check_types(body)?;
     let common: Common = serde_json::from_value(body.clone()).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    refuse_samplers(body)?;
     if common.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_param("n", "`n` must be 1: this server writes one choice per request"));
     }
@@ -462,6 +463,38 @@ pub(super) fn penalties(sampling: &mut Sampling, given: Penalties, prefix: &str)
         let n = if n == -1 { i32::MAX } else { i32::try_from(n).unwrap_or(-2) };
         (n >= 0).then_some(()).ok_or_else(|| bad("repeat_last_n", "-1 (the context), 0 or more", n as f64))?;
         sampling.penalties.last_n = n;
+    }
+    Ok(())
+}
+
+/// llama-server's sampler fields bmoe does not have, each with the value
+/// that turns it off (clients send those values routinely).
+const SAMPLERS_REFUSED: [(&str, f64); 8] = [
+    ("mirostat", 0.0),
+    ("tfs_z", 1.0),
+    ("dry_multiplier", 0.0),
+    ("xtc_probability", 0.0),
+    ("top_n_sigma", -1.0),
+    ("dynatemp_range", 0.0),
+    ("ignore_eos", 0.0),
+    ("penalize_nl", 0.0),
+];
+
+/// Refuses a sampler field of llama-server's that would change the reply
+/// here (one sent with the value that turns it off is taken).
+fn refuse_samplers(body: &Value) -> Result<(), ApiError> {
+    for (field, off) in SAMPLERS_REFUSED {
+        let value = match body.get(field) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Bool(b)) => f64::from(u8::from(*b)),
+            Some(v) => v.as_f64().unwrap_or(f64::NAN),
+        };
+        if value != off {
+            return Err(ApiError::bad_param(
+                field,
+                format!("`{field}` is not supported by this server (only {off} is taken: the sampler off)"),
+            ));
+        }
     }
     Ok(())
 }
@@ -861,5 +894,13 @@ mod tests {
         assert!(completion(&json!({"prompt": ["a", "b"], "stream": true}), &config, None).is_err());
         assert!(completion(&json!({"prompt": [1.5]}), &config, None).is_err());
         assert!(completion(&json!({"prompt": "a", "echo": true}), &config, Some(9)).is_err());
+        // llama-server's samplers bmoe lacks: refused when on, taken when off.
+        let err = completion(&json!({"prompt": "a", "mirostat": 2}), &config, None).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("mirostat"));
+        assert!(
+            completion(&json!({"prompt": "a", "mirostat": 0, "tfs_z": 1.0, "ignore_eos": false}), &config, None)
+                .is_ok()
+        );
+        assert!(completion(&json!({"prompt": "a", "ignore_eos": true}), &config, None).is_err());
     }
 }
