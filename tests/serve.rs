@@ -853,6 +853,14 @@ fn each_request_writes_one_access_log_line() {
         stream(&url, "/v1/chat/completions", &json!({"messages": user("hi"), "max_tokens": 2, "stream": true}));
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     assert_eq!(get(&url, "/nowhere", None).0, 404);
+    // A stream whose client leaves writes its line too, once the server
+    // notices (status 499, as nginx writes it).
+    drop(long_stream(&url));
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !std::fs::read_to_string(&log).unwrap().contains("/v1/chat/completions 499 ") {
+        assert!(Instant::now() < deadline, "no access-log line for the cancelled stream");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let _ = server.child.kill();
     let _ = server.child.wait();
     let text = std::fs::read_to_string(&log).unwrap();
@@ -865,7 +873,11 @@ fn each_request_writes_one_access_log_line() {
     let chat = find("/v1/chat/completions").unwrap_or_else(|| panic!("no line for the stream:\n{text}"));
     assert!(chat.contains("+2 "), "{chat}");
     assert!(find("/nowhere").is_some_and(|l| l.contains(" 404 ")), "{text}");
-    assert_eq!(lines.iter().filter(|l| l.contains("/v1/")).count(), 2, "one line per request:\n{text}");
+    assert_eq!(lines.iter().filter(|l| l.contains("/v1/")).count(), 3, "one line per request:\n{text}");
+    assert!(
+        lines.iter().any(|l| l.contains("/v1/chat/completions 499 tokens - ")),
+        "no line for the cancelled stream:\n{text}"
+    );
     // -q writes none.
     let quiet_log = dir.path().join("quiet.txt");
     let mut quiet =
@@ -876,4 +888,62 @@ fn each_request_writes_one_access_log_line() {
     let _ = quiet.child.wait();
     let text = std::fs::read_to_string(&quiet_log).unwrap();
     assert!(!text.contains("/v1/completions"), "-q still logs requests:\n{text}");
+}
+
+#[test]
+fn a_preflight_without_cors_is_answered_405_naming_cors() {
+    let dir = common::tempdir();
+    let server = Serve::start(&tiny(dir.path()), &[]);
+    let (code, text) = raw(
+        &server.url,
+        b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://localhost:3000\r\n\
+          Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(code, 405, "{text}");
+    assert!(text.contains("--cors"), "the 405 does not name --cors: {text}");
+}
+
+#[test]
+fn the_try_line_works_when_pasted_into_a_shell() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["serve", "--port", "0", "-t", "1", "-m", model.to_str().unwrap(), "--api-key", "sesame"])
+        .env("BMOE_API_KEY", "sesame")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines().map(Result::unwrap);
+    let first = lines.by_ref().find(|l| l.contains("try:")).expect("a try line");
+    let pasted = format!("{}\n{}", first.split_once("try:").unwrap().1.trim(), lines.next().unwrap());
+    std::thread::spawn(move || for _ in lines {});
+    // The shell's words for the pasted line, curl's arguments.
+    let words = Command::new("bash")
+        .arg("-c")
+        .arg(pasted.replacen("curl", "printf '%s\\n'", 1))
+        .env("BMOE_API_KEY", "sesame")
+        .output()
+        .unwrap();
+    let words = String::from_utf8(words.stdout).unwrap();
+    let words: Vec<&str> = words.lines().collect();
+    assert!(words.contains(&"Authorization: Bearer sesame"), "the key is not in the pasted line's words: {words:?}");
+    // The request those words make is answered.
+    let url = words[0];
+    let mut request = agent().post(url);
+    for pair in words.windows(2).filter(|w| w[0] == "-H") {
+        let (name, value) = pair[1].split_once(": ").unwrap();
+        request = request.header(name, value);
+    }
+    let body = words.windows(2).find(|w| w[0] == "-d").unwrap()[1];
+    let base = url.trim_end_matches("/v1/chat/completions");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while get(base, "/health", None).0 != 200 {
+        assert!(Instant::now() < deadline, "bmoe serve never became ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = request.send(body).unwrap().status().as_u16();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200, "the pasted line's request was refused");
 }

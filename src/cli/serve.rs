@@ -142,11 +142,15 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let url = format!("http://{}", server.addr);
     println!("bmoe serve: listening on {url} (the model is loading; /health answers 503 until it is ready)");
     println!("  chat page:  {url}/");
-    let auth = options.api_key.as_ref().map_or(String::new(), |_| " -H 'Authorization: Bearer $BMOE_API_KEY'".into());
+    // In double quotes, so the shell the line is pasted into puts the key in.
+    let auth = options.api_key.as_ref().map_or(String::new(), |_| " -H \"Authorization: Bearer $BMOE_API_KEY\"".into());
     println!(
         "  try:        curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\\n              \
          -d '{{\"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}], \"max_tokens\": 64}}'"
     );
+    if options.api_key.is_some() && std::env::var_os("BMOE_API_KEY").is_none() {
+        println!("              (with BMOE_API_KEY set to the key given with --api-key)");
+    }
     if crate::serve::is_exposed(&server.addr) && options.api_key.is_none() {
         eprintln!(
             "bmoe serve: warning: listening on {} without --api-key: anyone who can reach this port can use the model",

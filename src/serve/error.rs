@@ -92,11 +92,16 @@ impl ApiError {
 
     /// 405: the endpoint does not answer this method.
     pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
-        ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            format!("{path} does not answer {method}: the API's endpoints take POST (completions) or GET"),
-        )
+        let message = if method == "OPTIONS" {
+            // A browser's CORS preflight: answered only where --cors allows the page's origin.
+            format!(
+                "{path} does not answer OPTIONS: this server answers a browser's preflight only when it is started \
+                 with --cors ORIGIN (serve.cors) allowing the page's origin"
+            )
+        } else {
+            format!("{path} does not answer {method}: the API's endpoints take POST (completions) or GET")
+        };
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", message)
     }
 
     /// 404: no such endpoint.

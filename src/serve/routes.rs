@@ -524,8 +524,9 @@ pub(super) fn sse_events(
         // The whole of `pending` lives in the task: its ticket counts the
         // request in flight until the stream ends.
         let Pending { mut rx, _ticket } = pending;
+        let mut log = StreamLog { access, written: false };
         while let Some(out) = rx.recv().await {
-            let done = log_if_done(&access, &out);
+            let done = log.if_done(&out);
             for event in events(out) {
                 if tx.send(Ok(event)).await.is_err() {
                     return;
@@ -559,8 +560,9 @@ pub(super) fn ndjson(
     let (tx, stream) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
         let Pending { mut rx, _ticket } = pending;
+        let mut log = StreamLog { access, written: false };
         while let Some(out) = rx.recv().await {
-            let done = log_if_done(&access, &out);
+            let done = log.if_done(&out);
             for line in lines(out) {
                 let mut text = line.to_string();
                 text.push('\n');
@@ -577,10 +579,32 @@ pub(super) fn ndjson(
     ([(header::CONTENT_TYPE, NDJSON)], body).into_response()
 }
 
-/// Writes a stream's access-log line when `out` ends it; whether it does.
-fn log_if_done(access: &Access, out: &Out) -> bool {
-    let Out::Done(result) = out else { return false };
-    let tokens = result.as_ref().ok().map(|f| Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
-    access.log(result.as_ref().map_or_else(|e| e.status.as_u16(), |_| 200), tokens);
-    true
+/// A stream's access-log line, written once: when its reply ends, or, if
+/// the client leaves first, as the stream is dropped, with status 499 (the
+/// client closed the request, as nginx writes it).
+struct StreamLog {
+    access: Access,
+    written: bool,
 }
+
+impl StreamLog {
+    /// Writes the line when `out` ends the reply; whether it does.
+    fn if_done(&mut self, out: &Out) -> bool {
+        let Out::Done(result) = out else { return false };
+        let tokens = result.as_ref().ok().map(|f| Tokens { prompt: f.prompt_tokens, generated: f.completion_tokens });
+        self.access.log(result.as_ref().map_or_else(|e| e.status.as_u16(), |_| 200), tokens);
+        self.written = true;
+        true
+    }
+}
+
+impl Drop for StreamLog {
+    fn drop(&mut self) {
+        if !self.written {
+            self.access.log(CLIENT_CLOSED, None);
+        }
+    }
+}
+
+/// The status an access-log line gives a stream its client left (nginx's).
+const CLIENT_CLOSED: u16 = 499;
