@@ -571,3 +571,24 @@ fn an_effort_the_template_ignores_is_named() {
         assert_eq!(notice(file), None, "{file}");
     }
 }
+
+/// A conversation that ends in an assistant message is continued (what
+/// transformers renders with `continue_final_message`): the prompt ends
+/// with that message's text, no end of turn, no new header, and the reply
+/// goes on in the answer, with every bundled template, thinking on and off.
+#[test]
+fn a_final_assistant_message_is_continued_by_every_bundled_template() {
+    for e in EXPECT {
+        let format = ChatFormat::new(e.name, Some(bmoe::chat::named_template(e.name).unwrap()), "<s>", "</s>").unwrap();
+        for thinking in [true, false] {
+            let messages = [Message::new("user", "Write a poem"), Message::new("assistant", "Sure, here")];
+            let prompt = format.prompt(&messages, thinking).unwrap_or_else(|err| panic!("{}: {err}", e.name));
+            let shown = format!("{} (thinking {thinking}):\n{}", e.name, prompt.text);
+            assert!(prompt.text.ends_with("Sure, here") && prompt.continues, "{shown}");
+            assert_eq!(format.splitter(&prompt).kind(), Kind::Answer, "{shown}");
+            // Without the final message, the same template opens a new turn.
+            let opened = format.prompt(&messages[..1], thinking).unwrap();
+            assert!(!opened.continues && !opened.text.ends_with("Write a poem"), "{}", opened.text);
+        }
+    }
+}

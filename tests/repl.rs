@@ -146,3 +146,47 @@ fn run_executes_a_script_whose_sessions_start_from_the_repl_settings() {
     // A missing script is an error; the REPL goes on to the next turn.
     assert!(stderr.contains("missing.rhai") && stderr.contains("reading the script"), "{stderr}");
 }
+
+/// `:prefill` begins the next reply: the model goes on from it, the reply
+/// shown starts with it, and the conversation keeps one assistant message
+/// holding both; `generate --chat --prefill` continues the same way, its
+/// logits those of the REPL's turn.
+#[test]
+fn a_prefill_begins_the_next_reply_and_the_model_goes_on_from_it() {
+    let dir = tempdir();
+    let m = qwen3_model(dir.path());
+    let conv = dir.path().join("conv.json");
+    let script = format!(":prefill Sure, here\nWrite a poem\n:save {}\nAgain\n:prefill -\n:quit\n", conv.display());
+    let out = repl(&m, &["--no-think"], &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stderr.contains("the next reply begins with: Sure, here"), "{stderr}");
+    assert!(stdout.starts_with("Sure, here"), "{stdout}");
+    let saved = bmoe::chat::Conversation::load(&conv).unwrap();
+    let roles: Vec<&str> = saved.messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant"], "one assistant message for the prefill and its rest");
+    let message = &saved.messages[1].content;
+    assert!(message.starts_with("Sure, here") && message.len() > "Sure, here".len(), "{message:?}");
+    // One prefill, one reply: the second turn's begins afresh.
+    assert_eq!(stdout.matches("Sure, here").count(), 1, "{stdout}");
+    // generate --chat --prefill: stdout is what the model adds, the same
+    // text the REPL's reply went on with.
+    let _serial = common::llama_lock();
+    let generated = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["generate", "-q", "-m", m.to_str().unwrap(), "-n", "8", "-t", "1", "--chat", "--no-think"])
+        .args(["-p", "Write a poem", "--prefill", "Sure, here"])
+        .output()
+        .unwrap();
+    assert!(generated.status.success(), "{}", text(&generated.stderr));
+    let rest = text(&generated.stdout);
+    assert_eq!(
+        format!("Sure, here{}", rest.trim_end_matches('\n')),
+        message.trim_end(),
+        "the REPL and generate differ"
+    );
+    let plain = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["generate", "-q", "-m", m.to_str().unwrap(), "-n", "8", "-t", "1", "--chat", "--no-think"])
+        .args(["-p", "Write a poem"])
+        .output()
+        .unwrap();
+    assert_ne!(text(&plain.stdout), rest, "the prefill changed nothing");
+}

@@ -271,3 +271,61 @@ fn each_api_answers_errors_auth_and_streams_in_its_own_shape() {
         assert!(streamed_ok, "no access-log line for a streamed {path}:\n{text}");
     }
 }
+
+/// A conversation that ends in an assistant message is continued on every
+/// endpoint (prefill): its greedy logits are those of the raw completion of
+/// the prompt `bmoe template` renders for it, which ends in that message's
+/// text, on Qwen3's and gpt-oss's templates.
+#[test]
+fn a_final_assistant_message_is_continued_on_every_endpoint() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let conv = dir.path().join("conv.json");
+    let (user, start) = ("Write a poem", "Sure, here");
+    let messages = json!([{"role": "user", "content": user}, {"role": "assistant", "content": start}]);
+    std::fs::write(&conv, messages.to_string()).unwrap();
+    for template in ["qwen3", "gpt-oss"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+            .args(["template", template, "--messages", conv.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let prompt = String::from_utf8(out.stdout).unwrap();
+        assert!(prompt.ends_with(start), "{template}: {prompt}");
+        let server = Serve::start(&model, &["--chat-template", template]);
+        let url = &server.url;
+        let n = 8;
+        let raw = json!({"prompt": prompt, "max_tokens": n, "temperature": 0, "logits_digest": true});
+        let (status, expected) = post_json(url, "/v1/completions", &raw);
+        assert_eq!(status, 200, "{expected}");
+        let requests = [
+            ("/v1/chat/completions", json!({"messages": messages, "max_tokens": n, "temperature": 0})),
+            ("/v1/messages", json!({"model": "m", "messages": messages, "max_tokens": n, "temperature": 0})),
+            (
+                "/v1/responses",
+                json!({"model": "m", "input": [{"role": "user", "content": user},
+                       {"role": "assistant", "content": [{"type": "output_text", "text": start}]}],
+                       "max_output_tokens": n, "temperature": 0}),
+            ),
+            (
+                "/api/chat",
+                json!({"model": "m", "messages": messages, "stream": false,
+                       "options": {"temperature": 0, "num_predict": n}}),
+            ),
+        ];
+        for (path, mut body) in requests {
+            body["logits_digest"] = json!(true);
+            let (status, reply) = post_json(url, path, &body);
+            assert_eq!(status, 200, "{template} {path}: {reply}");
+            assert_eq!(reply["logits_digest"], expected["logits_digest"], "{template} {path}: not the continuation");
+        }
+        // The reply is the rest of the message: the completion's text, as it came.
+        let (_, chat) = post_json(url, "/v1/chat/completions", &requests_chat(&messages, n));
+        let text = expected["choices"][0]["text"].as_str().unwrap();
+        assert_eq!(chat["choices"][0]["message"]["content"].as_str().unwrap(), text.trim_end(), "{template}");
+    }
+}
+
+fn requests_chat(messages: &Value, n: u32) -> Value {
+    json!({"messages": messages, "max_tokens": n, "temperature": 0})
+}

@@ -190,6 +190,9 @@ impl ChatFormat {
         thinking: bool,
         base: RenderOptions,
     ) -> Result<ChatPrompt, TemplateError> {
+        if let Some(start) = continued_text(messages) {
+            return self.continuation(messages, thinking, base, start);
+        }
         let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..base };
         let mut text = self.template.render(messages, &opts)?;
         let reply_at = self.reply_start(messages, &opts, &text);
@@ -201,7 +204,32 @@ impl ChatFormat {
                 text.push_str(prefill);
             }
         }
-        Ok(ChatPrompt { text, reply_at })
+        Ok(ChatPrompt { text, reply_at, continues: false })
+    }
+
+    /// The prompt that continues the final assistant message, whose text
+    /// is `start` (what transformers renders with
+    /// `continue_final_message`): the conversation rendered without a
+    /// generation prompt and cut right after that text, so the turn stays
+    /// open and the reply goes on from it, in its answer.
+    fn continuation(
+        &self,
+        messages: &[Message],
+        thinking: bool,
+        base: RenderOptions,
+        start: &str,
+    ) -> Result<ChatPrompt, TemplateError> {
+        let opts = RenderOptions { add_generation_prompt: false, enable_thinking: thinking, ..base };
+        let mut text = self.template.render(messages, &opts)?;
+        // A template that trims messages (Llama 3's) writes the text trimmed.
+        let found = [start, start.trim()].into_iter().find_map(|s| text.rfind(s).map(|at| at + s.len()));
+        let end = found.ok_or_else(|| TemplateError {
+            template: self.template.name().to_string(),
+            line: None,
+            message: "the template does not write the final assistant message's text, so it cannot be continued".into(),
+        })?;
+        text.truncate(end);
+        Ok(ChatPrompt { reply_at: text.len(), text, continues: true })
     }
 
     /// Where the text the template appends after the last message begins
@@ -288,12 +316,15 @@ pub struct ChatPrompt {
     pub text: String,
     /// Where the text the template appends after the last message begins.
     reply_at: usize,
+    /// The reply continues the final assistant message (its text is the
+    /// rest of that message, leading spaces kept).
+    pub continues: bool,
 }
 
 impl ChatPrompt {
     /// A prompt written by hand, no template: the reply opens after it.
     pub fn plain(text: &str) -> ChatPrompt {
-        ChatPrompt { text: text.to_string(), reply_at: text.len() }
+        ChatPrompt { text: text.to_string(), reply_at: text.len(), continues: false }
     }
 
     /// What the template appends after the last message to open the reply
@@ -301,6 +332,15 @@ impl ChatPrompt {
     pub fn reply_opening(&self) -> &str {
         &self.text[self.reply_at..]
     }
+}
+
+/// The text of a final assistant message the reply continues (prefill),
+/// if the conversation ends in one: an assistant message with text and no
+/// tool calls.
+pub fn continued_text(messages: &[Message]) -> Option<&str> {
+    let last = messages.last()?;
+    (last.role == "assistant" && !last.content.is_empty() && last.tool_calls.is_empty())
+        .then_some(last.content.as_str())
 }
 
 /// The empty reasoning block `template` writes before an earlier answer

@@ -22,6 +22,10 @@ pub struct GenerateArgs {
     /// answer goes to stdout, any reasoning to stderr.
     #[arg(long)]
     pub chat: bool,
+    /// With --chat: begin the reply with TEXT, and let the model go on from it (stdout gets what it
+    /// adds).
+    #[arg(long, value_name = "TEXT", requires = "chat")]
+    pub prefill: Option<String>,
     /// First decode the prompt for N tokens without output or telemetry and forget them (the
     /// expert cache stays filled): for measuring a warm run.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -640,7 +644,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     }
     host.keep_logits(args.logits_digest.is_some());
     let generation = if args.chat {
-        let turn = host.chat(&args.prompt, &mut on_event)?;
+        let turn = host.chat_from(&args.prompt, args.prefill.as_deref().unwrap_or(""), &mut on_event)?;
         // Answer text held back that was no call (the turn's answer has the calls taken out).
         if calls_held.is_some()
             && out_error.is_none()

@@ -356,8 +356,24 @@ impl Host {
     /// through `on_event`. On an error the conversation is unchanged; a
     /// stopped turn keeps what was generated.
     pub fn chat(&mut self, message: &str, on_event: &mut dyn FnMut(HostEvent<'_>)) -> Result<Turn, HostError> {
+        self.chat_from(message, "", on_event)
+    }
+
+    /// One chat turn whose reply begins with `start` (prefill; empty: none):
+    /// the model goes on from it, and the turn's answer is the rest (the
+    /// conversation keeps the whole message).
+    pub fn chat_from(
+        &mut self,
+        message: &str,
+        start: &str,
+        on_event: &mut dyn FnMut(HostEvent<'_>),
+    ) -> Result<Turn, HostError> {
         let settings = self.turn_settings()?;
-        self.reply(vec![Message::new("user", message)], None, &settings, on_event)
+        let mut new = vec![Message::new("user", message)];
+        if !start.is_empty() {
+            new.push(Message::new("assistant", start));
+        }
+        self.reply(new, None, &settings, on_event)
     }
 
     /// The settings a turn runs with by the configuration.
@@ -457,6 +473,7 @@ impl Host {
             None => self.prepare(&messages, settings.think)?,
         };
         let mut reply = self.begin_prepared_reply(prepared, &messages, settings, on_event)?;
+        let continued = reply.prompt.continues;
         let tokens = self.prompt_tokens(&reply.prompt.text, reply.tokens.clone());
         let prompt_len = tokens.len();
         let request = reply.request(Prompt::Tokens(tokens), self.keep_logits);
@@ -481,8 +498,17 @@ impl Host {
         let turn = self.end_reply(reply, &mut generation, called_before, on_event);
         self.conversation.messages.extend(new);
         let reasoning = (!turn.reasoning.is_empty()).then(|| turn.reasoning.clone());
-        let message = Message::reply(&turn.answer, reasoning, turn.tool_calls.clone());
-        self.conversation.messages.push(message);
+        match self.conversation.messages.last_mut() {
+            // A continued message takes the rest of its text (and calls).
+            Some(last) if continued => {
+                last.content.push_str(&turn.answer);
+                last.tool_calls.extend(turn.tool_calls.iter().cloned());
+            }
+            _ => {
+                let message = Message::reply(&turn.answer, reasoning, turn.tool_calls.clone());
+                self.conversation.messages.push(message);
+            }
+        }
         Ok(turn)
     }
 
@@ -655,7 +681,12 @@ impl Host {
         };
         let ending = self.ending(generation, found.len(), reply.budget, open);
         let strip = |text: &str| format.map_or_else(|| text.trim().to_string(), |f| f.strip_calls(text, &found));
-        let (reasoning, answer) = (strip(&reply.reasoning), strip(&reply.answer));
+        let (reasoning, mut answer) = (strip(&reply.reasoning), strip(&reply.answer));
+        if reply.prompt.continues && !answer.is_empty() {
+            // The rest of a message: the space that joins it to its start stays.
+            let lead = &reply.answer[..reply.answer.len() - reply.answer.trim_start().len()];
+            answer.insert_str(0, lead);
+        }
         let tool_calls: Vec<ToolCall> = found
             .into_iter()
             .enumerate()

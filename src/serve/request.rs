@@ -150,6 +150,7 @@ pub fn chat(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Resul
     let common = common(body)?;
     let messages = body.get("messages").ok_or_else(|| ApiError::bad_param("messages", "`messages` is required"))?;
     let conversation = conversation(messages)?;
+    continuation(body, &conversation)?;
     let (tools, require_call) = tools(body)?;
     let (think, effort) = thinking(body, config)?;
     let mut settings = settings(&common, config, default_max)?;
@@ -703,6 +704,48 @@ fn content_text(content: &Value, at: &str) -> Result<String, ApiError> {
     }
 }
 
+/// Checks `continue_final_message` and `add_generation_prompt` (as
+/// transformers names them) against the conversation: a final assistant
+/// message with text is continued, so a request may confirm that, but not
+/// ask for a new turn after it, or for no generation prompt without one.
+fn continuation(body: &Value, conversation: &Conversation) -> Result<(), ApiError> {
+    let continues = crate::chat::continued_text(&conversation.messages).is_some();
+    let flag = |field: &str| match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(ApiError::bad_param(field, format!("`{field}` must be true or false (got {v})"))),
+    };
+    let (cont, gen_prompt) = (flag("continue_final_message")?, flag("add_generation_prompt")?);
+    if cont == Some(true) && !continues {
+        return Err(ApiError::bad_param(
+            "continue_final_message",
+            "`continue_final_message` needs the conversation to end in an assistant message with text",
+        ));
+    }
+    if cont == Some(true) && gen_prompt == Some(true) {
+        return Err(ApiError::bad_param(
+            "add_generation_prompt",
+            "`add_generation_prompt` and `continue_final_message` cannot both be true",
+        ));
+    }
+    if continues && (cont == Some(false) || gen_prompt == Some(true)) {
+        let field = if cont == Some(false) { "continue_final_message" } else { "add_generation_prompt" };
+        return Err(ApiError::bad_param(
+            field,
+            "this server continues a final assistant message (prefill); for a new turn, end the conversation \
+             with a user message",
+        ));
+    }
+    if !continues && gen_prompt == Some(false) {
+        return Err(ApiError::bad_param(
+            "add_generation_prompt",
+            "without a generation prompt there is no reply to open: end the conversation with an assistant message \
+             to continue it",
+        ));
+    }
+    Ok(())
+}
+
 /// The tools a request shows the model, and whether the reply must call
 /// one (`tool_choice` `required`, or a named function).
 fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
@@ -856,6 +899,27 @@ mod tests {
         assert_eq!((s.n_predict, s.sampling.temp, s.sampling.top_k, s.sampling.seed), (7, 0.5, 3, u32::MAX));
         assert_eq!(s.stop, ["A", "B"]);
         assert!(s.constraint.is_some() && !s.think && parsed.stream && parsed.include_usage);
+    }
+
+    #[test]
+    fn a_final_assistant_message_is_continued_and_the_flags_must_agree() {
+        let prefilled = json!([{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure"}]);
+        let plain = json!([{"role": "user", "content": "x"}]);
+        let with = |messages: &Value, extra: Value| {
+            let mut body = json!({"messages": messages});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            chat_of(body).err().and_then(|e| e.param)
+        };
+        assert_eq!(with(&prefilled, json!({})), None);
+        assert_eq!(with(&prefilled, json!({"continue_final_message": true, "add_generation_prompt": false})), None);
+        assert_eq!(with(&prefilled, json!({"add_generation_prompt": true})).as_deref(), Some("add_generation_prompt"));
+        assert_eq!(
+            with(&prefilled, json!({"continue_final_message": false})).as_deref(),
+            Some("continue_final_message")
+        );
+        assert_eq!(with(&plain, json!({"continue_final_message": true})).as_deref(), Some("continue_final_message"));
+        assert_eq!(with(&plain, json!({"add_generation_prompt": false})).as_deref(), Some("add_generation_prompt"));
+        assert_eq!(with(&plain, json!({"add_generation_prompt": true})), None);
     }
 
     #[test]

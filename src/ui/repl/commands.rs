@@ -32,6 +32,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         help: "set the system prompt (no text: show it; `:system -` clears it)",
     },
     CommandSpec {
+        name: "prefill",
+        args: "TEXT",
+        help: "begin the next reply with TEXT: the model goes on from it (`:prefill -` drops it)",
+    },
+    CommandSpec {
         name: "tool",
         args: "RESULT",
         help: "answer the last reply's next tool call; once all are answered, the model goes on",
@@ -67,6 +72,8 @@ pub enum Input {
     Think(bool),
     /// `:system` (None shows it; Some("") clears it)
     System(Option<String>),
+    /// `:prefill TEXT` (empty: drop it)
+    Prefill(String),
     /// `:tool RESULT`
     Tool(String),
     /// `:reset`
@@ -114,6 +121,8 @@ pub fn parse(line: &str) -> Result<Input, String> {
         "system" if rest == "-" => Input::System(Some(String::new())),
         "system" => Input::System(Some(rest.to_string())),
         "tool" if !rest.is_empty() => Input::Tool(rest.to_string()),
+        "prefill" if rest == "-" => Input::Prefill(String::new()),
+        "prefill" if !rest.is_empty() => Input::Prefill(rest.to_string()),
         "reset" => Input::Reset,
         "save" if !rest.is_empty() => Input::Save(rest.to_string()),
         "load" if !rest.is_empty() => Input::Load(rest.to_string()),
@@ -124,7 +133,7 @@ pub fn parse(line: &str) -> Result<Input, String> {
             let file = words.next().expect("rest is not empty");
             Input::Run(file, words.collect())
         }
-        "save" | "load" | "trace" | "run" | "tool" => return Err(usage(name)),
+        "save" | "load" | "trace" | "run" | "tool" | "prefill" => return Err(usage(name)),
         "help" | "h" | "?" => Input::Help,
         "quit" | "q" | "exit" => Input::Quit,
         _ => {

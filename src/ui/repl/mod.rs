@@ -70,6 +70,13 @@ struct Style {
     colour: bool,
 }
 
+/// What carries from one input line to the next.
+#[derive(Default)]
+struct Pending {
+    /// The start of the next reply (`:prefill`), empty for none.
+    prefill: String,
+}
+
 /// Runs the REPL on `host` until `:quit`, Ctrl-D or the end of the input.
 pub fn run(host: &mut Host) -> anyhow::Result<()> {
     let interactive = std::io::stdin().is_terminal();
@@ -90,6 +97,7 @@ pub fn run(host: &mut Host) -> anyhow::Result<()> {
     } else {
         Lines::Pipe(std::io::stdin().lines())
     };
+    let mut pending = Pending::default();
     while let Some(line) = lines.next() {
         // Ctrl-C while waiting for piped input leaves.
         if !interactive && interrupt::requested() {
@@ -105,7 +113,7 @@ pub fn run(host: &mut Host) -> anyhow::Result<()> {
         match parse(&line) {
             Ok(Input::Quit) => break,
             Ok(input) => {
-                if let Err(e) = execute(host, input, &style) {
+                if let Err(e) = execute(host, input, &style, &mut pending) {
                     eprintln!("error: {e}");
                 }
             }
@@ -120,11 +128,20 @@ pub fn run(host: &mut Host) -> anyhow::Result<()> {
 }
 
 /// Carries out one input line.
-fn execute(host: &mut Host, input: Input, style: &Style) -> Result<(), String> {
+fn execute(host: &mut Host, input: Input, style: &Style, pending: &mut Pending) -> Result<(), String> {
     match input {
         Input::Empty | Input::Quit => {}
+        Input::Prefill(start) if start.is_empty() => {
+            pending.prefill.clear();
+            eprintln!("no prefill");
+        }
+        Input::Prefill(start) => {
+            eprintln!("the next reply begins with: {start}");
+            pending.prefill = start;
+        }
         Input::Chat(text) => {
-            let turn = chat(host, Some(&text), style)?;
+            let start = std::mem::take(&mut pending.prefill);
+            let turn = chat(host, Some((&text, &start)), style)?;
             eprintln!("{}", turn_line(&turn, host));
             if !turn.tool_calls.is_empty() {
                 eprintln!("answer each call with :tool RESULT");
@@ -205,9 +222,10 @@ fn execute(host: &mut Host, input: Input, style: &Style) -> Result<(), String> {
     Ok(())
 }
 
-/// One chat turn (the reply to `text`, or with none the reply after tool
-/// results), streamed to stdout; Ctrl-C stops it.
-fn chat(host: &mut Host, text: Option<&str>, style: &Style) -> Result<Turn, String> {
+/// One chat turn (the reply to a message, beginning with its prefill, or
+/// with none the reply after tool results), streamed to stdout; Ctrl-C
+/// stops it.
+fn chat(host: &mut Host, text: Option<(&str, &str)>, style: &Style) -> Result<Turn, String> {
     let abort = host.abort_handle();
     let stdout = std::io::stdout();
     let mut last: Option<Kind> = None;
@@ -234,7 +252,11 @@ fn chat(host: &mut Host, text: Option<&str>, style: &Style) -> Result<Turn, Stri
         }
     };
     let turn = match text {
-        Some(text) => host.chat(text, &mut on_event),
+        Some((text, start)) => {
+            // The prefill is the reply's beginning: shown first.
+            print!("{start}");
+            host.chat_from(text, start, &mut on_event)
+        }
         None => host.continue_reply(&mut on_event),
     };
     let turn = turn.map_err(|e| e.to_string())?;
