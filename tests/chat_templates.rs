@@ -592,3 +592,53 @@ fn a_final_assistant_message_is_continued_by_every_bundled_template() {
         }
     }
 }
+
+/// Only the key a client sent the reasoning under reaches the template, as
+/// transformers passes a message: gpt-oss renders an assistant message with
+/// content, `reasoning_content` and tool calls (it refuses content beside
+/// `thinking`), and LFM2.5, which reads `thinking`, does not show
+/// `reasoning_content`.
+#[test]
+fn only_the_reasoning_key_the_client_sent_reaches_the_template() {
+    use bmoe::chat::{ReasoningKey, ToolCall};
+    let history = |key: Option<ReasoningKey>| {
+        let call = ToolCall::new(Some("c1".into()), "weather", serde_json::json!({"city": "Oslo"}));
+        let assistant = Message {
+            reasoning: Some("REASONING-TEXT".into()),
+            reasoning_key: key,
+            ..Message::reply("Let me check.", None, vec![call])
+        };
+        let result =
+            Message { tool_call_id: Some("c1".into()), name: Some("weather".into()), ..Message::new("tool", "sunny") };
+        vec![Message::new("user", "Weather?"), assistant, result]
+    };
+    let render = |name: &str, key| format(name, None).prompt(&history(key), true);
+    render("gpt-oss", Some(ReasoningKey::ReasoningContent)).unwrap_or_else(|e| panic!("{e}"));
+    let both = render("gpt-oss", Some(ReasoningKey::Thinking)).unwrap_err().to_string();
+    assert!(both.contains("Cannot pass both content and thinking"), "{both}");
+    let lfm = |key| render("lfm2.5", key).unwrap().text;
+    assert!(!lfm(Some(ReasoningKey::ReasoningContent)).contains("REASONING-TEXT"));
+    assert!(lfm(Some(ReasoningKey::Thinking)).contains("REASONING-TEXT"));
+}
+
+/// With thinking off, bmoe's empty reasoning block goes where the template
+/// opened an assistant turn, not after the tool outputs R1-Distill answers
+/// with no assistant header.
+#[test]
+fn the_no_think_prefill_follows_an_open_assistant_turn_only() {
+    use bmoe::chat::ToolCall;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/chat-templates/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja");
+    let source = std::fs::read_to_string(path).unwrap();
+    let format = ChatFormat::new("r1-distill", Some(&source), "<s>", "</s>").unwrap();
+    let asked = format.prompt(&[Message::new("user", "Weather?")], false).unwrap().text;
+    assert!(asked.ends_with("<｜Assistant｜><think>\n\n</think>\n\n"), "{asked}");
+    let call = ToolCall::new(Some("c1".into()), "weather", serde_json::json!({"city": "Oslo"}));
+    let answered = [
+        Message::new("user", "Weather?"),
+        Message::reply("", None, vec![call]),
+        Message { tool_call_id: Some("c1".into()), ..Message::new("tool", "sunny") },
+    ];
+    let after_tools = format.prompt(&answered, false).unwrap().text;
+    assert!(after_tools.ends_with("<｜tool▁outputs▁end｜>"), "{after_tools}");
+}

@@ -12,7 +12,7 @@ mod tools;
 pub use conversation::Conversation;
 pub use json::python_json;
 pub use reasoning::{Family, Kind, Splitter, ThinkControl};
-pub use template::{ArgumentsForm, ChatTemplate, Message, RenderOptions, TemplateError};
+pub use template::{ArgumentsForm, ChatTemplate, Message, ReasoningKey, RenderOptions, TemplateError};
 pub use tools::{FoundCall, FunctionCall, ToolCall, ToolFormat};
 
 /// The template used when a model carries none: plain `User:` /
@@ -195,8 +195,10 @@ impl ChatFormat {
         }
         let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, ..base };
         let mut text = self.template.render(messages, &opts)?;
-        let reply_at = self.reply_start(messages, &opts, &text);
-        if !thinking && self.think == ThinkControl::Prefill {
+        let (reply_at, opened) = self.reply_start(messages, &opts, &text);
+        // Only where the template opened an assistant turn (not after tool
+        // outputs it answers with no header, as R1-Distill's does).
+        if !thinking && self.think == ThinkControl::Prefill && opened {
             let opening = &text[reply_at..];
             let open = self.family.starts_in(opening) == Kind::Reasoning;
             let own = self.empty_block.as_deref().filter(|_| !open);
@@ -234,10 +236,11 @@ impl ChatFormat {
 
     /// Where the text the template appends after the last message begins
     /// in `text` (rendered with the generation prompt): where the render
-    /// without it stops agreeing. A template that ignores
+    /// without it stops agreeing; and whether the generation prompt wrote
+    /// anything (opened a turn). A template that ignores
     /// `add_generation_prompt` opens the reply after the last message's
     /// text.
-    fn reply_start(&self, messages: &[Message], opts: &RenderOptions, text: &str) -> usize {
+    fn reply_start(&self, messages: &[Message], opts: &RenderOptions, text: &str) -> (usize, bool) {
         let without = RenderOptions { add_generation_prompt: false, ..opts.clone() };
         let without = self.template.render(messages, &without).unwrap_or_default();
         let common = text
@@ -246,10 +249,10 @@ impl ChatFormat {
             .find(|((_, a), b)| a != b)
             .map_or(text.len().min(without.len()), |((at, _), _)| at);
         if common < text.len() {
-            return common;
+            return (common, true);
         }
         let last = messages.last().map_or("", |m| m.content.as_str());
-        text.rfind(last).filter(|_| !last.is_empty()).map_or(0, |at| at + last.len())
+        (text.rfind(last).filter(|_| !last.is_empty()).map_or(0, |at| at + last.len()), false)
     }
 
     /// The thinking switches the template reads (`enable_thinking`,

@@ -39,6 +39,30 @@ pub struct Message {
     pub tool_call_id: Option<String>,
     /// A tool result's function name.
     pub name: Option<String>,
+    /// The one key the reasoning came under from a client
+    /// (`reasoning_content` or `thinking`), which alone reaches the template,
+    /// as transformers passes a message; `None` (bmoe's own replies, saved
+    /// conversations): both.
+    pub reasoning_key: Option<ReasoningKey>,
+}
+
+/// The key a message's reasoning came under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningKey {
+    /// `reasoning_content` (DeepSeek's and llama-server's name).
+    ReasoningContent,
+    /// `thinking` (gpt-oss's, LFM2.5's and Ollama's).
+    Thinking,
+}
+
+impl ReasoningKey {
+    /// The key's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningKey::ReasoningContent => "reasoning_content",
+            ReasoningKey::Thinking => "thinking",
+        }
+    }
 }
 
 /// [`Message`] as JSON holds it.
@@ -68,6 +92,7 @@ impl From<WireMessage> for Message {
             tool_calls: w.tool_calls,
             tool_call_id: w.tool_call_id,
             name: w.name,
+            reasoning_key: None,
         }
     }
 }
@@ -96,6 +121,7 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+            reasoning_key: None,
         }
     }
 
@@ -467,8 +493,9 @@ impl ChatTemplate {
     }
 }
 
-/// A message as a template sees it: reasoning under both names templates
-/// use (`reasoning_content`, and `thinking` for gpt-oss and LFM2.5); tool
+/// A message as a template sees it: reasoning under the key a client sent
+/// it under, or else both names templates use (`reasoning_content`, and
+/// `thinking` for gpt-oss and LFM2.5); tool
 /// calls and the content of a reply that only calls tools as `shape`
 /// says; other absent keys left out rather than null.
 fn message_value(m: &Message, shape: CallShape) -> Value {
@@ -479,8 +506,11 @@ fn message_value(m: &Message, shape: CallShape) -> Value {
     };
     let mut fields = vec![("role", Value::from(m.role.clone())), ("content", content)];
     if let Some(r) = &m.reasoning {
-        fields.push(("reasoning_content", Value::from(r.clone())));
-        fields.push(("thinking", Value::from(r.clone())));
+        for key in ["reasoning_content", "thinking"] {
+            if m.reasoning_key.is_none_or(|k| k.name() == key) {
+                fields.push((key, Value::from(r.clone())));
+            }
+        }
     }
     if !m.tool_calls.is_empty() {
         let calls: Vec<ToolCall> = m.tool_calls.iter().map(|c| arguments_in(c, shape.arguments)).collect();

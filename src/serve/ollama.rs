@@ -319,6 +319,7 @@ fn conversation(messages: Option<&Value>) -> Result<Conversation, ApiError> {
         }
         let mut message = Message::new(role, &text("content")?);
         message.reasoning = Some(text("thinking")?).filter(|t| !t.is_empty());
+        message.reasoning_key = Some(crate::chat::ReasoningKey::Thinking);
         message.name = Some(text("tool_name")?).filter(|t| !t.is_empty());
         message.tool_call_id = Some(text("tool_call_id")?).filter(|t| !t.is_empty());
         for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
-use crate::chat::{Conversation, Message, ToolCall};
+use crate::chat::{Conversation, Message, ReasoningKey, ToolCall};
 use crate::config::RunConfig;
 use crate::host::{Prepared, TurnSettings};
 use crate::llama::{Constraint, Sampling};
@@ -128,6 +128,8 @@ struct ApiMessage {
     tool_call_id: Option<String>,
     #[serde(default, alias = "reasoning")]
     reasoning_content: Option<String>,
+    #[serde(default)]
+    thinking: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -655,7 +657,16 @@ fn conversation(messages: &Value) -> Result<Conversation, ApiError> {
         };
         let mut message = Message::new(role, &content_text(&m.content, &at)?);
         message.content_null = m.content.is_null();
-        message.reasoning = m.reasoning_content.filter(|r| !r.is_empty());
+        // Only the key the client sent reaches the template, as transformers
+        // passes a message (`reasoning`, OpenRouter's name, reads as
+        // `reasoning_content`).
+        let (key, reasoning) = match (m.reasoning_content, m.thinking) {
+            (Some(r), _) => (ReasoningKey::ReasoningContent, Some(r)),
+            (None, Some(t)) => (ReasoningKey::Thinking, Some(t)),
+            (None, None) => (ReasoningKey::ReasoningContent, None),
+        };
+        message.reasoning = reasoning.filter(|r| !r.is_empty());
+        message.reasoning_key = Some(key);
         message.tool_call_id = m.tool_call_id;
         message.name = m.name;
         for call in m.tool_calls.unwrap_or_default() {
