@@ -947,3 +947,40 @@ fn the_try_line_works_when_pasted_into_a_shell() {
     let _ = child.wait();
     assert_eq!(status, 200, "the pasted line's request was refused");
 }
+
+/// Each request at once holds a whole context: the server states the KV
+/// cache llama.cpp allocated for them all (the ready line and
+/// `/v1/models`), four contexts four times one, and `bmoe fit --parallel`
+/// estimates it within 10%.
+#[test]
+fn the_kv_memory_of_every_slot_is_stated_and_fit_agrees() {
+    let dir = common::tempdir();
+    let model = tiny(dir.path());
+    let stated = |parallel: &str| {
+        let server = Serve::start(&model, &["-c", "32768", "--parallel", parallel]);
+        let (status, text) = get(&server.url, "/v1/models", None);
+        assert_eq!(status, 200, "{text}");
+        let meta = serde_json::from_str::<Value>(&text).unwrap()["data"][0]["meta"].clone();
+        assert_eq!(
+            (meta["n_ctx"].as_u64(), meta["n_parallel"].as_u64()),
+            (Some(32768), parallel.parse().ok()),
+            "{meta}"
+        );
+        meta["kv_cache_bytes"].as_u64().unwrap()
+    };
+    let (one, four) = (stated("1"), stated("4"));
+    assert!(one > 0 && four == 4 * one, "KV cache {one} bytes at --parallel 1, {four} at 4");
+    let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
+        .args(["fit", "-m", model.to_str().unwrap(), "-c", "32768", "--parallel", "4"])
+        .args(["--disk-mbps", "1000", "--compute-gws", "10"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = String::from_utf8(out.stdout).unwrap();
+    let line = report.lines().find(|l| l.starts_with("context:")).unwrap_or_else(|| panic!("{report}"));
+    let mib: f64 = line.split("KV cache ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
+    let estimated = mib * 1048576.0;
+    let off = (estimated - four as f64).abs() / four as f64;
+    assert!(off <= 0.10, "fit says {mib} MiB, the server allocated {four} bytes: {line}");
+    assert!(report.contains("--parallel 4"), "{report}");
+}

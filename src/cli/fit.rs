@@ -31,6 +31,10 @@ pub struct FitArgs {
     /// Context length to leave room for [default: generate.ctx_size's, 4096].
     #[arg(short = 'c', long)]
     pub ctx_size: Option<u32>,
+    /// Requests served at once (`bmoe serve --parallel`), each with the whole context: the KV
+    /// cache is that many contexts [default: 1].
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub parallel: u32,
     /// Compute threads for the compute probe [default: every core].
     #[arg(short = 't', long)]
     pub threads: Option<u32>,
@@ -68,6 +72,9 @@ pub fn fit(args: FitArgs) -> Result<()> {
     let n_ctx = args.ctx_size.unwrap_or(defaults.generate.ctx_size);
     if !(16..=1 << 20).contains(&n_ctx) {
         bail!("--ctx-size must be between 16 and 1048576 (got {n_ctx})");
+    }
+    if !(1..=64).contains(&args.parallel) {
+        bail!("--parallel must be 1 to 64 (got {})", args.parallel);
     }
     if args.disk_mbps.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
         bail!("--disk-mbps must be a positive number of MB/s");
@@ -127,16 +134,26 @@ pub fn fit(args: FitArgs) -> Result<()> {
         }
     };
     let machine = Machine { memory, disk_bytes_s, weights_s };
-    let chosen = estimate(&shape, &machine, n_ctx);
+    // Each request served at once holds a whole context.
+    let positions = n_ctx.saturating_mul(args.parallel);
+    let chosen = estimate(&shape, &machine, positions);
     let mut out = String::new();
     let _ = writeln!(out, "model:     {} ({})", subject.name, subject.source);
     let _ = writeln!(out, "shape:     {}", shape_line(&shape));
     let _ = writeln!(out, "memory:    {}", memory_line(&machine.memory, args.mem_mb.is_some()));
     let _ = writeln!(out, "disk:      {disk_line}");
     let _ = writeln!(out, "compute:   {compute_line}");
-    write_estimate(&mut out, &shape, &chosen, n_ctx);
-    let _ =
-        writeln!(out, "run it:    {}", run_line(&subject.run_as, &chosen.mode, args.ctx_size, args.mem_mb.is_some()));
+    let kv = shape.kv_per_position * u64::from(positions);
+    let each = if args.parallel > 1 { format!(" x {} requests at once", args.parallel) } else { String::new() };
+    let _ = writeln!(out, "context:   {n_ctx} tokens{each}: KV cache {} (f16 keys and values)", size(kv));
+    write_estimate(&mut out, &shape, &chosen, positions);
+    let run = run_line(&subject.run_as, &chosen.mode, args.ctx_size, args.mem_mb.is_some());
+    let run = if args.parallel > 1 {
+        run.replacen("bmoe chat", "bmoe serve", 1).replacen("   (", &format!(" --parallel {}   (", args.parallel), 1)
+    } else {
+        run
+    };
+    let _ = writeln!(out, "run it:    {run}");
     if let Some(line) = space_line(&subject, &shape) {
         let _ = writeln!(out, "space:     {line}");
     }

@@ -101,6 +101,20 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         config.serve.parallel = 1;
     }
     config.validate()?;
+    // Each request at once holds a whole context: by default, no more of
+    // them than the memory holds beside the model.
+    if args.parallel.is_none()
+        && let Some(fits) = contexts_that_fit(&config).filter(|&n| n < config.serve.parallel)
+    {
+        eprintln!(
+            "bmoe serve: --parallel {fits}: this memory holds {fits} {}-token context{} beside the model, not {} \
+             (--parallel or a smaller --ctx-size to choose)",
+            config.generate.ctx_size,
+            if fits == 1 { "" } else { "s" },
+            config.serve.parallel
+        );
+        config.serve.parallel = fits;
+    }
     // A server's replies must not depend on what else it decodes.
     if config.generate.batch_invariant == crate::config::BatchInvariance::Auto {
         config.generate.batch_invariant = crate::config::BatchInvariance::On;
@@ -215,12 +229,38 @@ async fn report_ready(engine: &crate::serve::Engine) {
     loop {
         match engine.status() {
             Status::Loading => tokio::time::sleep(Duration::from_millis(50)).await,
-            Status::Ready { model_id, n_ctx, .. } => {
-                println!("bmoe serve: ready: model `{model_id}`, context {n_ctx} tokens");
+            Status::Ready { model_id, n_ctx, parallel, kv_bytes, .. } => {
+                let each = if parallel > 1 { format!(" each, {parallel} requests at once") } else { String::new() };
+                println!(
+                    "bmoe serve: ready: model `{model_id}`, context {n_ctx} tokens{each}: KV cache {:.0} MiB",
+                    kv_bytes as f64 / 1048576.0
+                );
                 return;
             }
             // The server stops with the error (`serve`).
             Status::Failed(_) => return,
         }
     }
+}
+
+/// How many of `config`'s contexts (`generate.ctx_size` tokens each, up to
+/// `serve.parallel`) fit in the memory bmoe may use beside the model,
+/// resident or streamed, by `bmoe fit`'s estimate; at least 1. `None` when
+/// the model file cannot be read (the open says why) or memory has no limit.
+fn contexts_that_fit(config: &crate::config::RunConfig) -> Option<u32> {
+    use crate::fit::{Machine, Mode, ModelShape, estimate};
+    let path = &config.model.path;
+    if path.as_os_str().is_empty() {
+        return None;
+    }
+    let files = crate::gguf::ModelFiles::open(path).ok()?;
+    let shape = ModelShape::of(&files).ok()?;
+    let memory = crate::moe::budget::MemoryLimits::read();
+    memory.tightest()?;
+    let machine = Machine { memory, disk_bytes_s: None, weights_s: None };
+    let fits = |n: u32| {
+        let e = estimate(&shape, &machine, config.generate.ctx_size.saturating_mul(n));
+        !matches!(e.mode, Mode::DoesNotFit { .. })
+    };
+    Some((1..=config.serve.parallel).rev().find(|&n| fits(n)).unwrap_or(1))
 }

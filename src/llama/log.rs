@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use llama_cpp_sys_2 as sys;
 
@@ -38,6 +38,29 @@ impl Recent {
     fn latest(&self) -> Option<String> {
         self.errors.back().or(self.warnings.back()).cloned()
     }
+}
+
+/// Bytes of the KV caches (and recurrent state) llama.cpp said it
+/// allocated since [`take_kv_cache_bytes`] last read them.
+static KV_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// The bytes of keys, values and recurrent state llama.cpp allocated for
+/// the contexts created since the last call (its `size = X MiB` lines),
+/// and starts counting again.
+pub fn take_kv_cache_bytes() -> u64 {
+    KV_BYTES.swap(0, Ordering::Relaxed)
+}
+
+/// The MiB of a `llama_kv_cache: size = X MiB (...)` line (also the
+/// recurrent memory's), in bytes.
+fn cache_size(line: &str) -> Option<u64> {
+    let (name, rest) = line.split_once(": size = ")?;
+    if !(name.contains("kv_cache") || name.contains("memory_recurrent")) {
+        return None;
+    }
+    let mib: f64 = rest.trim_start().split_whitespace().next()?.parse().ok()?;
+    rest.trim_start().split_whitespace().nth(1).filter(|u| *u == "MiB")?;
+    Some((mib * 1048576.0) as u64)
 }
 
 /// Shows llama.cpp's informational log on stderr.
@@ -79,6 +102,9 @@ unsafe extern "C" fn on_log(level: sys::ggml_log_level, text: *const c_char, _us
     }
     // SAFETY: llama.cpp passes a valid NUL-terminated string for the call.
     let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+    if let Some(bytes) = cache_size(&line) {
+        KV_BYTES.fetch_add(bytes, Ordering::Relaxed);
+    }
     let important = level == sys::GGML_LOG_LEVEL_WARN || level == sys::GGML_LOG_LEVEL_ERROR;
     if important && let Ok(mut recent) = RECENT.lock() {
         // A line quoting the file (an architecture name, a token) is kept
@@ -93,6 +119,15 @@ unsafe extern "C" fn on_log(level: sys::ggml_log_level, text: *const c_char, _us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kv_cache_size_is_read_from_its_log_line() {
+        let line = "llama_kv_cache: size = 1536.00 MiB ( 32768 cells,  48 layers,  4/4 seqs), K (f16):  768.00 MiB";
+        assert_eq!(cache_size(line), Some(1536 << 20));
+        assert_eq!(cache_size("llama_memory_recurrent: size =    0.50 MiB (  1 cells)"), Some(1 << 19));
+        assert_eq!(cache_size("llama_context: size = 12.00 MiB"), None);
+        assert_eq!(cache_size("llama_kv_cache: size = lots"), None);
+    }
 
     /// Errors come first however many warnings came before and after them,
     /// and each level keeps its own latest lines.

@@ -8,6 +8,7 @@ pub mod cpu_layouts;
 pub mod invariant_sgemm;
 pub mod kernels;
 mod log;
+pub use log::take_kv_cache_bytes;
 pub mod memory;
 mod model;
 mod mtp;

@@ -99,6 +99,10 @@ pub enum Status {
         about: serde_json::Value,
         /// Tokens in the vocabulary.
         n_vocab: usize,
+        /// Requests decoded at once, each with a context of `n_ctx`.
+        parallel: usize,
+        /// Bytes of the KV caches llama.cpp allocated for them all.
+        kv_bytes: u64,
     },
     /// Opening failed (said in every answer).
     Failed(String),
@@ -157,44 +161,53 @@ impl Engine {
             default_max_tokens: options.default_max_tokens,
         });
         let shared = engine.clone();
-        std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || match open() {
-            Ok(mut host) => {
-                let model_id = model_id(host.model());
-                let tool_openings = host.chat_format().tool_format().map(|f| f.openings()).unwrap_or_default();
-                let info = host.info();
-                let shape = serde_json::json!({
-                    "arch": info.arch, "n_layer": info.n_layer, "n_expert": info.n_expert,
-                    "n_expert_used": info.n_expert_used, "streaming": host.info().streaming,
-                    "cache_budget_mib": info.cache_budget as f64 / 1048576.0,
-                });
-                let about = super::ollama::describe(host.model(), &info.arch);
-                let n_ctx = host.slot_ctx();
-                let model = host.session_mut().model().clone();
-                let max_token_bytes =
-                    (0..model.n_vocab()).map(|t| model.token_bytes(t as i32).len()).max().unwrap_or(1).max(1);
-                // Without a prompter (it compiles the template again, which
-                // worked once already) the engine prepares prompts itself.
-                if let Ok(prompter) = host.prompter() {
-                    let _ = shared.prompter.set(Arc::new(prompter));
+        std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || {
+            match {
+                // Counted from here: the caches this open allocates.
+                crate::llama::take_kv_cache_bytes();
+                open()
+            } {
+                Ok(mut host) => {
+                    let kv_bytes = crate::llama::take_kv_cache_bytes();
+                    let model_id = model_id(host.model());
+                    let tool_openings = host.chat_format().tool_format().map(|f| f.openings()).unwrap_or_default();
+                    let info = host.info();
+                    let shape = serde_json::json!({
+                        "arch": info.arch, "n_layer": info.n_layer, "n_expert": info.n_expert,
+                        "n_expert_used": info.n_expert_used, "streaming": host.info().streaming,
+                        "cache_budget_mib": info.cache_budget as f64 / 1048576.0,
+                    });
+                    let about = super::ollama::describe(host.model(), &info.arch);
+                    let n_ctx = host.slot_ctx();
+                    let model = host.session_mut().model().clone();
+                    let max_token_bytes =
+                        (0..model.n_vocab()).map(|t| model.token_bytes(t as i32).len()).max().unwrap_or(1).max(1);
+                    // Without a prompter (it compiles the template again, which
+                    // worked once already) the engine prepares prompts itself.
+                    if let Ok(prompter) = host.prompter() {
+                        let _ = shared.prompter.set(Arc::new(prompter));
+                    }
+                    let n_vocab = model.n_vocab();
+                    shared.set_status(Status::Ready {
+                        model_id,
+                        n_ctx,
+                        tool_openings,
+                        shape,
+                        max_token_bytes,
+                        about,
+                        n_vocab,
+                        parallel: slots,
+                        kv_bytes,
+                    });
+                    // Drafts are verified one sequence at a time, by the host.
+                    if host.session_mut().drafts() {
+                        run(host, &inbox, &shared);
+                    } else {
+                        super::slots::run(host, &inbox, &shared, slots);
+                    }
                 }
-                let n_vocab = model.n_vocab();
-                shared.set_status(Status::Ready {
-                    model_id,
-                    n_ctx,
-                    tool_openings,
-                    shape,
-                    max_token_bytes,
-                    about,
-                    n_vocab,
-                });
-                // Drafts are verified one sequence at a time, by the host.
-                if host.session_mut().drafts() {
-                    run(host, &inbox, &shared);
-                } else {
-                    super::slots::run(host, &inbox, &shared, slots);
-                }
+                Err(e) => shared.set_status(Status::Failed(e)),
             }
-            Err(e) => shared.set_status(Status::Failed(e)),
         })?;
         Ok(engine)
     }
@@ -305,6 +318,15 @@ impl Engine {
         match self.status() {
             Status::Ready { about, .. } => about,
             _ => serde_json::Value::Null,
+        }
+    }
+
+    /// Requests decoded at once and the bytes of their KV caches (0 until
+    /// the model is ready).
+    pub fn kv_memory(&self) -> (usize, u64) {
+        match self.status() {
+            Status::Ready { parallel, kv_bytes, .. } => (parallel, kv_bytes),
+            _ => (0, 0),
         }
     }
 

@@ -233,9 +233,11 @@ async fn page() -> Html<&'static str> {
 /// Anthropic's (`type`, `display_name`, `created_at`) beside them.
 fn model_object(state: &AppState, id: String) -> Value {
     let n_ctx = state.engine.n_ctx();
+    let (parallel, kv_bytes) = state.engine.kv_memory();
     let created_at = state.engine.about()["modified_at"].as_str().unwrap_or("").to_string();
+    let meta = json!({"n_ctx": n_ctx, "n_parallel": parallel, "kv_cache_bytes": kv_bytes});
     json!({
-        "id": id, "object": "model", "created": 0, "owned_by": "bmoe", "meta": {"n_ctx": n_ctx},
+        "id": id, "object": "model", "created": 0, "owned_by": "bmoe", "meta": meta,
         "type": "model", "display_name": id, "created_at": created_at,
     })
 }
