@@ -229,7 +229,9 @@ async fn report_ready(engine: &crate::serve::Engine) {
     loop {
         match engine.status() {
             Status::Loading => tokio::time::sleep(Duration::from_millis(50)).await,
-            Status::Ready { model_id, n_ctx, parallel, kv_bytes, .. } => {
+            Status::Ready(ready) => {
+                let (model_id, n_ctx, parallel, kv_bytes) =
+                    (&ready.model_id, ready.n_ctx, ready.parallel, ready.kv_bytes);
                 let each = if parallel > 1 { format!(" each, {parallel} requests at once") } else { String::new() };
                 println!(
                     "bmoe serve: ready: model `{model_id}`, context {n_ctx} tokens{each}: KV cache {:.0} MiB",

@@ -58,8 +58,9 @@ fn cache_size(line: &str) -> Option<u64> {
     if !(name.contains("kv_cache") || name.contains("memory_recurrent")) {
         return None;
     }
-    let mib: f64 = rest.trim_start().split_whitespace().next()?.parse().ok()?;
-    rest.trim_start().split_whitespace().nth(1).filter(|u| *u == "MiB")?;
+    let mut words = rest.split_whitespace();
+    let mib: f64 = words.next()?.parse().ok()?;
+    words.next().filter(|u| *u == "MiB")?;
     Some((mib * 1048576.0) as u64)
 }
 

@@ -80,32 +80,36 @@ pub struct Job {
 pub enum Status {
     /// Opening the model.
     Loading,
-    /// Ready: the name clients use for the model, and its context size.
-    Ready {
-        /// The model's id in `/v1/models`.
-        model_id: String,
-        /// Context size in tokens.
-        n_ctx: u32,
-        /// The texts the template's tool calls begin with (none: bmoe does
-        /// not read its call format).
-        tool_openings: Vec<&'static str>,
-        /// What the page's routing panel needs to know of the model.
-        shape: serde_json::Value,
-        /// The longest token's bytes: a text of `n` bytes is at least
-        /// `n / max_token_bytes` tokens.
-        max_token_bytes: usize,
-        /// The model file's size, date and details, as Ollama's listings
-        /// give them.
-        about: serde_json::Value,
-        /// Tokens in the vocabulary.
-        n_vocab: usize,
-        /// Requests decoded at once, each with a context of `n_ctx`.
-        parallel: usize,
-        /// Bytes of the KV caches llama.cpp allocated for them all.
-        kv_bytes: u64,
-    },
+    /// Ready to answer (shared: every request reads it).
+    Ready(Arc<Ready>),
     /// Opening failed (said in every answer).
     Failed(String),
+}
+
+/// What a ready server knows of its model.
+#[derive(Debug, PartialEq)]
+pub struct Ready {
+    /// The model's id in `/v1/models`.
+    pub model_id: String,
+    /// Context size in tokens.
+    pub n_ctx: u32,
+    /// The texts the template's tool calls begin with (none: bmoe does
+    /// not read its call format).
+    pub tool_openings: Vec<&'static str>,
+    /// What the page's routing panel needs to know of the model.
+    pub shape: serde_json::Value,
+    /// The longest token's bytes: a text of `n` bytes is at least
+    /// `n / max_token_bytes` tokens.
+    pub max_token_bytes: usize,
+    /// The model file's size, date and details, as Ollama's listings
+    /// give them.
+    pub about: serde_json::Value,
+    /// Tokens in the vocabulary.
+    pub n_vocab: usize,
+    /// Requests decoded at once, each with a context of `n_ctx`.
+    pub parallel: usize,
+    /// Bytes of the KV caches llama.cpp allocated for them all.
+    pub kv_bytes: u64,
 }
 
 /// The engine's side shared with the HTTP handlers.
@@ -162,11 +166,10 @@ impl Engine {
         });
         let shared = engine.clone();
         std::thread::Builder::new().name("bmoe-engine".into()).spawn(move || {
-            match {
-                // Counted from here: the caches this open allocates.
-                crate::llama::take_kv_cache_bytes();
-                open()
-            } {
+            // Counted from here: the caches this open allocates.
+            crate::llama::take_kv_cache_bytes();
+            let opened = open();
+            match opened {
                 Ok(mut host) => {
                     let kv_bytes = crate::llama::take_kv_cache_bytes();
                     let model_id = model_id(host.model());
@@ -188,7 +191,7 @@ impl Engine {
                         let _ = shared.prompter.set(Arc::new(prompter));
                     }
                     let n_vocab = model.n_vocab();
-                    shared.set_status(Status::Ready {
+                    shared.set_status(Status::Ready(Arc::new(Ready {
                         model_id,
                         n_ctx,
                         tool_openings,
@@ -198,7 +201,7 @@ impl Engine {
                         n_vocab,
                         parallel: slots,
                         kv_bytes,
-                    });
+                    })));
                     // Drafts are verified one sequence at a time, by the host.
                     if host.session_mut().drafts() {
                         run(host, &inbox, &shared);
@@ -227,7 +230,8 @@ impl Engine {
     /// A `logit_bias` naming a token outside the vocabulary is refused here
     /// too.
     pub fn refuse_oversized(&self, request: &Parsed) -> Result<(), ApiError> {
-        let Status::Ready { n_ctx, max_token_bytes, n_vocab, .. } = self.status() else { return Ok(()) };
+        let Status::Ready(ready) = self.status() else { return Ok(()) };
+        let (n_ctx, max_token_bytes, n_vocab) = (ready.n_ctx, ready.max_token_bytes, ready.n_vocab);
         if let Some(&(token, _)) = request.settings.sampling.logit_bias.iter().find(|(t, _)| *t as usize >= n_vocab) {
             return Err(ApiError::bad_param(
                 "logit_bias",
@@ -283,9 +287,10 @@ impl Engine {
         })
         .await
         .map_err(|e| ApiError::internal(format!("preparing the prompt failed: {e}")))??;
-        if let (Status::Ready { n_ctx, .. }, Some(prepared)) = (self.status(), &request.prepared)
-            && prepared.tokens.len() + 2 > n_ctx as usize
+        if let (Status::Ready(ready), Some(prepared)) = (self.status(), &request.prepared)
+            && prepared.tokens.len() + 2 > ready.n_ctx as usize
         {
+            let n_ctx = ready.n_ctx;
             return Err(host_error(HostError::ContextFull { needed: prepared.tokens.len() + 2, n_ctx }));
         }
         Ok(request)
@@ -299,7 +304,7 @@ impl Engine {
     /// The model's id, or the error to answer while it is not ready.
     pub fn ready(&self) -> Result<String, ApiError> {
         match self.status() {
-            Status::Ready { model_id, .. } => Ok(model_id),
+            Status::Ready(ready) => Ok(ready.model_id.clone()),
             Status::Loading => Err(ApiError::unavailable("the model is still loading: try again shortly")),
             Status::Failed(e) => Err(ApiError::unavailable(format!("the model failed to load: {e}"))),
         }
@@ -308,7 +313,7 @@ impl Engine {
     /// The texts the model's tool calls begin with.
     pub fn tool_openings(&self) -> Vec<&'static str> {
         match self.status() {
-            Status::Ready { tool_openings, .. } => tool_openings,
+            Status::Ready(ready) => ready.tool_openings.clone(),
             _ => Vec::new(),
         }
     }
@@ -316,7 +321,7 @@ impl Engine {
     /// The model file's size, date and details (null until it is ready).
     pub fn about(&self) -> serde_json::Value {
         match self.status() {
-            Status::Ready { about, .. } => about,
+            Status::Ready(ready) => ready.about.clone(),
             _ => serde_json::Value::Null,
         }
     }
@@ -325,7 +330,7 @@ impl Engine {
     /// the model is ready).
     pub fn kv_memory(&self) -> (usize, u64) {
         match self.status() {
-            Status::Ready { parallel, kv_bytes, .. } => (parallel, kv_bytes),
+            Status::Ready(ready) => (ready.parallel, ready.kv_bytes),
             _ => (0, 0),
         }
     }
@@ -333,7 +338,7 @@ impl Engine {
     /// A request's context in tokens (0 until the model is ready).
     pub fn n_ctx(&self) -> u32 {
         match self.status() {
-            Status::Ready { n_ctx, .. } => n_ctx,
+            Status::Ready(ready) => ready.n_ctx,
             _ => 0,
         }
     }
@@ -342,7 +347,7 @@ impl Engine {
     /// until it is ready).
     pub fn shape(&self) -> serde_json::Value {
         match self.status() {
-            Status::Ready { shape, .. } => shape,
+            Status::Ready(ready) => ready.shape.clone(),
             _ => serde_json::Value::Null,
         }
     }

@@ -216,7 +216,7 @@ async fn not_found(request: Request) -> Response {
 /// `GET /health`: 200 once the model is ready, 503 before (or if it failed).
 async fn health(State(state): State<AppState>) -> Response {
     match state.engine.status() {
-        Status::Ready { .. } => Json::ok(json!({"status": "ok"})),
+        Status::Ready(_) => Json::ok(json!({"status": "ok"})),
         Status::Loading => {
             (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "loading model"}))).into_response()
         }
