@@ -657,13 +657,11 @@ fn chat_templates_from_the_command_line() {
         harmony.contains("<|start|>user<|message|>Hi there<|end|>") && harmony.ends_with("<|start|>assistant"),
         "{harmony}"
     );
-    // The example conversation: reasoning under the name other tools write reaches the template.
+    // The example conversation: reasoning under the name other tools write
+    // reaches the template; its final assistant message is continued.
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/conversation.json");
     let qwen = stdout(&ok(&["template", "qwen3", "--messages", example]));
-    assert!(
-        qwen.ends_with("<think>\nA geography question: Japan's capital is Tokyo.\n</think>\n\nTokyo.<|im_end|>\n<|im_start|>assistant\n"),
-        "{qwen}"
-    );
+    assert!(qwen.ends_with("<think>\nA geography question: Japan's capital is Tokyo.\n</think>\n\nTokyo."), "{qwen}");
     // A tool list reaches the template, which shows it to the model.
     let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tools.json");
     let with_tools = stdout(&ok(&["template", "qwen3", "--messages", example, "--tools", tools]));
@@ -1274,6 +1272,12 @@ fn help_shows_each_flags_real_default() {
         ("--top-k", d.generate.top_k.to_string()),
         ("--top-p", d.generate.top_p.to_string()),
         ("--seed", d.generate.seed.to_string()),
+        ("--min-p", d.generate.min_p.to_string()),
+        ("--typical-p", d.generate.typical_p.to_string()),
+        ("--repeat-penalty", d.generate.repeat_penalty.to_string()),
+        ("--frequency-penalty", d.generate.frequency_penalty.to_string()),
+        ("--presence-penalty", d.generate.presence_penalty.to_string()),
+        ("--repeat-last-n", d.generate.repeat_last_n.to_string()),
         ("--threads", d.generate.threads.to_string()),
         ("--dense-weights", d.moe.dense_weights.clone()),
         ("--cache-policy", d.moe.cache_policy.clone()),

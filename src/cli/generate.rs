@@ -242,26 +242,26 @@ pub struct TurnFlags {
     pub top_p: Option<f64>,
     /// Min-p sampling stage: drop tokens less likely than this fraction of the top one (0 = off)
     /// [generate.min_p, default 0].
-    #[arg(long)]
+    #[arg(long, value_name = "P")]
     pub min_p: Option<f64>,
     /// Locally typical sampling's mass (1 = off) [generate.typical_p, default 1].
-    #[arg(long)]
+    #[arg(long, value_name = "P")]
     pub typical_p: Option<f64>,
     /// Divide the logits of tokens generated in the last --repeat-last-n tokens (1 = off; greedy
     /// too) [generate.repeat_penalty, default 1].
-    #[arg(long)]
+    #[arg(long, value_name = "R")]
     pub repeat_penalty: Option<f64>,
     /// Subtract this per time a token was generated lately, -2 to 2 [generate.frequency_penalty,
     /// default 0].
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, value_name = "F", allow_hyphen_values = true)]
     pub frequency_penalty: Option<f64>,
     /// Subtract this once from a token generated lately, -2 to 2 [generate.presence_penalty,
     /// default 0].
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, value_name = "P", allow_hyphen_values = true)]
     pub presence_penalty: Option<f64>,
     /// The penalties' window in generated tokens (0 = none, -1 = the context)
     /// [generate.repeat_last_n, default 64].
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub repeat_last_n: Option<i32>,
     /// Add to tokens' logits by id: ID=BIAS[,ID=BIAS...] (-inf bans a token) [generate.logit_bias].
     #[arg(long, value_name = "ID=BIAS,...")]
