@@ -26,13 +26,11 @@ pub async fn messages(
     body: Body,
 ) -> Response {
     let answer = async {
-        let body = routes::read_json(&headers, body, state.body_limit).await?;
-        let model = state.engine.ready()?;
+        let (body, model) = routes::body_and_model(&state, &headers, body).await?;
         let parsed = parse(&body, &state.engine.config, state.engine.default_max_tokens, true)?;
-        state.engine.refuse_oversized(&parsed)?;
-        let parsed = state.engine.prepare(parsed).await?;
+        let parsed = routes::prepare(&state, parsed).await?;
         let input_tokens = parsed.prepared.as_ref().map_or(0, |p| p.tokens.len());
-        let openings = if has_tools(&parsed) { state.engine.tool_openings() } else { Vec::new() };
+        let openings = routes::call_openings(&state, &parsed);
         let (stream, digest) = (parsed.stream, parsed.logits_digest);
         let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);
         let pending = routes::submit(&state, parsed)?;
@@ -52,8 +50,7 @@ pub async fn messages(
 /// (system, messages and tools rendered by the template) takes.
 pub async fn count_tokens(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let answer = async {
-        let body = routes::read_json(&headers, body, state.body_limit).await?;
-        state.engine.ready()?;
+        let (body, _) = routes::body_and_model(&state, &headers, body).await?;
         let parsed = parse(&body, &state.engine.config, state.engine.default_max_tokens, false)?;
         let parsed = state.engine.prepare(parsed).await?;
         let tokens = parsed.prepared.as_ref().map_or(0, |p| p.tokens.len());
@@ -61,10 +58,6 @@ pub async fn count_tokens(State(state): State<AppState>, headers: HeaderMap, bod
     };
     let answer = answer.await;
     routes::respond_in(&state, "/v1/messages/count_tokens", Dialect::Anthropic, answer)
-}
-
-fn has_tools(parsed: &Parsed) -> bool {
-    matches!(&parsed.work, request::Work::Chat(w) if w.tools.is_some())
 }
 
 /// Features of the Messages API this server does not have: refused by name.

@@ -69,8 +69,7 @@ pub async fn chat(
     body: Body,
 ) -> Response {
     let answer = async {
-        let body = routes::read_json(&headers, body, state.body_limit).await?;
-        let model = state.engine.ready()?;
+        let (body, model) = routes::body_and_model(&state, &headers, body).await?;
         let name = body.get("model").and_then(Value::as_str).unwrap_or(&model).to_string();
         if body.get("messages").and_then(Value::as_array).is_some_and(Vec::is_empty) {
             return Ok(Json::ok(loaded(&name, "message")));
@@ -90,8 +89,7 @@ pub async fn generate(
     body: Body,
 ) -> Response {
     let answer = async {
-        let body = routes::read_json(&headers, body, state.body_limit).await?;
-        let model = state.engine.ready()?;
+        let (body, model) = routes::body_and_model(&state, &headers, body).await?;
         let name = body.get("model").and_then(Value::as_str).unwrap_or(&model).to_string();
         if body.get("prompt").is_none_or(|p| p.as_str() == Some("")) {
             return Ok(Json::ok(loaded(&name, "response")));
@@ -113,12 +111,8 @@ fn loaded(name: &str, field: &str) -> Value {
 
 /// Runs `parsed` and answers whole or as a stream of lines.
 async fn run(state: &AppState, access: Access, parsed: Parsed, reply: Reply) -> Result<Response, ApiError> {
-    state.engine.refuse_oversized(&parsed)?;
-    let parsed = state.engine.prepare(parsed).await?;
-    let openings = match &parsed.work {
-        Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
-        _ => Vec::new(),
-    };
+    let parsed = routes::prepare(state, parsed).await?;
+    let openings = routes::call_openings(state, &parsed);
     let (stream, digest) = (parsed.stream, parsed.logits_digest);
     let mut clock = Clock::new();
     let pending = routes::submit(state, parsed)?;

@@ -26,15 +26,10 @@ pub async fn create(
     body: Body,
 ) -> Response {
     let answer = async {
-        let body = routes::read_json(&headers, body, state.body_limit).await?;
-        let model = state.engine.ready()?;
+        let (body, model) = routes::body_and_model(&state, &headers, body).await?;
         let parsed = parse(&body, &state.engine.config, state.engine.default_max_tokens)?;
-        state.engine.refuse_oversized(&parsed)?;
-        let parsed = state.engine.prepare(parsed).await?;
-        let openings = match &parsed.work {
-            request::Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
-            _ => Vec::new(),
-        };
+        let parsed = routes::prepare(&state, parsed).await?;
+        let openings = routes::call_openings(&state, &parsed);
         let shell = Shell::new(&body, model, parsed.logits_digest);
         let stream = parsed.stream;
         let pending = routes::submit(&state, parsed)?;

@@ -307,15 +307,10 @@ async fn chat(
     body: Body,
 ) -> Response {
     let answer = async {
-        let body = read_json(&headers, body, state.body_limit).await?;
-        let model = state.engine.ready()?;
+        let (body, model) = body_and_model(&state, &headers, body).await?;
         let parsed = request::chat(&body, &state.engine.config, state.engine.default_max_tokens)?;
-        state.engine.refuse_oversized(&parsed)?;
-        let parsed = state.engine.prepare(parsed).await?;
-        let openings = match &parsed.work {
-            Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
-            _ => Vec::new(),
-        };
+        let parsed = prepare(&state, parsed).await?;
+        let openings = call_openings(&state, &parsed);
         let stream = parsed.stream;
         let include_usage = parsed.include_usage;
         let header = Header::new("chatcmpl", model)
@@ -465,6 +460,33 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
         return Err(ApiError::too_large(limit));
     }
     Ok(Bytes::from(kept))
+}
+
+/// A request's body, read as JSON, and the id of the model that will
+/// answer it (an error while the model is not ready).
+pub(super) async fn body_and_model(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Value, String), ApiError> {
+    let body = read_json(headers, body, state.body_limit).await?;
+    Ok((body, state.engine.ready()?))
+}
+
+/// `parsed` checked against the context and prepared (its prompt rendered
+/// and counted on a thread of its own): what every endpoint does before it
+/// queues a request.
+pub(super) async fn prepare(state: &AppState, parsed: Parsed) -> Result<Parsed, ApiError> {
+    state.engine.refuse_oversized(&parsed)?;
+    state.engine.prepare(parsed).await
+}
+
+/// The texts a reply's tool calls begin with, when its request shows tools.
+pub(super) fn call_openings(state: &AppState, parsed: &Parsed) -> Vec<&'static str> {
+    match &parsed.work {
+        Work::Chat(w) if w.tools.is_some() => state.engine.tool_openings(),
+        _ => Vec::new(),
+    }
 }
 
 /// A queued request's output, and its place among the requests in flight.
