@@ -124,11 +124,7 @@ fn thinking(value: Option<&Value>, config: &RunConfig) -> Result<(bool, Option<S
 /// `tools` as an OpenAI-style list, and whether the reply must call one
 /// (`tool_choice` `any` or `tool`).
 fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
-    let list = match body.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(list)) => list.clone(),
-        Some(_) => return Err(ApiError::bad_param("tools", "`tools` must be a list")),
-    };
+    let list = request::tool_list(body)?;
     let mut functions = Vec::with_capacity(list.len());
     for (i, tool) in list.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -143,11 +139,8 @@ fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
         let name = name.ok_or_else(|| ApiError::bad_param(&at, "a tool needs a `name`"))?;
         let schema = tool.get("input_schema").filter(|s| s.is_object());
         let schema = schema.ok_or_else(|| ApiError::bad_param(&at, "a tool needs an `input_schema` object"))?;
-        let mut function = json!({"name": name, "parameters": schema});
-        if let Some(d) = tool.get("description").and_then(Value::as_str) {
-            function["description"] = json!(d);
-        }
-        functions.push(json!({"type": "function", "function": function}));
+        let description = tool.get("description").and_then(Value::as_str);
+        functions.push(request::function_tool(name, description, schema.clone()));
     }
     let tools = request::checked_tools(functions, "tools")?;
     let choice = match body.get("tool_choice") {
@@ -161,13 +154,7 @@ fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
         Some("any") => tools.map(|t| (Some(t), true)).ok_or_else(|| bad("`any` needs `tools`")),
         Some("tool") => {
             let name = choice.get("name").and_then(Value::as_str).ok_or_else(|| bad("`tool` needs a `name`"))?;
-            let list = tools.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
-            let chosen: Vec<Value> =
-                list.into_iter().filter(|t| t["function"]["name"].as_str() == Some(name)).collect();
-            if chosen.is_empty() {
-                return Err(bad(&format!("no tool named `{name}` in `tools`")));
-            }
-            Ok((Some(Value::Array(chosen)), true))
+            request::choose_tool(tools, name)
         }
         _ => Err(bad("`tool_choice.type` must be auto, any, tool or none")),
     }

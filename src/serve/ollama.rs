@@ -239,11 +239,7 @@ fn common(
 /// Reads an `/api/chat` body.
 pub fn parse_chat(body: &Value, config: &RunConfig, default_max: Option<u32>) -> Result<Parsed, ApiError> {
     let (settings, effort, stream, digest) = common(body, config, default_max)?;
-    let tools = match body.get("tools") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(list)) => request::checked_tools(list.clone(), "tools")?,
-        Some(_) => return Err(ApiError::bad_param("tools", "`tools` must be a list")),
-    };
+    let tools = request::checked_tools(request::tool_list(body)?, "tools")?;
     let conversation = conversation(body.get("messages"))?;
     // Ollama's API has no tool_choice: the server's (`chat.tool_choice`) holds.
     let mut settings = settings;

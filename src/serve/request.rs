@@ -618,6 +618,36 @@ pub(super) fn refuse_fields(body: &Value, fields: &[&str]) -> Result<(), ApiErro
     Ok(())
 }
 
+/// A request's `tools`: the list, empty when absent.
+pub(super) fn tool_list(body: &Value) -> Result<Vec<Value>, ApiError> {
+    match body.get("tools") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(list)) => Ok(list.clone()),
+        Some(_) => Err(ApiError::bad_param("tools", "`tools` must be a list")),
+    }
+}
+
+/// A function tool as chat completions writes it, from the `name`,
+/// `description` (if any) and `parameters` another API gives.
+pub(super) fn function_tool(name: &str, description: Option<&str>, parameters: Value) -> Value {
+    let mut function = serde_json::json!({"name": name, "parameters": parameters});
+    if let Some(d) = description {
+        function["description"] = Value::from(d);
+    }
+    serde_json::json!({"type": "function", "function": function})
+}
+
+/// `tools` narrowed to the function `name` a `tool_choice` names, which the
+/// reply must call; a name not among them is a 400 on `tool_choice`.
+pub(super) fn choose_tool(tools: Option<Value>, name: &str) -> Result<(Option<Value>, bool), ApiError> {
+    let list = tools.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
+    let chosen: Vec<Value> = list.into_iter().filter(|t| t["function"]["name"].as_str() == Some(name)).collect();
+    if chosen.is_empty() {
+        return Err(ApiError::bad_param("tool_choice", format!("no tool named `{name}` in `tools`")));
+    }
+    Ok((Some(Value::Array(chosen)), true))
+}
+
 /// An OpenAI-style list of function tools, checked as chat completions
 /// checks `tools` (`None`: an empty list).
 pub(super) fn checked_tools(list: Vec<Value>, field: &str) -> Result<Option<Value>, ApiError> {
@@ -780,15 +810,7 @@ fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
             let name = choice.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
             let name =
                 name.ok_or_else(|| ApiError::bad_param("tool_choice", "a named choice needs `function.name`"))?;
-            let list = tools.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
-            let chosen: Vec<Value> = list
-                .into_iter()
-                .filter(|t| t.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) == Some(name))
-                .collect();
-            if chosen.is_empty() {
-                return Err(ApiError::bad_param("tool_choice", format!("no tool named `{name}` in `tools`")));
-            }
-            Ok((Some(Value::Array(chosen)), true))
+            choose_tool(tools, name)
         }
         other => Err(ApiError::bad_param("tool_choice", format!("unknown tool_choice {other} (auto, none, required)"))),
     }

@@ -115,11 +115,7 @@ fn reasoning(value: Option<&Value>, config: &RunConfig) -> Result<(bool, Option<
 /// `tools` (function tools only) as chat completions' list, and whether
 /// the reply must call one.
 fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
-    let list = match body.get("tools") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(list)) => list.clone(),
-        Some(_) => return Err(ApiError::bad_param("tools", "`tools` must be a list")),
-    };
+    let list = request::tool_list(body)?;
     let mut functions = Vec::with_capacity(list.len());
     for (i, tool) in list.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -136,11 +132,8 @@ fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
         let name = tool.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
         let name = name.ok_or_else(|| ApiError::bad_param(&at, "a function tool needs a `name`"))?;
         let parameters = tool.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
-        let mut function = json!({"name": name, "parameters": parameters});
-        if let Some(d) = tool.get("description").and_then(Value::as_str) {
-            function["description"] = json!(d);
-        }
-        functions.push(json!({"type": "function", "function": function}));
+        let description = tool.get("description").and_then(Value::as_str);
+        functions.push(request::function_tool(name, description, parameters));
     }
     let tools = request::checked_tools(functions, "tools")?;
     let bad = |m: String| ApiError::bad_param("tool_choice", m);
@@ -154,13 +147,7 @@ fn tools(body: &Value) -> Result<(Option<Value>, bool), ApiError> {
         Some(choice @ Value::Object(_)) if choice.get("type").and_then(Value::as_str) == Some("function") => {
             let name = choice.get("name").and_then(Value::as_str);
             let name = name.ok_or_else(|| bad("a function choice needs a `name`".into()))?;
-            let list = tools.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
-            let chosen: Vec<Value> =
-                list.into_iter().filter(|t| t["function"]["name"].as_str() == Some(name)).collect();
-            if chosen.is_empty() {
-                return Err(bad(format!("no function named `{name}` in `tools`")));
-            }
-            Ok((Some(Value::Array(chosen)), true))
+            request::choose_tool(tools, name)
         }
         Some(other) => Err(bad(format!("unsupported tool_choice {other} (auto, none, required or a function)"))),
     }
