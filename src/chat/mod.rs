@@ -5,6 +5,7 @@
 mod conversation;
 mod jinja_compat;
 mod json;
+mod markup;
 mod reasoning;
 mod template;
 mod tools;

@@ -340,7 +340,11 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", tojson);
         env.add_filter("from_json", from_json);
-        env.add_template_owned(name.to_string(), source.clone()).map_err(|e| error(name, &e))?;
+        env.add_filter(super::markup::ESCAPE_FILTER, super::markup::markup_escape);
+        env.add_filter("escape", super::markup::markup_escape);
+        env.add_filter("e", super::markup::markup_escape);
+        let compiled = super::markup::escape_marked_sums(&source);
+        env.add_template_owned(name.to_string(), compiled).map_err(|e| error(name, &e))?;
         let reads = env.get_template(name).map_err(|e| error(name, &e))?.undeclared_variables(false);
         let switches: Vec<&'static str> =
             THINK_SWITCHES.into_iter().filter(|v| reads_switch(&source, &reads, v)).collect();
