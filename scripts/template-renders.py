@@ -10,6 +10,10 @@ keyword arguments that mean the same to that template, read from the
 template's source by hand). Run it with scripts/template-renders.sh, which
 makes the virtual environment with the pinned versions.
 
+With `--templates DIR --out DIR --bmoe BIN` (scripts/template-check.sh), it
+renders any folder of templates instead, each with thinking on and off as
+`BIN template FILE --variables` says bmoe sets the template's switches.
+
 Where transformers fails on the conversation as an OpenAI client sends it,
 the expected render is transformers' render of the form the template takes
 (tool-call arguments as JSON text instead of a mapping, an empty string
@@ -17,10 +21,12 @@ instead of a null content), and the case says so in `given`; where every form
 fails, the case holds transformers' error.
 """
 
+import argparse
 import copy
 import datetime
 import json
 import pathlib
+import subprocess
 import sys
 
 import jinja2
@@ -44,6 +50,9 @@ class FixedClock(datetime.datetime):
 
 
 chat_template_utils.datetime = FixedClock
+
+# What a template that refuses a conversation raises.
+FAILURES = (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError)
 
 BOS = "<BOS>"
 EOS = "<EOS>"
@@ -148,6 +157,13 @@ CONVERSATIONS = {
                      result("call_1", "18 C, sunny"), result("call_2", "22 C, clear")],
     },
     "tools_offered": {"tools": True, "messages": [QUESTION]},
+    "reasoning_text_and_calls": {
+        "tools": True,
+        "messages": [QUESTION,
+                     {"role": "assistant", "content": "Let me look.", "reasoning_content": "A lookup.",
+                      "tool_calls": [call("call_1", "Paris")]},
+                     result("call_1", "18 C, sunny")],
+    },
 }
 
 # bmoe's thinking settings: (enable_thinking, reasoning_effort).
@@ -244,9 +260,25 @@ def render(source, conversation, kwargs):
     """Transformers' render of one case: the conversation as sent, else the
     first other form it takes; returns a dict for the case file. Arguments
     sent as text that the template would write as a JSON string (escaped
-    quotes) are given as a mapping instead."""
+    quotes) or leave out (it reads them as a mapping) are given as a mapping
+    instead."""
     tools = TOOLS if conversation.get("tools") else None
     generation = conversation.get("add_generation_prompt", True)
+
+    def attempt(messages):
+        return chat_template_utils.render_jinja_template(
+            conversations=[messages], tools=tools, chat_template=source, add_generation_prompt=generation,
+            bos_token=BOS, eos_token=EOS, **kwargs)[0][0]
+
+    def drops_arguments(messages, out):
+        """Whether the render of text arguments shows less of them than the
+        render of the same arguments as a mapping."""
+        try:
+            mapped = attempt(mapping_arguments(messages))
+        except FAILURES:
+            return False
+        return out.count("celsius") < mapped.count("celsius")
+
     sent = conversation["messages"]
     forms = [("as sent", sent), ("arguments as mappings", mapping_arguments(sent)),
              ("arguments as text", text_arguments(sent)), ("content empty", empty_content(sent)),
@@ -259,38 +291,58 @@ def render(source, conversation, kwargs):
             continue
         seen.append(messages)
         try:
-            out = chat_template_utils.render_jinja_template(
-                conversations=[messages], tools=tools, chat_template=source, add_generation_prompt=generation,
-                bos_token=BOS, eos_token=EOS, **kwargs)[0][0]
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as e:
+            out = attempt(messages)
+        except FAILURES as e:
             first_error = first_error or f"{type(e).__name__}: {e}"
             continue
-        if messages != mapping_arguments(messages) and '\\"city\\"' in out:
+        if messages != mapping_arguments(messages) and ('\\"city\\"' in out or drops_arguments(messages, out)):
             continue
         return {"given": given, "render": out}
     return {"error": first_error}
 
 
+def bmoe_settings(bmoe, path):
+    """The keyword arguments bmoe passes `path` with thinking on (default)
+    and off, where they differ; `None` where bmoe cannot read the template."""
+    def variables(*flags):
+        run = subprocess.run([bmoe, "template", str(path), "--variables", *flags], capture_output=True, text=True)
+        return json.loads(run.stdout) if run.returncode == 0 else None
+    on, off = variables(), variables("--no-think")
+    if on is None or off is None:
+        return None
+    return {"default": on} if on == off else {"default": on, "off": off}
+
+
 def main():
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "conversations.json").write_text(json.dumps(
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--templates", type=pathlib.Path, default=TEMPLATES, help="the folder of .jinja files")
+    parser.add_argument("--out", type=pathlib.Path, default=OUT, help="where the renders go")
+    parser.add_argument("--bmoe", help="a bmoe binary: take each template's settings from it, not SETTINGS")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "conversations.json").write_text(json.dumps(
         {"tools": TOOLS, "bos": BOS, "eos": EOS, "now": NOW.isoformat(), "settings": BMOE,
          "conversations": CONVERSATIONS}, indent=1, ensure_ascii=False) + "\n")
-    names = sorted(p.stem for p in TEMPLATES.glob("*.jinja"))
+    names = sorted(p.stem for p in args.templates.glob("*.jinja"))
     unknown = set(SETTINGS) - set(names)
-    if unknown:
+    if unknown and not args.bmoe:
         sys.exit(f"template-renders: SETTINGS names templates that are not there: {sorted(unknown)}")
     for name in names:
-        source = (TEMPLATES / f"{name}.jinja").read_text()
+        path = args.templates / f"{name}.jinja"
+        source = path.read_text()
+        settings = bmoe_settings(args.bmoe, path) if args.bmoe else SETTINGS.get(name, {"default": {}})
+        if settings is None:
+            print(f"{name}: bmoe cannot read it (run bmoe template {path} --variables)")
+            settings = {"default": {}}
         cases = []
-        for setting, kwargs in SETTINGS.get(name, {"default": {}}).items():
+        for setting, kwargs in settings.items():
             for conv_name, conversation in CONVERSATIONS.items():
                 case = {"conversation": conv_name, "setting": setting, "kwargs": kwargs}
                 case.update(render(source, conversation, kwargs))
                 cases.append(case)
         doc = {"template": f"{name}.jinja", "transformers": transformers.__version__, "jinja2": jinja2.__version__,
                "cases": cases}
-        (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        (args.out / f"{name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         errors = sum("error" in c for c in cases)
         print(f"{name}: {len(cases)} cases, {errors} refused by the template")
 

@@ -489,32 +489,49 @@ fn first_difference(a: &str, b: &str) -> String {
     format!("at byte {at}: bmoe {} / transformers {}", around(a), around(b))
 }
 
-/// The renders transformers makes of each template in tests/data/chat-templates/
-/// (scripts/template-renders.sh wrote them): bmoe's render of the same
-/// conversation and setting is the same, byte for byte, functionary's
-/// HTML-escaped tool list (plain text joined with `+` to `|safe` text)
-/// included. One difference is Jinja2's own and bmoe does not copy it: Jinja2
-/// fails on a for loop over none where minijinja loops no times (command-r's
-/// tool-use template without tools). Where transformers fails otherwise, bmoe
-/// fails too.
-#[test]
-fn every_template_renders_as_transformers_does() {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+/// Where Jinja2 fails and minijinja renders, and bmoe does not copy the
+/// failure: a for loop over none (minijinja loops no times), and `tojson` of
+/// a `map` (a list in minijinja, a generator in Jinja2).
+const JINJA2_ONLY_FAILURES: [&str; 2] =
+    ["'NoneType' object is not iterable", "Object of type generator is not JSON serializable"];
+
+/// Renders every template in `templates` for each case transformers
+/// rendered into `renders` (scripts/template-renders.py's files) and
+/// compares: the number of cases compared and a line for each that differs.
+/// Reasoning reaches the template under both names, as transformers 5
+/// passes it (bmoe does so for its own history). The failures of
+/// [`JINJA2_ONLY_FAILURES`] are the differences allowed.
+fn compare_with_transformers(templates: &std::path::Path, renders: &std::path::Path) -> (usize, Vec<String>) {
     let read = |path: std::path::PathBuf| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap()
     };
-    let setup = read(data.join("template-renders/conversations.json"));
+    let setup = read(renders.join("conversations.json"));
     let now = chrono::NaiveDateTime::parse_from_str(setup["now"].as_str().unwrap(), "%Y-%m-%dT%H:%M:%S").unwrap();
-    let mut templates: Vec<_> =
-        std::fs::read_dir(data.join("chat-templates")).unwrap().map(|e| e.unwrap().path()).collect();
-    templates.sort();
-    assert_eq!(templates.len(), 25);
+    let mut paths: Vec<_> = std::fs::read_dir(templates)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jinja"))
+        .collect();
+    paths.sort();
     let (mut compared, mut failures) = (0, Vec::new());
-    for path in templates {
+    for path in paths {
         let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
-        let template = ChatTemplate::new(&stem, &std::fs::read_to_string(&path).unwrap()).unwrap();
-        let expected = read(data.join(format!("template-renders/{stem}.json")));
-        for case in expected["cases"].as_array().unwrap() {
+        let expected = read(renders.join(format!("{stem}.json")));
+        let cases = expected["cases"].as_array().unwrap();
+        let template = match ChatTemplate::new(&stem, &std::fs::read_to_string(&path).unwrap()) {
+            Ok(t) => t,
+            // A template Jinja2 cannot run either (a nesting mistake).
+            Err(_) if cases.iter().all(|c| c["error"].is_string()) => {
+                compared += cases.len();
+                continue;
+            }
+            Err(e) => {
+                failures.push(format!("{stem}: bmoe cannot compile it; transformers renders it: {e}"));
+                continue;
+            }
+        };
+        for case in cases {
             let (conversation, setting) = (case["conversation"].as_str().unwrap(), case["setting"].as_str().unwrap());
             let conv = &setup["conversations"][conversation];
             let messages: Vec<Message> = serde_json::from_value(conv["messages"].clone()).unwrap();
@@ -532,19 +549,49 @@ fn every_template_renders_as_transformers_does() {
             let label = format!("{stem} / {conversation} / {setting}");
             compared += 1;
             let error = case["error"].as_str().unwrap_or_default();
-            let want = case["render"].as_str().map(String::from);
-            match (got, want) {
+            match (got, case["render"].as_str()) {
                 (Ok(got), Some(want)) if got != want => {
-                    failures.push(format!("{label}: {}", first_difference(&got, &want)))
+                    failures.push(format!("{label}: {}", first_difference(&got, want)))
                 }
                 (Err(e), Some(_)) => failures.push(format!("{label}: bmoe failed: {e}")),
-                (Ok(_), None) if error.contains("'NoneType' object is not iterable") => {}
+                (Ok(_), None) if JINJA2_ONLY_FAILURES.iter().any(|f| error.contains(f)) => {}
                 (Ok(_), None) => failures.push(format!("{label}: bmoe rendered; transformers failed: {error}")),
                 _ => {}
             }
         }
     }
+    (compared, failures)
+}
+
+/// The renders transformers makes of each template in tests/data/chat-templates/
+/// (scripts/template-renders.sh wrote them): bmoe's render of the same
+/// conversation and setting is the same, byte for byte, functionary's
+/// HTML-escaped tool list (plain text joined with `+` to `|safe` text) and
+/// gpt-oss's reply with text, reasoning and calls included. One difference is
+/// Jinja2's own and bmoe does not copy it: Jinja2 fails on a for loop over
+/// none where minijinja loops no times (command-r's tool-use template without
+/// tools). Where transformers fails otherwise, bmoe fails too.
+#[test]
+fn every_template_renders_as_transformers_does() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    assert_eq!(std::fs::read_dir(data.join("chat-templates")).unwrap().count(), 25);
+    let (compared, failures) = compare_with_transformers(&data.join("chat-templates"), &data.join("template-renders"));
     assert!(compared > 400, "{compared} cases");
+    assert!(failures.is_empty(), "{} of {compared} cases differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The wide check, run by `scripts/template-check.sh DIR`: the same
+/// comparison over any folder of templates, `$BMOE_TEMPLATE_CHECK/templates`,
+/// against the renders the script made in `$BMOE_TEMPLATE_CHECK/renders`.
+#[test]
+#[ignore = "needs the renders scripts/template-check.sh makes"]
+fn wide_template_check() {
+    let Some(dir) = std::env::var_os("BMOE_TEMPLATE_CHECK") else {
+        panic!("set BMOE_TEMPLATE_CHECK (scripts/template-check.sh does)");
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let (compared, failures) = compare_with_transformers(&dir.join("templates"), &dir.join("renders"));
+    println!("{compared} cases compared, {} differ", failures.len());
     assert!(failures.is_empty(), "{} of {compared} cases differ:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -638,4 +685,18 @@ fn the_no_think_prefill_follows_an_open_assistant_turn_only() {
     ];
     let after_tools = format.prompt(&answered, false).unwrap().text;
     assert!(after_tools.ends_with("<｜tool▁outputs▁end｜>"), "{after_tools}");
+}
+
+/// Jinja2's markup arithmetic: text added to a value a `set` marked (in one
+/// message, not the other) or to `|e`'s result is HTML-escaped, the marked
+/// value itself is not. The expected text is what Jinja2 3.1.6 renders
+/// through transformers 5.25.0 for the same template and messages.
+#[test]
+fn text_added_to_marked_text_is_escaped_as_jinja2_does() {
+    let source = "{% for m in messages %}{% set args = m.content %}{% if m.role == 'system' %}\
+                  {% set args = args|tojson|safe %}{% endif %}{{ m.role + '<' + args }}|{% endfor %}{{ 'x\"'|e + '<' }}";
+    let template = ChatTemplate::new("markup", source).unwrap();
+    let messages = [Message::new("system", "q\"<"), Message::new("user", "r<")];
+    let got = template.render(&messages, &RenderOptions::default()).unwrap();
+    assert_eq!(got, "system&lt;\"q\\\"<\"|user<r<|x&#34;&lt;");
 }

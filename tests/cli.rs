@@ -669,6 +669,20 @@ fn chat_templates_from_the_command_line() {
         with_tools.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""),
         "{with_tools}"
     );
+    // The switches bmoe sets, as JSON: Hunyuan's off word, gpt-oss's effort.
+    let variables = |args: &[&str]| -> serde_json::Value {
+        let args: Vec<&str> = ["template"].iter().chain(args).chain(&["--variables"]).copied().collect();
+        serde_json::from_str(&stdout(&ok(&args))).unwrap()
+    };
+    let hunyuan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/chat-templates/Hunyuan-Hy3.jinja");
+    assert_eq!(
+        variables(&[hunyuan, "--no-think"]),
+        serde_json::json!({"enable_thinking": false, "reasoning_effort": "no_think"})
+    );
+    assert_eq!(
+        variables(&["gpt-oss", "--reasoning-effort", "low"]),
+        serde_json::json!({"enable_thinking": true, "reasoning_effort": "low"})
+    );
     std::fs::write(&conv, r#"[{"type":"function","function":{}}]"#).unwrap();
     let conv_path = conv.to_str().unwrap();
     fails_with_one_line(&["template", "qwen3", "--tools", conv_path], "tool 1: no function.name");

@@ -6,24 +6,24 @@
 //! every plain operand of a `+` chain that holds a marked operand through
 //! [`ESCAPE_FILTER`] before minijinja compiles the template.
 //!
-//! The rewrite is syntactic: a value marked safe in one expression and added
-//! to text in another (through `set`) is not escaped. Templates without a
-//! marking filter are left byte for byte as they are.
+//! A variable a `set` may mark (`{% set arguments = arguments|tojson|safe %}`,
+//! Ministral's) is looked at when the template runs: the operands of a chain
+//! that adds it go through [`ESCAPE_IF_FILTER`], which escapes them only if
+//! it holds markup then. Templates without a marking filter are left byte for
+//! byte as they are.
 
-use minijinja::value::Value;
+use std::collections::HashSet;
 
-/// The name of the filter the rewrite pipes plain operands through.
-macro_rules! escape_filter_name {
-    () => {
-        "__jinja2_markup_escape"
-    };
-}
+use minijinja::value::{Rest, Value};
+
+use super::jinja_tags::{Kind, Token, expression_tags};
 
 /// The filter the rewrite pipes plain operands through: [`markup_escape`].
-pub const ESCAPE_FILTER: &str = escape_filter_name!();
+pub const ESCAPE_FILTER: &str = "__jinja2_markup_escape";
 
-/// What closes a wrapped operand.
-const CLOSE_ESCAPE: &str = concat!(")|", escape_filter_name!());
+/// The filter for the operands of a chain that adds a variable a `set` may
+/// have marked: [`markup_escape_if`].
+pub const ESCAPE_IF_FILTER: &str = "__jinja2_markup_escape_if";
 
 /// Filters whose result is `Markup` in Jinja2.
 const MARKING_FILTERS: [&str; 3] = ["safe", "e", "escape"];
@@ -43,6 +43,12 @@ pub fn markup_escape(value: Value) -> Value {
     Value::from_safe_string(escape_text(text))
 }
 
+/// `value` escaped as [`markup_escape`] does if any of `variables` (the
+/// chain's variables a `set` may have marked) holds markup.
+pub fn markup_escape_if(value: Value, variables: Rest<Value>) -> Value {
+    if variables.iter().any(Value::is_safe) { markup_escape(value) } else { value }
+}
+
 /// `text` with markupsafe's five entities.
 fn escape_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -60,47 +66,59 @@ fn escape_text(text: &str) -> String {
 }
 
 /// `source` with each plain operand of a `+` chain that also holds a marked
-/// operand written `(operand)|__jinja2_markup_escape`.
+/// operand written `(operand)|__jinja2_markup_escape`, and each operand of a
+/// chain that adds a variable a `set` may mark written
+/// `(operand)|__jinja2_markup_escape_if(variable, ...)`.
 pub fn escape_marked_sums(source: &str) -> String {
     if !MARKING_FILTERS.iter().any(|f| source.contains(f)) {
         return source.to_string();
     }
-    let mut inserts: Vec<(usize, &'static str)> = Vec::new();
-    for tag in expression_tags(source) {
-        let items = tree(&tag);
-        chains(source, &items, &mut inserts);
+    let tags: Vec<Vec<Item>> = expression_tags(source).iter().map(|tag| tree(tag)).collect();
+    let marked_sets: HashSet<String> = tags.iter().filter_map(|tag| marked_set_target(source, tag)).collect();
+    let reader = Chains { source, marked_sets };
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    for tag in &tags {
+        reader.rewrite(tag, &mut inserts);
     }
     if inserts.is_empty() {
         return source.to_string();
     }
-    inserts.sort_by_key(|&(at, text)| (at, text != "("));
+    inserts.sort_by_key(|(at, text)| (*at, text != "("));
     let mut out = String::with_capacity(source.len() + inserts.len() * 32);
     let mut from = 0;
     for (at, text) in inserts {
         out.push_str(&source[from..at]);
-        out.push_str(text);
+        out.push_str(&text);
         from = at;
     }
     out.push_str(&source[from..]);
     out
 }
 
-/// One token of an expression, by its place in the source.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Text,
-    Name,
-    Number,
-    Open,
-    Close,
-    Operator,
+/// The target of `{% set TARGET = value %}` where the value is piped
+/// through a marking filter somewhere, spaces removed.
+fn marked_set_target(source: &str, tag: &[Item]) -> Option<String> {
+    let (first, rest) = tag.split_first()?;
+    if text(source, first) != Some("set") {
+        return None;
+    }
+    let equals = rest.iter().position(|item| text(source, item) == Some("="))?;
+    let (target, value) = (&rest[..equals], &rest[equals + 1..]);
+    (!target.is_empty() && marks_anywhere(source, value)).then(|| squeezed(source, target))
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Token {
-    kind: Kind,
-    start: usize,
-    end: usize,
+/// Whether a marking filter is applied anywhere in `items`.
+fn marks_anywhere(source: &str, items: &[Item]) -> bool {
+    items
+        .windows(2)
+        .any(|w| text(source, &w[0]) == Some("|") && text(source, &w[1]).is_some_and(|f| MARKING_FILTERS.contains(&f)))
+        || items.iter().any(|item| matches!(item, Item::Group { inner, .. } if marks_anywhere(source, inner)))
+}
+
+/// The source text of `items` without whitespace.
+fn squeezed(source: &str, items: &[Item]) -> String {
+    let (Some(first), Some(last)) = (items.first(), items.last()) else { return String::new() };
+    source[first.start()..last.end()].chars().filter(|c| !c.is_whitespace()).collect()
 }
 
 /// A token, or a bracketed group of items with its brackets.
@@ -126,108 +144,6 @@ impl Item {
             }
         }
     }
-}
-
-/// The tokens of every `{{ ... }}` and `{% ... %}` tag, skipping comments
-/// and `raw` blocks.
-fn expression_tags(source: &str) -> Vec<Vec<Token>> {
-    let bytes = source.as_bytes();
-    let mut tags = Vec::new();
-    let mut at = 0;
-    while let Some(found) = source[at..].find('{') {
-        let open = at + found;
-        let next = bytes.get(open + 1).copied();
-        match next {
-            Some(b'#') => {
-                at = source[open..].find("#}").map_or(source.len(), |e| open + e + 2);
-            }
-            Some(b'{') | Some(b'%') => {
-                let closer = if next == Some(b'{') { b'}' } else { b'%' };
-                let (tokens, end) = tokenize(source, open + 2, closer);
-                at = end;
-                if next == Some(b'%') && is_raw(source, &tokens) {
-                    at = source[at..].find("endraw").map_or(source.len(), |e| at + e);
-                    continue;
-                }
-                tags.push(tokens);
-            }
-            _ => at = open + 1,
-        }
-    }
-    tags
-}
-
-/// Whether a statement tag is `{% raw %}`.
-fn is_raw(source: &str, tokens: &[Token]) -> bool {
-    matches!(tokens, [t] if &source[t.start..t.end] == "raw")
-}
-
-/// The tokens from `from` to the tag's closing `}}` or `%}` (outside
-/// brackets and text), and where the tag ends.
-fn tokenize(source: &str, from: usize, closer: u8) -> (Vec<Token>, usize) {
-    let bytes = source.as_bytes();
-    let mut tokens = Vec::new();
-    let mut depth = 0usize;
-    let mut i = from;
-    if matches!(bytes.get(i), Some(b'-' | b'+')) {
-        i += 1;
-    }
-    while i < bytes.len() {
-        let c = bytes[i];
-        let ends_here = |j: usize| bytes.get(j) == Some(&closer) && bytes.get(j + 1) == Some(&b'}');
-        if depth == 0 && (ends_here(i) || (matches!(c, b'-' | b'+') && ends_here(i + 1))) {
-            let end = if ends_here(i) { i + 2 } else { i + 3 };
-            return (tokens, end);
-        }
-        let start = i;
-        let kind = match c {
-            b' ' | b'\t' | b'\n' | b'\r' => {
-                i += 1;
-                continue;
-            }
-            b'\'' | b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != c {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-                i = (i + 1).min(bytes.len());
-                Kind::Text
-            }
-            b'a'..=b'z' | b'A'..=b'Z' | b'_' => {
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                    i += 1;
-                }
-                Kind::Name
-            }
-            b'0'..=b'9' => {
-                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || matches!(bytes[i], b'_' | b'.')) {
-                    i += 1;
-                }
-                Kind::Number
-            }
-            b'(' | b'[' | b'{' => {
-                depth += 1;
-                i += 1;
-                Kind::Open
-            }
-            b')' | b']' | b'}' => {
-                depth = depth.saturating_sub(1);
-                i += 1;
-                Kind::Close
-            }
-            _ => {
-                let two = bytes.get(i..i + 2).unwrap_or_default();
-                i += if matches!(two, b"**" | b"//" | b"==" | b"!=" | b"<=" | b">=") { 2 } else { 1 };
-                // Keep to character boundaries for text outside ASCII.
-                while !source.is_char_boundary(i) {
-                    i += 1;
-                }
-                Kind::Operator
-            }
-        };
-        tokens.push(Token { kind, start, end: i.min(bytes.len()) });
-    }
-    (tokens, bytes.len())
 }
 
 /// The tokens nested by their brackets (an unclosed bracket runs to the end).
@@ -257,23 +173,42 @@ fn tree(tokens: &[Token]) -> Vec<Item> {
     items
 }
 
-/// Finds the `+` chains among `items` (one bracket level), and in every
-/// group below it, that hold a marked operand; records the escapes.
-fn chains(source: &str, items: &[Item], inserts: &mut Vec<(usize, &'static str)>) {
-    for item in items {
-        if let Item::Group { inner, .. } = item {
-            chains(source, inner, inserts);
+/// What the rewrite knows of a template: its source and the targets of its
+/// marking `set`s.
+struct Chains<'a> {
+    source: &'a str,
+    marked_sets: HashSet<String>,
+}
+
+impl Chains<'_> {
+    /// Finds the `+` chains among `items` (one bracket level), and in every
+    /// group below it, that hold a marked operand or a variable a `set` may
+    /// have marked; records the escapes.
+    fn rewrite(&self, items: &[Item], inserts: &mut Vec<(usize, String)>) {
+        let source = self.source;
+        for item in items {
+            if let Item::Group { inner, .. } = item {
+                self.rewrite(inner, inserts);
+            }
         }
-    }
-    for segment in segments(source, items) {
-        let operands = operands(source, segment);
-        let Some(operands) = operands else { continue };
-        if operands.len() < 2 || !operands.iter().any(|op| marked(source, op)) {
-            continue;
-        }
-        for op in operands.iter().filter(|op| !marked(source, op)) {
-            inserts.push((op[0].start(), "("));
-            inserts.push((op[op.len() - 1].end(), CLOSE_ESCAPE));
+        for segment in segments(source, items) {
+            let Some(operands) = operands(source, segment) else { continue };
+            if operands.len() < 2 {
+                continue;
+            }
+            let variables: Vec<String> =
+                operands.iter().map(|op| squeezed(source, op)).filter(|text| self.marked_sets.contains(text)).collect();
+            let close = if operands.iter().any(|op| marked(source, op)) {
+                format!(")|{ESCAPE_FILTER}")
+            } else if !variables.is_empty() {
+                format!(")|{ESCAPE_IF_FILTER}({})", variables.join(", "))
+            } else {
+                continue;
+            };
+            for op in operands.iter().filter(|op| !marked(source, op)) {
+                inserts.push((op[0].start(), "(".into()));
+                inserts.push((op[op.len() - 1].end(), close.clone()));
+            }
         }
     }
 }
@@ -399,6 +334,16 @@ mod tests {
         assert_eq!(
             escape_marked_sums("{{ a|safe + b is defined }}{{ \"}}\"|safe + c }}"),
             "{{ a|safe + (b is defined)|__jinja2_markup_escape }}{{ \"}}\"|safe + (c)|__jinja2_markup_escape }}"
+        );
+    }
+
+    #[test]
+    fn a_variable_a_set_may_mark_is_looked_at_when_the_template_runs() {
+        let src = "{% if m %}{% set args = args|tojson|safe %}{% endif %}{{ name + '[ARGS]' + args }}{{ a + b }}";
+        assert_eq!(
+            escape_marked_sums(src),
+            "{% if m %}{% set args = args|tojson|safe %}{% endif %}{{ (name)|__jinja2_markup_escape_if(args) + \
+             ('[ARGS]')|__jinja2_markup_escape_if(args) + (args)|__jinja2_markup_escape_if(args) }}{{ a + b }}"
         );
     }
 

@@ -4,6 +4,7 @@
 
 mod conversation;
 mod jinja_compat;
+mod jinja_tags;
 mod json;
 mod markup;
 mod reasoning;
@@ -164,6 +165,12 @@ impl ChatFormat {
     /// True when the model had no template and the fallback is used.
     pub fn is_fallback(&self) -> bool {
         self.fallback
+    }
+
+    /// The thinking switches the template gets with thinking on or off (and
+    /// this format's effort), as JSON.
+    pub fn variables(&self, thinking: bool) -> serde_json::Map<String, serde_json::Value> {
+        self.template.variables(&RenderOptions { enable_thinking: thinking, ..self.base.clone() })
     }
 
     /// The prompt for the next assistant turn after `messages`.

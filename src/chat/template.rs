@@ -41,8 +41,8 @@ pub struct Message {
     pub name: Option<String>,
     /// The one key the reasoning came under from a client
     /// (`reasoning_content` or `thinking`), which alone reaches the template,
-    /// as transformers passes a message; `None` (bmoe's own replies, saved
-    /// conversations): both.
+    /// as the client wrote the message; `None` (bmoe's own replies, saved
+    /// conversations): both, as transformers 5 passes reasoning.
     pub reasoning_key: Option<ReasoningKey>,
 }
 
@@ -341,9 +341,10 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_filter("from_json", from_json);
         env.add_filter(super::markup::ESCAPE_FILTER, super::markup::markup_escape);
+        env.add_filter(super::markup::ESCAPE_IF_FILTER, super::markup::markup_escape_if);
         env.add_filter("escape", super::markup::markup_escape);
         env.add_filter("e", super::markup::markup_escape);
-        let compiled = super::markup::escape_marked_sums(&source);
+        let compiled = super::markup::escape_marked_sums(&super::jinja_tags::string_continuations(&source));
         env.add_template_owned(name.to_string(), compiled).map_err(|e| error(name, &e))?;
         let reads = env.get_template(name).map_err(|e| error(name, &e))?.undeclared_variables(false);
         let switches: Vec<&'static str> =
@@ -469,6 +470,13 @@ impl ChatTemplate {
 }
 
 impl ChatTemplate {
+    /// The thinking switches this template gets for `opts`, by name, as
+    /// JSON: what bmoe passes besides the conversation, tools and BOS/EOS.
+    pub fn variables(&self, opts: &RenderOptions) -> serde_json::Map<String, serde_json::Value> {
+        let value = |v: &Value| serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
+        self.switch_values(opts).iter().map(|(name, v)| (name.to_string(), value(v))).collect()
+    }
+
     /// What each thinking switch the template reads gets for `opts`.
     /// `enable_thinking` is always passed (templates disagree on its
     /// default); `thinking` and `reasoning` follow it; `thinking_budget` is

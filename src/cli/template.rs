@@ -30,6 +30,10 @@ pub struct TemplateArgs {
     /// A JSON file of functions the model may call (OpenAI-style tool list), rendered where the template shows tools.
     #[arg(long, value_name = "FILE.json")]
     pub tools: Option<PathBuf>,
+    /// Print, instead of the prompt, the thinking switches bmoe passes the template for these
+    /// settings (`enable_thinking`, `reasoning_effort`, ...), as a JSON object.
+    #[arg(long, conflicts_with_all = ["messages", "tools"])]
+    pub variables: bool,
 }
 
 /// A template's source, name and BOS/EOS texts, from a model, a file or a family name.
@@ -76,6 +80,10 @@ pub fn template(args: TemplateArgs) -> Result<()> {
         .with_reasoning_effort(args.reasoning_effort);
     let chat = crate::config::ChatConfig { tools: args.tools.clone().unwrap_or_default(), ..Default::default() };
     let format = format.with_tools(chat.tool_list().map_err(|e| anyhow!(e))?);
+    if args.variables {
+        println!("{}", serde_json::Value::Object(format.variables(!args.no_think)));
+        return Ok(());
+    }
     let messages = match &args.messages {
         Some(path) => Conversation::load(path).map_err(|e| anyhow!(e))?.rendered_messages(),
         None => sample(),

@@ -687,9 +687,10 @@ fn conversation(messages: &Value) -> Result<Conversation, ApiError> {
         };
         let mut message = Message::new(role, &content_text(&m.content, &at)?);
         message.content_null = m.content.is_null();
-        // Only the key the client sent reaches the template, as transformers
-        // passes a message (`reasoning`, OpenRouter's name, reads as
-        // `reasoning_content`).
+        // Only the key the client sent reaches the template, as the message
+        // was written (transformers 4 passed it so; 5 adds the other name,
+        // and gpt-oss then refuses a reply with text, reasoning and calls).
+        // `reasoning`, OpenRouter's name, reads as `reasoning_content`.
         let (key, reasoning) = match (m.reasoning_content, m.thinking) {
             (Some(r), _) => (ReasoningKey::ReasoningContent, Some(r)),
             (None, Some(t)) => (ReasoningKey::Thinking, Some(t)),
