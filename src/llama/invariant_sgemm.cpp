@@ -47,9 +47,12 @@ ggml_backend_buffer_type_t invariant_buffer_type();
 
 #if defined(__x86_64__)
 // One output cell as the sgemm computes it, for rows r0..r1 of `a` (f16 or
-// f32, row stride `lda` bytes) times the column `b` (the same type): eight
-// rows at a time, each with its own accumulator as in the sgemm's tiles,
-// then the rest one by one.
+// f32, row stride `lda` bytes) times the column `b` (the same type): one
+// accumulator per cell, as in the sgemm's tiles. Rows go one after the
+// other, so a thread reads its weights as one stream, as vec_dot does: the
+// out-of-order core overlaps one row's sums with the next's, and a decode
+// step's weights come from memory, not cache. Eight rows at a time (eight
+// streams a page apart) read a matrix from memory about 10% slower.
 #    define BMOE_AVX512 __attribute__((target("avx512f,f16c,fma")))
 BMOE_AVX512 inline __m512 load16(const float * p) {
     return _mm512_loadu_ps(p);
@@ -61,23 +64,7 @@ BMOE_AVX512 inline __m512 load16(const ggml_fp16_t * p) {
 
 template <typename T>
 BMOE_AVX512 void matvec16(const char * a, size_t lda, const T * b, float * c, int64_t r0, int64_t r1, int64_t k) {
-    int64_t i = r0;
-    for (; i + 8 <= r1; i += 8) {
-        __m512 acc[8];
-        for (int r = 0; r < 8; r++) {
-            acc[r] = _mm512_setzero_ps();
-        }
-        for (int64_t l = 0; l < k; l += 16) {
-            const __m512 bv = load16(b + l);
-            for (int r = 0; r < 8; r++) {
-                acc[r] = _mm512_fmadd_ps(load16((const T *) (a + (i + r) * lda) + l), bv, acc[r]);
-            }
-        }
-        for (int r = 0; r < 8; r++) {
-            c[i + r] = _mm512_reduce_add_ps(acc[r]);
-        }
-    }
-    for (; i < r1; i++) {
+    for (int64_t i = r0; i < r1; i++) {
         const T * ai = (const T *) (a + i * lda);
         __m512    ci = _mm512_setzero_ps();
         for (int64_t l = 0; l < k; l += 16) {
@@ -106,23 +93,7 @@ BMOE_AVX2 inline float hsum8(__m256 v) {
 
 template <typename T>
 BMOE_AVX2 void matvec8(const char * a, size_t lda, const T * b, float * c, int64_t r0, int64_t r1, int64_t k) {
-    int64_t i = r0;
-    for (; i + 8 <= r1; i += 8) {
-        __m256 acc[8];
-        for (int r = 0; r < 8; r++) {
-            acc[r] = _mm256_setzero_ps();
-        }
-        for (int64_t l = 0; l < k; l += 8) {
-            const __m256 bv = load8(b + l);
-            for (int r = 0; r < 8; r++) {
-                acc[r] = _mm256_fmadd_ps(load8((const T *) (a + (i + r) * lda) + l), bv, acc[r]);
-            }
-        }
-        for (int r = 0; r < 8; r++) {
-            c[i + r] = hsum8(acc[r]);
-        }
-    }
-    for (; i < r1; i++) {
+    for (int64_t i = r0; i < r1; i++) {
         const T * ai = (const T *) (a + i * lda);
         __m256    ci = _mm256_setzero_ps();
         for (int64_t l = 0; l < k; l += 8) {
