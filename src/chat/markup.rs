@@ -70,7 +70,7 @@ fn escape_text(text: &str) -> String {
 /// chain that adds a variable a `set` may mark written
 /// `(operand)|__jinja2_markup_escape_if(variable, ...)`.
 pub fn escape_marked_sums(source: &str) -> String {
-    if !MARKING_FILTERS.iter().any(|f| source.contains(f)) {
+    if !pipes_through_a_marking_filter(source) {
         return source.to_string();
     }
     let tags: Vec<Vec<Item>> = expression_tags(source).iter().map(|tag| tree(tag)).collect();
@@ -93,6 +93,16 @@ pub fn escape_marked_sums(source: &str) -> String {
     }
     out.push_str(&source[from..]);
     out
+}
+
+/// Whether `source` has a `|` followed by a marking filter's name, the
+/// cheap test that leaves most templates alone.
+fn pipes_through_a_marking_filter(source: &str) -> bool {
+    source.match_indices('|').any(|(at, _)| {
+        let after = source[at + 1..].trim_start();
+        let name = after.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or_default();
+        MARKING_FILTERS.contains(&name)
+    })
 }
 
 /// The target of `{% set TARGET = value %}` where the value is piped
@@ -311,6 +321,8 @@ mod tests {
 
     #[test]
     fn templates_without_marked_sums_are_untouched() {
+        assert!(!pipes_through_a_marking_filter("{{ e + safe|trim }}{{ a || b }}"));
+        assert!(pipes_through_a_marking_filter("{{ x |  e }}"));
         for src in [
             "{{ a + b }}{% set x = y|safe %}{{ x ~ z }}",
             "{# a|safe + b #}{% raw %}{{ a|safe + b }}{% endraw %}",
