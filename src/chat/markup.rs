@@ -117,11 +117,16 @@ fn marked_set_target(source: &str, tag: &[Item]) -> Option<String> {
     (!target.is_empty() && marks_anywhere(source, value)).then(|| squeezed(source, target))
 }
 
-/// Whether a marking filter is applied anywhere in `items`.
-fn marks_anywhere(source: &str, items: &[Item]) -> bool {
+/// Whether `items` pipe into a marking filter at their own level.
+fn pipes_into_marking(source: &str, items: &[Item]) -> bool {
     items
         .windows(2)
         .any(|w| text(source, &w[0]) == Some("|") && text(source, &w[1]).is_some_and(|f| MARKING_FILTERS.contains(&f)))
+}
+
+/// Whether a marking filter is applied anywhere in `items`.
+fn marks_anywhere(source: &str, items: &[Item]) -> bool {
+    pipes_into_marking(source, items)
         || items.iter().any(|item| matches!(item, Item::Group { inner, .. } if marks_anywhere(source, inner)))
 }
 
@@ -294,10 +299,7 @@ fn ends_operand(source: &str, item: &Item) -> bool {
 /// Whether an operand is markup in Jinja2: piped through a marking filter
 /// at its own level, or a bracketed expression that is.
 fn marked(source: &str, operand: &[Item]) -> bool {
-    let filtered = operand
-        .windows(2)
-        .any(|w| text(source, &w[0]) == Some("|") && text(source, &w[1]).is_some_and(|f| MARKING_FILTERS.contains(&f)));
-    filtered
+    pipes_into_marking(source, operand)
         || match operand.first() {
             Some(Item::Group { open, inner, .. }) if &source[open.start..open.end] == "(" => {
                 operands(source, inner).is_some_and(|ops| ops.iter().any(|op| marked(source, op)))

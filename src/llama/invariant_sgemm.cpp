@@ -188,8 +188,8 @@ class invariant_traits : public ggml::cpu::tensor_traits {
             b = dst;
         }
         if (n == 1) {
-            const int64_t r0 = m * params->ith / params->nth / 8 * 8;
-            const int64_t r1 = params->ith + 1 == params->nth ? m : m * (params->ith + 1) / params->nth / 8 * 8;
+            const int64_t r0 = m * params->ith / params->nth;
+            const int64_t r1 = m * (params->ith + 1) / params->nth;
             if (f16) {
                 matvec((const char *) w->data, w->nb[1], (const ggml_fp16_t *) b, (float *) op->data, r0, r1, k);
             } else {
