@@ -489,7 +489,7 @@ pub struct MoeConfig {
     pub cache_policy: String,
     /// Accept a fixed budget below one token's working set.
     pub force_cache: bool,
-    /// How dense weights are held while streaming: mmap, warm or anon.
+    /// How dense weights are held while streaming: auto, mmap, warm or anon.
     pub dense_weights: String,
     /// Read lanes.
     pub io_threads: u32,
@@ -541,7 +541,7 @@ impl Default for MoeConfig {
             cache_ceil_mb: 0.0,
             cache_policy: CachePolicy::default().name().into(),
             force_cache: false,
-            dense_weights: "mmap".into(),
+            dense_weights: "auto".into(),
             io_threads: 4,
             o_direct: true,
             io_uring: true,
@@ -738,9 +738,9 @@ impl RunConfig {
         }
         match DenseWeights::from_name(&m.dense_weights) {
             None => {
-                return Err(bad("moe.dense_weights", format!("`{}` is not mmap, warm or anon", m.dense_weights)));
+                return Err(bad("moe.dense_weights", format!("`{}` is not auto, mmap, warm or anon", m.dense_weights)));
             }
-            Some(d) if d != DenseWeights::Mmap && m.stream == StreamMode::Off => {
+            Some(d) if d.needs_streaming() && m.stream == StreamMode::Off => {
                 return Err(bad("moe.dense_weights", "warm and anon apply while streaming, and moe.stream is off"));
             }
             Some(_) => {}
@@ -842,7 +842,7 @@ impl RunConfig {
         let m = &self.moe;
         if matches!(m.cache_mb, CacheMb::Mib(mb) if mb > 0.0) {
             Some("moe.cache_mb (an expert cache)")
-        } else if DenseWeights::from_name(&m.dense_weights).is_some_and(|d| d != DenseWeights::Mmap) {
+        } else if DenseWeights::from_name(&m.dense_weights).is_some_and(DenseWeights::needs_streaming) {
             Some("moe.dense_weights")
         } else if m.prefetch > 0 {
             Some("moe.prefetch")
@@ -1209,6 +1209,24 @@ mod tests {
         assert!(pairs.iter().any(|(k, v)| k == "moe.cache_mb" && v == "auto"));
         assert!(pairs.iter().any(|(k, v)| k == "moe.repacked_copy_max_gb" && v.parse::<f64>() == Ok(0.0)));
         assert_eq!(pairs.len(), 4 + 19 + 18 + 10 + 5 + 5 + 10);
+    }
+
+    #[test]
+    fn dense_weights_auto_is_the_default_and_does_not_ask_for_streaming() {
+        let mut c = RunConfig::default();
+        assert_eq!(c.moe.dense_weights, "auto");
+        assert_eq!(c.stream_needed_by(), None);
+        c.moe.stream = StreamMode::Off;
+        assert!(c.validate().is_ok(), "auto and mmap apply to a run that does not stream");
+        c.moe.dense_weights = "anon".into();
+        assert_eq!(c.validate().unwrap_err().field, "moe.dense_weights");
+        c.moe.stream = StreamMode::Auto;
+        assert_eq!(c.stream_needed_by(), Some("moe.dense_weights"));
+        c.moe.dense_weights = "mmap".into();
+        assert_eq!(c.stream_needed_by(), None);
+        c.moe.dense_weights = "sometimes".into();
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("`sometimes` is not auto, mmap, warm or anon"), "{e}");
     }
 
     #[test]

@@ -47,11 +47,11 @@ fn two_compute_threads() {
 }
 
 #[test]
-fn dense_weights_warm_and_anon() {
+fn dense_weights_warm_anon_and_auto() {
     let dir = tempdir();
     for arch in [Arch::Qwen3Moe, Arch::Gemma4, Arch::GptOss] {
         let m = write_tiny(dir.path(), &format!("{arch:?}.gguf"), arch, |_| {});
-        for dense in [DenseWeights::Warm, DenseWeights::Anon] {
+        for dense in [DenseWeights::Warm, DenseWeights::Anon, DenseWeights::Auto] {
             // The mode really handled the dense weights (every non-expert weight the graph reads).
             {
                 let _serial = llama_lock();
@@ -62,6 +62,9 @@ fn dense_weights_warm_and_anon() {
                 let note = note.unwrap_or_else(|| panic!("{arch:?} {}: no dense-weights notice", dense.name()));
                 let tensors: usize = note.split(": ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap();
                 assert!(tensors > 4, "{note}");
+                // A tiny model's dense weights are far below auto's 64 MiB: held in bmoe's memory.
+                let mode = if dense == DenseWeights::Auto { "anon (auto)" } else { dense.name() };
+                assert!(note.starts_with(&format!("dense weights {mode}: ")), "{note}");
             }
             for stream in [stream0(2, true), cached(100 * 1024, 2)] {
                 let stream = stream.map(|s| StreamOptions { dense, ..s });

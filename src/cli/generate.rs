@@ -95,10 +95,10 @@ pub struct RunFlags {
     /// update].
     #[arg(long, value_name = "MODE")]
     pub route_profile: Option<String>,
-    /// How dense weights are held while streaming: mmap (llama.cpp's mapping), warm (touched
-    /// once at open), anon (copied into bmoe's memory, safe from page-cache eviction)
-    /// [moe.dense_weights, default mmap].
-    #[arg(long, value_name = "mmap|warm|anon")]
+    /// How dense weights are held while streaming: auto (anon when they take at most 64 MiB,
+    /// mmap otherwise), mmap (llama.cpp's mapping), warm (touched once at open), anon (copied
+    /// into bmoe's memory, safe from page-cache eviction) [moe.dense_weights, default auto].
+    #[arg(long, value_name = "MODE")]
     pub dense_weights: Option<String>,
     /// Expert banks for the CPU's faster repacked kernels (types by CPU: `bmoe --version`):
     /// auto (resident: when the model file fits in the memory available; streamed: when read

@@ -81,7 +81,7 @@ pub const SETTINGS: &[(&str, Apply, &str)] = &[
     ("moe.cache_policy", Apply::Reopen, "which cached expert goes first: decay (fewest recent uses) or lru"),
     ("moe.route_profile", Apply::Reopen, "the model's route profile: update (use and learn), read (use only) or off"),
     ("moe.force_cache", Apply::Live, "accept a fixed budget below one token's working set"),
-    ("moe.dense_weights", Apply::Reopen, "how dense weights are held while streaming: mmap, warm, anon"),
+    ("moe.dense_weights", Apply::Reopen, "how dense weights are held while streaming: auto, mmap, warm, anon"),
     ("moe.io_threads", Apply::Reopen, "parallel read lanes"),
     ("moe.o_direct", Apply::Reopen, "O_DIRECT expert reads"),
     ("moe.n_expert_used", Apply::Reopen, "experts per token (0 = the model's own; fewer is lossy)"),

@@ -305,15 +305,22 @@ fn attach_stream(
     hook.set_read_ahead(read_ahead).map_err(EngineError::Unsupported)?;
     // Measured before the dense weights move into anonymous memory: they
     // are counted once, as dense weights, not again as the process's own.
-    let dense_bytes = resident_dense_bytes(hook.dense(), files, stream.dense, n_ctx);
+    let dense_mode = stream.dense.resolve(resident_dense_bytes(hook.dense(), files, DenseWeights::Anon, n_ctx));
+    let dense_bytes = resident_dense_bytes(hook.dense(), files, dense_mode, n_ctx);
     let held = holdings(&banks, dense_bytes, files, info, n_ctx);
-    let (tensors, bytes) = dense::apply(stream.dense, hook, files, &lanes).map_err(EngineError::Stream)?;
+    let (tensors, bytes) = dense::apply(dense_mode, hook, files, &lanes).map_err(EngineError::Stream)?;
+    let chosen = if stream.dense == DenseWeights::Auto { " (auto)" } else { "" };
     if tensors > 0 {
-        let what = if stream.dense == DenseWeights::Anon { "copied into bmoe's memory" } else { "made resident" };
+        let what = if dense_mode == DenseWeights::Anon { "copied into bmoe's memory" } else { "made resident" };
         details.push(format!(
-            "dense weights {}: {tensors} tensors, {:.1} MiB {what}",
-            stream.dense.name(),
+            "dense weights {}{chosen}: {tensors} tensors, {:.1} MiB {what}",
+            dense_mode.name(),
             bytes as f64 / 1048576.0
+        ));
+    } else if dense_mode == DenseWeights::Mmap {
+        details.push(format!(
+            "dense weights mmap{chosen}: {:.1} MiB left in llama.cpp's mapping",
+            dense_bytes as f64 / 1048576.0
         ));
     }
     let decision = budget::decide(stream.cache, &held, &MemoryLimits::read()).map_err(EngineError::Request)?;
