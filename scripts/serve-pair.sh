@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # The batch-invariant server against the fast one, paired request by request:
-# both servers stay up side by side (resident, bench preset by default), and
-# each round sends the same N streamed greedy completions to one and then
-# the other, so a slow spell of the machine falls on both halves of a pair.
+# both servers stay up side by side (bench preset by default), and each
+# round sends the same N streamed greedy completions to one and then the
+# other, so a slow spell of the machine falls on both halves of a pair.
 # Prints every pair's aggregate tok/s and ratio (invariant / fast), then per
-# N the median ratio and its quartiles. Needs memory for two resident
-# servers (about 2 x 6 GiB on the bench preset). serve-bench.sh measures the
-# same ratio with fresh servers one after the other; on a machine whose
-# speed drifts, this pairing needs fewer rounds for the same precision.
+# N the median ratio and its quartiles. serve-bench.sh measures the same
+# ratio with fresh servers one after the other; on a machine whose speed
+# drifts, this pairing needs fewer rounds for the same precision.
+#
+# MODE=resident (the default) needs memory for two resident servers (about
+# 2 x 6 GiB on the bench preset). MODE=capped streams the experts
+# (--moe-stream) with each server in its own cgroup v1 memory limit of a
+# third of the file (root), as serve-bench.sh caps it; the fast server
+# reads a copy of the model (made once, WORKDIR/<name>.pair-copy.gguf), so
+# neither server's reads are served from the other's page cache.
 #
 # usage: scripts/serve-pair.sh [WORKDIR] [TOKENS] [ROUNDS]
-#   COUNTS="1 2 4 8" the request counts; THREADS=2 compute threads for both
+#   MODE=resident|capped; COUNTS="1 2 4 8" the request counts; THREADS=2 compute threads for both
 #   (a fixed count, so the thread tuner is not part of the comparison);
 #   INVARIANT_ENV / FAST_ENV extra environment for each server (e.g.
 #   INVARIANT_ENV=BMOE_INVARIANT_SGEMM=off); BMOE=path another binary.
@@ -23,17 +29,46 @@ source scripts/bench-model.sh
 bmoe=${BMOE:-$bmoe}
 threads=${THREADS:-2}
 counts=${COUNTS:-1 2 4 8}
+mode=${MODE:-resident}
 log=$work/serve-pair
 pids=()
-trap 'kill "${pids[@]}" 2> /dev/null || true; wait 2> /dev/null || true' EXIT
+cgroups=()
+trap 'kill "${pids[@]}" 2> /dev/null || true; wait 2> /dev/null || true; rmdir "${cgroups[@]}" 2> /dev/null || true' EXIT
 
-# Starts a server (name, env, flags...) on a free port and sets $url to it
-# (not in a subshell, so that the exit trap knows its pid).
+inv_model=$model
+fast_model=$model
+case $mode in
+  resident) ;;
+  capped)
+    [ -w /sys/fs/cgroup/memory ] || { echo "MODE=capped needs root and cgroup v1 (/sys/fs/cgroup/memory)" >&2; exit 1; }
+    cap=$(($(stat -c %s "$model") / 3))
+    fast_model=${model%.gguf}.pair-copy.gguf
+    if ! cmp -s -n 1048576 "$model" "$fast_model" || [ "$(stat -c %s "$model")" != "$(stat -c %s "$fast_model")" ]; then
+      echo "copying $model to $fast_model (once), so the two servers do not share a page cache" >&2
+      cp --reflink=never "$model" "$fast_model.tmp" && mv "$fast_model.tmp" "$fast_model"
+    fi
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    ;;
+  *) echo "MODE must be resident or capped, not '$mode'" >&2; exit 1 ;;
+esac
+
+# Starts a server (name, env, model, flags...) on a free port and sets $url
+# to it (not in a subshell, so that the exit trap knows its pid); capped,
+# inside its own memory cgroup.
 start() {
-  local name=$1 env=$2
-  shift 2
-  env $env "$bmoe" serve -q -m "$model" --port 0 --parallel 8 --ctx-size 256 --batch 256 --ubatch 256 -t "$threads" "$@" \
-    > "$log-$name.log" 2>&1 &
+  local name=$1 env=$2 file=$3
+  shift 3
+  local cmd=(env $env "$bmoe" serve -q -m "$file" --port 0 --parallel 8 --ctx-size 256 --batch 256 --ubatch 256 -t "$threads")
+  if [ "$mode" = capped ]; then
+    local cg=/sys/fs/cgroup/memory/bmoe-serve-pair-$name
+    mkdir -p "$cg"
+    cgroups+=("$cg")
+    echo "$cap" > "$cg/memory.limit_in_bytes"
+    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "${cmd[@]}" --moe-stream "$@" > "$log-$name.log" 2>&1 &
+  else
+    "${cmd[@]}" "$@" > "$log-$name.log" 2>&1 &
+  fi
   pids+=($!)
   url=
   for _ in $(seq 1 6000); do
@@ -45,15 +80,15 @@ start() {
   [ -n "$url" ] || { cat "$log-$name.log" >&2; exit 1; }
 }
 
-start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}"
+start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$inv_model"
 inv=$url
-start fast "${FAST_ENV:-BMOE_UNUSED=}" --no-batch-invariant
+start fast "${FAST_ENV:-BMOE_UNUSED=}" "$fast_model" --no-batch-invariant
 fast=$url
 for url in "$inv" "$fast"; do
   python3 scripts/serve-load.py "$url" 1 16 > /dev/null
   python3 scripts/serve-load.py "$url" 8 32 > /dev/null
 done
-echo "model $model, $tokens tokens a request, $threads threads, $rounds rounds; invariant $inv, fast $fast"
+echo "$mode${cap:+ (cap $((cap >> 20)) MiB a server)}, model $model, $tokens tokens a request, $threads threads, $rounds rounds; invariant $inv, fast $fast"
 tok_s() { python3 -c 'import json, sys; print(json.load(sys.stdin)["tok_s"])'; }
 : > "$log.txt"
 for round in $(seq 1 "$rounds"); do
