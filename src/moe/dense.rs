@@ -20,9 +20,9 @@ use crate::llama::memory::Region;
 /// Under a cap, each fault on one of them reads ahead into those dead pages
 /// and pushes the others out, every token: measured on the bench preset
 /// under a third of its size, a batch-invariant server read about 295 MB of
-/// such pages a token and decoded 0.19x as fast as with the 4.4 MiB held
-/// (docs/benchmarks.md, "Dense weights under a cap"). Holding them costs
-/// their size, already counted in the cache budget.
+/// such pages a token and decoded 3.9 tok/s, and 16.0 with its 4.4 MiB held
+/// (docs/benchmarks.md, "Paired under a cap"). Holding them costs their
+/// size, already counted in the cache budget.
 pub const AUTO_ANON_MAX_BYTES: u64 = 64 << 20;
 
 /// `--dense-weights`.
@@ -81,8 +81,8 @@ impl DenseWeights {
 }
 
 /// Applies `mode` (resolved: `Auto` leaves them mapped) to the dense
-/// weights the hook saw at capture: every non-expert tensor the graph reads that is in the model files, whatever
-/// its name (`blk.N.ssm_a`, `blk.N.ssm_d`, gemma4's
+/// weights the hook saw at capture: every non-expert tensor the graph reads
+/// that is in the model files, whatever its name (`blk.N.ssm_a`, `blk.N.ssm_d`, gemma4's
 /// `blk.N.ffn_gate_inp.scale`: no `.weight` or `.bias`; one left in the
 /// mapping would fault with SIGBUS once the file is truncated). A graph
 /// tensor whose size differs from the file's tensor of that name is not that
