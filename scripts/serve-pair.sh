@@ -4,7 +4,8 @@
 # round sends the same N streamed greedy completions to one and then the
 # other, so a slow spell of the machine falls on both halves of a pair.
 # Prints every pair's aggregate tok/s and ratio (invariant / fast), then per
-# N the median ratio and its quartiles. serve-bench.sh measures the same
+# N the median ratio and its quartiles, and the median ratios of time to
+# first token and inter-token latency. serve-bench.sh measures the same
 # ratio with fresh servers one after the other; on a machine whose speed
 # drifts, this pairing needs fewer rounds for the same precision.
 #
@@ -89,24 +90,33 @@ for url in "$inv" "$fast"; do
   python3 scripts/serve-load.py "$url" 8 32 > /dev/null
 done
 echo "$mode${cap:+ (cap $((cap >> 20)) MiB a server)}, model $model, $tokens tokens a request, $threads threads, $rounds rounds; invariant $inv, fast $fast"
-tok_s() { python3 -c 'import json, sys; print(json.load(sys.stdin)["tok_s"])'; }
+# tok/s, time to first token and inter-token latency (p50, ms) of one run.
+figures() { python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["tok_s"], r["ttft_p50_ms"], r["itl_p50_ms"])'; }
 : > "$log.txt"
 for round in $(seq 1 "$rounds"); do
   for n in $counts; do
-    a=$(python3 scripts/serve-load.py "$inv" "$n" "$tokens" | tok_s)
-    b=$(python3 scripts/serve-load.py "$fast" "$n" "$tokens" | tok_s)
-    echo "$n $a $b" >> "$log.txt"
-    echo "round $round, $n requests: invariant $a tok/s, fast $b tok/s, ratio $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
+    read -r a a_ttft a_itl < <(python3 scripts/serve-load.py "$inv" "$n" "$tokens" | figures) || a_itl=
+    read -r b b_ttft b_itl < <(python3 scripts/serve-load.py "$fast" "$n" "$tokens" | figures) || b_itl=
+    [ -n "$a_itl" ] && [ -n "$b_itl" ] || { echo "serve-pair: a load run printed no figures" >&2; exit 1; }
+    echo "$n $a $b $a_ttft $b_ttft $a_itl $b_itl" >> "$log.txt"
+    echo "round $round, $n requests: invariant $a tok/s, fast $b tok/s, ratio $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }');" \
+      "TTFT p50 $a_ttft / $b_ttft ms, ITL p50 $a_itl / $b_itl ms"
   done
 done
-python3 - "$log.txt" << 'EOF'
+# Per request count: the median aggregate ratio and its quartiles, then the
+# medians of the time-to-first-token and inter-token-latency ratios
+# (invariant / fast: above 1 is slower), which tell prompts from decode steps.
+python3 - "$log.txt" << 'EOF2'
 import statistics, sys
 pairs = {}
 for line in open(sys.argv[1]):
-    n, a, b = line.split()
-    pairs.setdefault(int(n), []).append(float(a) / float(b))
-print("requests  median invariant/fast  quartiles  pairs")
-for n, r in sorted(pairs.items()):
+    n, a, b, at, bt, ai, bi = line.split()
+    pairs.setdefault(int(n), []).append((float(a) / float(b), float(at) / float(bt), float(ai) / float(bi)))
+print("requests  median invariant/fast  quartiles  pairs  TTFT p50 inv/fast  ITL p50 inv/fast")
+for n, rs in sorted(pairs.items()):
+    r = [x[0] for x in rs]
     q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
-    print(f"{n:>8}  {statistics.median(r):>22.3f}  {q[0]:.3f}-{q[2]:.3f}  {len(r):>5}")
-EOF
+    ttft = statistics.median(x[1] for x in rs)
+    itl = statistics.median(x[2] for x in rs)
+    print(f"{n:>8}  {statistics.median(r):>22.3f}  {q[0]:.3f}-{q[2]:.3f}  {len(r):>5}  {ttft:>17.3f}  {itl:>16.3f}")
+EOF2
