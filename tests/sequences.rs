@@ -32,6 +32,11 @@ struct Arrival {
 /// server keeps its running slots consecutive): (step, from, to).
 type Move = (u32, usize, usize);
 
+/// Two sequences exchanging what they hold before a step (as the server
+/// brings a cached conversation into its block of running slots, and keeps
+/// the one it displaces): (step, a, b); either may run a request.
+type Swap = (u32, usize, usize);
+
 /// A request's greedy tokens and the logits each was chosen from.
 type Run = (Vec<i32>, Vec<Vec<f32>>);
 
@@ -81,8 +86,15 @@ struct Running {
 /// one batch holding each running sequence's next token or its next prompt
 /// chunk. A request arriving on a sequence keeps the longest prefix that
 /// sequence holds (from the request it ran before, or copied there) and
-/// decodes the rest; `moves` move running requests, cells and all.
-fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival], moves: &[Move]) -> Vec<Run> {
+/// decodes the rest; `moves` move running requests, cells and all, and
+/// `swaps` exchange two sequences' requests and cells.
+fn together(
+    opts: &SessionOptions,
+    sequences: u32,
+    arrivals: &[Arrival],
+    moves: &[Move],
+    swaps: &[Swap],
+) -> (Vec<Run>, Vec<usize>) {
     let _serial = common::llama_lock();
     // Each sequence gets the context a session of one has; a batch holds
     // every sequence's part (the runs alone prefill in chunks of 64).
@@ -94,6 +106,7 @@ fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival], moves: 
     let mut running: Vec<Option<Running>> = (0..sequences).map(|_| None).collect();
     let mut step = 0u32;
     let mut reused_any = false;
+    let mut kept_by_arrival = vec![0; arrivals.len()];
     while out.iter().any(Option::is_none) {
         for (i, a) in arrivals.iter().enumerate().filter(|(i, a)| a.step <= step && out[*i].is_none()) {
             let started = running.iter().flatten().any(|r| r.arrival == i);
@@ -107,6 +120,7 @@ fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival], moves: 
             }
             let kept = session.seq_keep_prefix(a.seq, &prompt);
             reused_any |= kept > 0;
+            kept_by_arrival[i] = kept;
             running[a.seq] =
                 Some(Running { arrival: i, input: prompt[kept..].to_vec(), pending: None, run: Run::default() });
         }
@@ -116,6 +130,15 @@ fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival], moves: 
             assert!(session.seq_copy(from, to, true), "a KV cache can move");
             assert!(session.seq_tokens(from).is_empty() && session.seq_tokens(to) == held);
             running[to] = running[from].take();
+        }
+        for &(_, a, b) in swaps.iter().filter(|m| m.0 == step) {
+            let (held_a, held_b) = (session.seq_tokens(a).to_vec(), session.seq_tokens(b).to_vec());
+            assert!(session.seq_swap(a, b), "a KV cache of several sequences can exchange two");
+            assert!(
+                session.seq_tokens(a) == held_b && session.seq_tokens(b) == held_a,
+                "swap {a} <-> {b} at step {step}"
+            );
+            running.swap(a, b);
         }
         let mut parts: Vec<(usize, Vec<i32>, bool)> = Vec::new();
         for (seq, r) in running.iter_mut().enumerate() {
@@ -152,7 +175,7 @@ fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival], moves: 
         assert!(step < 10_000, "the schedule never finished");
     }
     assert!(reused_any || arrivals.len() <= sequences as usize, "no request reused a prefix");
-    out.into_iter().map(Option::unwrap).collect()
+    (out.into_iter().map(Option::unwrap).collect(), kept_by_arrival)
 }
 
 /// Every request's tokens and every step's logits equal its run alone, bit for bit.
@@ -220,7 +243,7 @@ fn check_model(what: &str, opts: SessionOptions) {
         Arrival { prompt: prompts[0].clone(), seq: 0, step: 0, chunk: 64, copy_from: None },
         Arrival { prompt: prompts[1].clone(), seq: 0, step: 1, chunk: 64, copy_from: None },
     ];
-    let batched = together(&opts, 2, &after, &[]);
+    let batched = together(&opts, 2, &after, &[], &[]).0;
     assert_bitwise(&format!("{what}, P2 after P5"), &[reference[0].clone(), reference[1].clone()], &batched);
 
     // Eight at once: mixed lengths, two sharing a long prefix, prompts fed
@@ -238,7 +261,7 @@ fn check_model(what: &str, opts: SessionOptions) {
             copy_from: None,
         })
         .collect();
-    let batched = together(&opts, 8, &mixed, &[]);
+    let batched = together(&opts, 8, &mixed, &[], &[]).0;
     assert_bitwise(&format!("{what}, eight at once"), &reference, &batched);
 
     // Requests moved to other sequences mid-prompt and mid-reply, one into
@@ -252,9 +275,20 @@ fn check_model(what: &str, opts: SessionOptions) {
         arrival(6, 2, 0, 5, None),
         arrival(3, 1, 13, 64, Some(3)),
     ];
-    let batched = together(&opts, 5, &moved, &[(1, 2, 4), (4, 0, 2), (7, 4, 0)]);
+    let batched = together(&opts, 5, &moved, &[(1, 2, 4), (4, 0, 2), (7, 4, 0)], &[]).0;
     let expected: Vec<Run> = [2, 4, 6, 3].iter().map(|&i| reference[i].clone()).collect();
     assert_bitwise(&format!("{what}, moved and copied"), &expected, &batched);
+
+    // Exchanges: a running request with an empty sequence mid-prompt and
+    // mid-reply, two running requests, and a finished conversation carried
+    // to another sequence, where a newcomer sharing its long prefix reuses
+    // it (prompts 2 and 3 share the river's opening).
+    let swapped =
+        [arrival(2, 1, 0, 64, None), arrival(4, 0, 0, 3, None), arrival(6, 2, 0, 5, None), arrival(3, 0, 18, 64, None)];
+    let (batched, kept) = together(&opts, 5, &swapped, &[], &[(1, 0, 4), (5, 4, 2), (12, 1, 3), (14, 3, 0)]);
+    assert!(kept[3] >= 8, "{what}: the newcomer reused {} tokens of the exchanged conversation", kept[3]);
+    let expected: Vec<Run> = [2, 4, 6, 3].iter().map(|&i| reference[i].clone()).collect();
+    assert_bitwise(&format!("{what}, exchanged"), &expected, &batched);
 }
 
 #[test]

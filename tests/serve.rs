@@ -598,9 +598,11 @@ fn finish_stream(mut reader: BufReader<TcpStream>) -> (String, Value) {
 
 /// The running requests are kept in consecutive slots (one pass a step
 /// where each sequence has its own KV buffer): a newcomer takes the slot
-/// beside them and gets its cached prefix copied there from the slot
+/// beside them and gets its cached prefix brought there from the slot
 /// holding it, and a request running past a slot its client left is moved
-/// into it. Both replies equal their solo runs, logits bitwise.
+/// into it. Both replies equal their solo runs, logits bitwise. Every move
+/// is an exchange: the conversation a moved request displaced is still
+/// cached afterwards.
 #[test]
 fn requests_copied_and_moved_between_slots_equal_their_solo_runs() {
     let dir = common::tempdir();
@@ -611,14 +613,16 @@ fn requests_copied_and_moved_between_slots_equal_their_solo_runs() {
     let url = server.url.as_str();
     let long = "The history of the river that runs through the old town, its bridges, mills and floods, ";
     let (p, t) = (format!("{long}told by a miller"), format!("{long}told by a ferryman who crossed it every day"));
+    let q = "Seven bridges crossed the river in the old town, and nobody could walk over each once";
     // P in slot 0, Q in slot 1: each the free slot holding the least.
-    for prompt in [p.as_str(), "Seven"] {
+    for prompt in [p.as_str(), q] {
         let (status, done) =
             post(url, "/v1/completions", &json!({"prompt": prompt, "max_tokens": 4, "temperature": 0}));
         assert_eq!(status, 200, "{done}");
     }
     // R in slot 2, S beside it in 3, T beside them in 4 with P's prefix
-    // copied from slot 0; S's client leaves, and T is moved into slot 1.
+    // brought from slot 0; S's client leaves, and T is moved into slot 1,
+    // Q's conversation going to slot 4.
     let n = 300;
     let r = open_stream(url, "Once upon a time in a small village", n);
     let s = open_stream(url, "Rust is a systems programming language", n);
@@ -633,6 +637,20 @@ fn requests_copied_and_moved_between_slots_equal_their_solo_runs() {
     assert!(count("bmoe_prefix_copies_total ") >= 1, "no prefix was copied:\n{metrics}");
     assert!(count("bmoe_slot_moves_total ") >= 1, "no running request was moved:\n{metrics}");
     assert!(count("bmoe_requests_cancelled_total ") >= 1, "S's client never left:\n{metrics}");
+    // Q again: its conversation survived T's move, so only its last prompt
+    // token is decoded.
+    let decoded = count("bmoe_prompt_tokens_decoded_total ");
+    let (status, done) = post(url, "/v1/completions", &json!({"prompt": q, "max_tokens": 4, "temperature": 0}));
+    assert_eq!(status, 200, "{done}");
+    let (_, metrics) = get(url, "/metrics", None);
+    let again: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("bmoe_prompt_tokens_decoded_total "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(again - decoded, 1, "Q's conversation was not kept through the move:\n{metrics}");
     drop(server);
     for (what, prompt, text, last) in
         [("R", "Once upon a time in a small village", r_text, r_last), ("T", t.as_str(), t_text, t_last)]
@@ -950,8 +968,8 @@ fn the_try_line_works_when_pasted_into_a_shell() {
 
 /// Each request at once holds a whole context: the server states the KV
 /// cache llama.cpp allocated for them all (the ready line and
-/// `/v1/models`), four contexts four times one, and `bmoe fit --parallel`
-/// estimates it within 10%.
+/// `/v1/models`), four contexts and the spare five times one, and `bmoe
+/// fit --parallel` estimates it within 10%.
 #[test]
 fn the_kv_memory_of_every_slot_is_stated_and_fit_agrees() {
     let dir = common::tempdir();
@@ -969,7 +987,7 @@ fn the_kv_memory_of_every_slot_is_stated_and_fit_agrees() {
         meta["kv_cache_bytes"].as_u64().unwrap()
     };
     let (one, four) = (stated("1"), stated("4"));
-    assert!(one > 0 && four == 4 * one, "KV cache {one} bytes at --parallel 1, {four} at 4");
+    assert!(one > 0 && four == 5 * one, "KV cache {one} bytes at --parallel 1, {four} at 4 (and the spare)");
     let out = Command::new(env!("CARGO_BIN_EXE_bmoe"))
         .args(["fit", "-m", model.to_str().unwrap(), "-c", "32768", "--parallel", "4"])
         .args(["--disk-mbps", "1000", "--compute-gws", "10"])

@@ -134,8 +134,9 @@ pub fn fit(args: FitArgs) -> Result<()> {
         }
     };
     let machine = Machine { memory, disk_bytes_s, weights_s };
-    // Each request served at once holds a whole context.
-    let positions = n_ctx.saturating_mul(args.parallel);
+    // Each request served at once holds a whole context (and the default,
+    // batch-invariant server one spare context more).
+    let positions = crate::fit::served_positions(n_ctx, args.parallel, true);
     let chosen = estimate(&shape, &machine, positions);
     let mut out = String::new();
     let _ = writeln!(out, "model:     {} ({})", subject.name, subject.source);

@@ -260,8 +260,10 @@ fn contexts_that_fit(config: &crate::config::RunConfig) -> Option<u32> {
     let memory = crate::moe::budget::MemoryLimits::read();
     memory.tightest()?;
     let machine = Machine { memory, disk_bytes_s: None, weights_s: None };
+    // The server's kernels: batch-invariant unless set off.
+    let invariant = config.generate.batch_invariant.resolve(true);
     let fits = |n: u32| {
-        let e = estimate(&shape, &machine, config.generate.ctx_size.saturating_mul(n));
+        let e = estimate(&shape, &machine, crate::fit::served_positions(config.generate.ctx_size, n, invariant));
         !matches!(e.mode, Mode::DoesNotFit { .. })
     };
     Some((1..=config.serve.parallel).rev().find(|&n| fits(n)).unwrap_or(1))

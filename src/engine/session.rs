@@ -379,6 +379,10 @@ pub struct Session {
     /// The tokens sequences 1.. hold, when several are decoded together
     /// (sequence 0's are `history`).
     other_seqs: Vec<Vec<i32>>,
+    /// The context's spare sequence id (empty between calls), through which
+    /// [`Session::seq_swap`] exchanges two sequences' cells; None where the
+    /// session holds one sequence or its cells cannot be copied.
+    spare_seq: Option<usize>,
 }
 
 impl Session {

@@ -112,8 +112,15 @@ pub fn measure(path: &std::path::Path, text: &str, positions: usize, threads: u3
     let mut tokens = model.tokenize(text, true);
     tokens.truncate(positions.saturating_add(1));
     let n_ctx = (tokens.len() as u32 + 8).max(64);
-    let params =
-        ContextParams { n_ctx, n_batch: 64, n_ubatch: 64, n_threads: threads.max(1), n_seq: 1, batch_invariant: true };
+    let params = ContextParams {
+        n_ctx,
+        n_batch: 64,
+        n_ubatch: 64,
+        n_threads: threads.max(1),
+        n_seq: 1,
+        spare_seq: false,
+        batch_invariant: true,
+    };
     let mut ctx = Context::new(model, params, Some(Box::new(BranchHook::default())), Arc::new(AtomicBool::new(false)))?;
     for (i, chunk) in tokens.chunks(64).enumerate() {
         ctx.decode(chunk, (i * 64) as i32, Logits::Last).map_err(|e| e.to_string())?;

@@ -36,6 +36,11 @@ pub struct ContextParams {
     /// Sequences the context holds at once (one per conversation decoded
     /// in the same batches).
     pub n_seq: u32,
+    /// One more sequence id beside the `n_seq`, never decoded: scratch room
+    /// through which two sequences exchange their cells (a server swapping
+    /// slots keeps both conversations). Where each sequence has its own KV
+    /// stream, the spare's stream is as large as the others'.
+    pub spare_seq: bool,
     /// Batch-invariant kernels: a sequence's logits are bitwise the same
     /// whatever else the batch holds and however its prompt was split
     /// (docs/server.md, "Exactness"). Each sequence has its own KV stream,
@@ -156,13 +161,17 @@ impl<H: EvalHook> Context<H> {
         let hook = hook.map(|h| NonNull::from(Box::leak(h)));
         // SAFETY: returns a plain struct of defaults.
         let mut cp = unsafe { sys::llama_context_default_params() };
+        let n_seq = params.n_seq.max(1);
+        let spare = u32::from(params.spare_seq);
         cp.n_ctx = params.n_ctx;
         cp.n_batch = params.n_batch;
         cp.n_ubatch = params.n_ubatch;
-        cp.n_seq_max = params.n_seq.max(1);
+        cp.n_seq_max = n_seq + spare;
         if params.batch_invariant {
-            // One KV stream per sequence, each of n_ctx / n_seq cells.
+            // One KV stream per sequence, each of n_ctx / n_seq cells; the
+            // spare's stream the same size.
             cp.kv_unified = false;
+            cp.n_ctx = params.n_ctx / n_seq * (n_seq + spare);
         } else {
             // Every sequence may grow to the whole context, the total shared.
             cp.kv_unified = params.n_seq > 1;

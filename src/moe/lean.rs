@@ -129,7 +129,14 @@ pub(super) fn copy_home(files: &ModelFiles, dir: &Path, name: &str) -> io::Resul
     let home = dir.join(name);
     fs::create_dir_all(&home).map_err(|e| at(&home, e))?;
     let record = home.join(SOURCE_FILE);
-    fs::write(&record, source.as_os_str().as_encoded_bytes()).map_err(|e| at(&record, e))?;
+    let bytes = source.as_os_str().as_encoded_bytes();
+    if fs::read(&record).ok().as_deref() != Some(bytes) {
+        // Through a temporary name: another process's `remove_stale` reads
+        // the record, and must never see it empty or half written.
+        let partial = record.with_extension(format!("partial-{}", std::process::id()));
+        fs::write(&partial, bytes).map_err(|e| at(&partial, e))?;
+        fs::rename(&partial, &record).map_err(|e| at(&record, e))?;
+    }
     Ok(home)
 }
 
@@ -146,7 +153,11 @@ fn remove_stale(dir: &Path, current: &str, source: &Path) {
         if entry.file_name() == current || !path.is_dir() {
             continue;
         }
+        // No record, or an empty one: a copy another process is making.
         let Ok(recorded) = fs::read(path.join(SOURCE_FILE)) else { continue };
+        if recorded.is_empty() {
+            continue;
+        }
         let recorded = PathBuf::from(String::from_utf8_lossy(&recorded).into_owned());
         if !recorded.exists() || recorded == source {
             let _ = fs::remove_dir_all(&path);
@@ -289,5 +300,32 @@ mod tests {
         let again = prepare(&changed, is_expert, &lean_dir).unwrap();
         assert!(again.written > 0);
         assert_eq!(bytes_of(&again.paths[0], "blk.1.attn.weight"), bytes_of(&source, "blk.1.attn.weight"));
+    }
+
+    #[test]
+    fn a_copy_another_process_is_making_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = ModelFiles::open(&model(dir.path(), 3)).unwrap();
+        let lean_dir = dir.path().join("lean");
+        // Another model's copy just begun (its record not written yet, or
+        // empty), and a copy of a model that is gone.
+        for name in ["begun-1", "begun-2", "gone-3"] {
+            fs::create_dir_all(lean_dir.join(name)).unwrap();
+        }
+        fs::write(lean_dir.join("begun-2").join(SOURCE_FILE), b"").unwrap();
+        fs::write(
+            lean_dir.join("gone-3").join(SOURCE_FILE),
+            dir.path().join("missing.gguf").as_os_str().as_encoded_bytes(),
+        )
+        .unwrap();
+        let copy = prepare(&files, |n| n.contains("_exps"), &lean_dir).unwrap();
+        assert!(lean_dir.join("begun-1").is_dir() && lean_dir.join("begun-2").is_dir());
+        assert!(!lean_dir.join("gone-3").exists());
+        // The record names the model, and no temporary file is left beside it.
+        let home = copy.paths[0].parent().unwrap();
+        let record = fs::read(home.join(SOURCE_FILE)).unwrap();
+        assert_eq!(record, fs::canonicalize(&files.paths()[0]).unwrap().as_os_str().as_encoded_bytes());
+        let names: Vec<_> = fs::read_dir(home).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
     }
 }

@@ -105,7 +105,7 @@ impl Metrics {
         c.paced_steps += u64::from(paced);
     }
 
-    /// Counts a cached prefix copied from one slot to another.
+    /// Counts a cached prefix brought from one slot to another.
     pub fn prefix_copied(&self) {
         self.counts().prefix_copies += 1;
     }
@@ -160,7 +160,7 @@ impl Metrics {
         metric(
             "prefix_copies_total",
             "counter",
-            "Cached prompt prefixes copied from the slot holding them to the slot a request runs in.",
+            "Cached prompt prefixes brought from the slot holding them to the slot a request runs in (the two slots' cells exchanged).",
             one(c.prefix_copies.to_string()),
         );
         metric(

@@ -17,7 +17,7 @@ use super::engine::{Engine, Finished, Job, Out, finish_reason, host_error, step_
 use super::error::ApiError;
 use super::logprobs::{TokenLogprob, token_logprob};
 use super::pace::{Pacer, StepCost};
-use super::placement::{gather, place};
+use super::placement::{MIN_REUSE, gather, place};
 use super::request::{CompletionPrompt, Work};
 use crate::engine::{Generation, Phase, Utf8Stream};
 use crate::host::{Host, HostEvent, Reply};
@@ -235,12 +235,13 @@ fn start<'m>(
         .collect();
     let held: Vec<usize> = (0..running.len()).map(|seq| session.seq_tokens(seq).len()).collect();
     let busy: Vec<bool> = running.iter().map(Option::is_some).collect();
-    let Some(placed) = place(&busy, &shared, &held, session.seqs_copy()) else {
+    let Some(placed) = place(&busy, &shared, &held, session.seqs_swap()) else {
         return refuse(job, ApiError::internal("no free slot"));
     };
     let seq = placed.slot;
-    if let Some(from) = placed.copy_from
-        && session.seq_copy(from, seq, false)
+    if let Some(from) = placed.bring_from
+        && session.seq_swap(from, seq)
+        && shared[from] >= MIN_REUSE
     {
         engine.metrics.prefix_copied();
     }
@@ -263,15 +264,17 @@ fn start<'m>(
 }
 
 /// Moves running slots (their requests, tokens and KV cells) so that they
-/// form one block of consecutive sequences, where the session can copy.
+/// form one block of consecutive sequences, where the session can exchange
+/// sequences: the conversation a hole in the block held goes where the
+/// moved request was, still cached.
 fn gather_slots(host: &mut Host, engine: &Engine, running: &mut [Option<Slot<'_>>]) {
     let session = host.session_mut();
-    if !session.seqs_copy() {
+    if !session.seqs_swap() {
         return;
     }
     let busy: Vec<bool> = running.iter().map(Option::is_some).collect();
     for (from, to) in gather(&busy) {
-        if session.seq_copy(from, to, true) {
+        if session.seq_swap(from, to) {
             running[to] = running[from].take();
             engine.metrics.slot_moved();
         }

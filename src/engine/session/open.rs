@@ -125,12 +125,16 @@ impl Session {
                  --mtp"
             )));
         }
+        // Several sequences that can copy their cells get a spare one to
+        // exchange them through (`Session::seq_swap`).
+        let spare_seq = options.sequences > 1 && !model.has_recurrent_state();
         let params = ContextParams {
             n_ctx: options.ctx_size,
             n_batch: options.batch,
             n_ubatch: options.ubatch,
             n_threads: options.threads,
             n_seq: options.sequences,
+            spare_seq,
             batch_invariant: options.batch_invariant,
         };
         let mut ctx = Context::new(model.clone(), params, hook, abort.clone()).map_err(EngineError::Llama)?;
@@ -204,6 +208,7 @@ impl Session {
             force_polling: None,
             remote: remote.holding().map(|(d, _)| (d.endpoint.clone(), rpc::ConnectionWatch::new(d.addr))).collect(),
             other_seqs: vec![Vec::new(); options.sequences.max(1) as usize - 1],
+            spare_seq: spare_seq.then_some(options.sequences as usize),
             profile_saved: Instant::now(),
             profile_save_every: PROFILE_SAVE_EVERY,
             options,

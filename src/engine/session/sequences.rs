@@ -18,9 +18,10 @@ impl Session {
         self.other_seqs.len() + 1
     }
 
-    /// The context length of one sequence: an equal share of the whole.
+    /// The context length of one sequence: an equal share of the whole
+    /// (the spare sequence's stream, where each has its own, not counted).
     pub fn seq_ctx(&self) -> u32 {
-        self.ctx.n_ctx() / self.sequences() as u32
+        (self.ctx.n_ctx() / self.sequences() as u32).min(self.ctx.n_ctx_seq())
     }
 
     /// The tokens sequence `seq` holds in the KV cache.
@@ -75,6 +76,40 @@ impl Session {
             self.ctx.truncate_kv_seq(src as i32, 0);
         }
         if src == 0 || dst == 0 {
+            // Generation's undecoded last token is no part of this use.
+            self.pending = None;
+        }
+        true
+    }
+
+    /// Whether two sequences can exchange what they hold
+    /// ([`Session::seq_swap`]): a KV cache of several sequences can.
+    pub fn seqs_swap(&self) -> bool {
+        self.spare_seq.is_some()
+    }
+
+    /// Exchanges what sequences `a` and `b` hold (their KV cells, bit for
+    /// bit, and their tokens), through the spare sequence: three copies,
+    /// where [`Session::seq_copy`] onto a sequence forgets what it held.
+    /// False (and nothing done) where [`Session::seqs_swap`] is false.
+    pub fn seq_swap(&mut self, a: usize, b: usize) -> bool {
+        let Some(spare) = self.spare_seq else { return false };
+        if a == b {
+            return true;
+        }
+        // The cells move now; where the sequences have KV streams of their
+        // own, the buffers are copied at the next decode, in this order.
+        self.ctx.truncate_kv_seq(spare as i32, 0);
+        self.ctx.copy_kv_seq(a as i32, spare as i32);
+        self.ctx.truncate_kv_seq(a as i32, 0);
+        self.ctx.copy_kv_seq(b as i32, a as i32);
+        self.ctx.truncate_kv_seq(b as i32, 0);
+        self.ctx.copy_kv_seq(spare as i32, b as i32);
+        self.ctx.truncate_kv_seq(spare as i32, 0);
+        let held_a = std::mem::take(self.seq_history_mut(a));
+        let held_b = std::mem::replace(self.seq_history_mut(b), held_a);
+        *self.seq_history_mut(a) = held_b;
+        if a == 0 || b == 0 {
             // Generation's undecoded last token is no part of this use.
             self.pending = None;
         }
