@@ -18,23 +18,19 @@ const N: usize = 10;
 
 /// A request: its prompt, the sequence it runs on, the step it arrives at,
 /// the size of the prompt chunks it is fed in, and the sequence whose
-/// cache is copied to its own first (as the server brings a cached prefix
-/// to the slot a request runs in).
+/// cells it exchanges with its own first (as the server brings a cached
+/// prefix to the slot a request runs in).
 struct Arrival {
     prompt: String,
     seq: usize,
     step: u32,
     chunk: usize,
-    copy_from: Option<usize>,
+    bring_from: Option<usize>,
 }
 
-/// A running request moved to another sequence before a step (as the
-/// server keeps its running slots consecutive): (step, from, to).
-type Move = (u32, usize, usize);
-
 /// Two sequences exchanging what they hold before a step (as the server
-/// brings a cached conversation into its block of running slots, and keeps
-/// the one it displaces): (step, a, b); either may run a request.
+/// keeps its running slots consecutive, and keeps the conversation a move
+/// displaces): (step, a, b); either may run a request.
 type Swap = (u32, usize, usize);
 
 /// A request's greedy tokens and the logits each was chosen from.
@@ -86,15 +82,9 @@ struct Running {
 /// one batch holding each running sequence's next token or its next prompt
 /// chunk. A request arriving on a sequence keeps the longest prefix that
 /// sequence holds (from the request it ran before, or copied there) and
-/// decodes the rest; `moves` move running requests, cells and all, and
-/// `swaps` exchange two sequences' requests and cells.
-fn together(
-    opts: &SessionOptions,
-    sequences: u32,
-    arrivals: &[Arrival],
-    moves: &[Move],
-    swaps: &[Swap],
-) -> (Vec<Run>, Vec<usize>) {
+/// decodes the rest; `swaps` exchange two sequences' requests and cells.
+/// Returns the runs and how many prompt tokens each arrival reused.
+fn together(opts: &SessionOptions, sequences: u32, arrivals: &[Arrival], swaps: &[Swap]) -> (Vec<Run>, Vec<usize>) {
     let _serial = common::llama_lock();
     // Each sequence gets the context a session of one has; a batch holds
     // every sequence's part (the runs alone prefill in chunks of 64).
@@ -114,22 +104,16 @@ fn together(
                 continue;
             }
             let prompt = session.tokenize_rendered(&a.prompt);
-            if let Some(from) = a.copy_from {
-                assert!(session.seq_copy(from, a.seq, false), "a KV cache can copy");
-                assert_eq!(session.seq_tokens(a.seq), session.seq_tokens(from));
+            if let Some(from) = a.bring_from {
+                let held = session.seq_tokens(from).to_vec();
+                assert!(session.seq_swap(from, a.seq), "a KV cache of several sequences can exchange two");
+                assert_eq!(session.seq_tokens(a.seq), held);
             }
             let kept = session.seq_keep_prefix(a.seq, &prompt);
             reused_any |= kept > 0;
             kept_by_arrival[i] = kept;
             running[a.seq] =
                 Some(Running { arrival: i, input: prompt[kept..].to_vec(), pending: None, run: Run::default() });
-        }
-        for &(_, from, to) in moves.iter().filter(|m| m.0 == step) {
-            assert!(running[from].is_some() && running[to].is_none(), "move {from} -> {to} at step {step}");
-            let held = session.seq_tokens(from).to_vec();
-            assert!(session.seq_copy(from, to, true), "a KV cache can move");
-            assert!(session.seq_tokens(from).is_empty() && session.seq_tokens(to) == held);
-            running[to] = running[from].take();
         }
         for &(_, a, b) in swaps.iter().filter(|m| m.0 == step) {
             let (held_a, held_b) = (session.seq_tokens(a).to_vec(), session.seq_tokens(b).to_vec());
@@ -240,10 +224,10 @@ fn check_model(what: &str, opts: SessionOptions) {
 
     // The repro: P2 on the sequence that held P5 reuses P5's first tokens.
     let after = [
-        Arrival { prompt: prompts[0].clone(), seq: 0, step: 0, chunk: 64, copy_from: None },
-        Arrival { prompt: prompts[1].clone(), seq: 0, step: 1, chunk: 64, copy_from: None },
+        Arrival { prompt: prompts[0].clone(), seq: 0, step: 0, chunk: 64, bring_from: None },
+        Arrival { prompt: prompts[1].clone(), seq: 0, step: 1, chunk: 64, bring_from: None },
     ];
-    let batched = together(&opts, 2, &after, &[], &[]).0;
+    let batched = together(&opts, 2, &after, &[]).0;
     assert_bitwise(&format!("{what}, P2 after P5"), &[reference[0].clone(), reference[1].clone()], &batched);
 
     // Eight at once: mixed lengths, two sharing a long prefix, prompts fed
@@ -258,26 +242,27 @@ fn check_model(what: &str, opts: SessionOptions) {
             seq: seqs[i],
             step: steps[i],
             chunk: chunks[i],
-            copy_from: None,
+            bring_from: None,
         })
         .collect();
-    let batched = together(&opts, 8, &mixed, &[], &[]).0;
+    let batched = together(&opts, 8, &mixed, &[]).0;
     assert_bitwise(&format!("{what}, eight at once"), &reference, &batched);
 
     // Requests moved to other sequences mid-prompt and mid-reply, one into
-    // the sequence another just left, and a prefix copied from the
+    // the sequence another just left, and a prefix brought from the
     // sequence a finished request left to the one a newcomer runs on.
     let arrival =
-        |i: usize, seq, step, chunk, copy_from| Arrival { prompt: prompts[i].clone(), seq, step, chunk, copy_from };
+        |i: usize, seq, step, chunk, bring_from| Arrival { prompt: prompts[i].clone(), seq, step, chunk, bring_from };
     let moved = [
         arrival(2, 3, 0, 64, None),
         arrival(4, 0, 0, 3, None),
         arrival(6, 2, 0, 5, None),
         arrival(3, 1, 13, 64, Some(3)),
     ];
-    let batched = together(&opts, 5, &moved, &[(1, 2, 4), (4, 0, 2), (7, 4, 0)], &[]).0;
+    let (batched, kept) = together(&opts, 5, &moved, &[(1, 2, 4), (4, 0, 2), (7, 4, 0)]);
+    assert!(kept[3] >= 8, "{what}: the newcomer reused {} tokens of the prefix brought to it", kept[3]);
     let expected: Vec<Run> = [2, 4, 6, 3].iter().map(|&i| reference[i].clone()).collect();
-    assert_bitwise(&format!("{what}, moved and copied"), &expected, &batched);
+    assert_bitwise(&format!("{what}, moved and brought"), &expected, &batched);
 
     // Exchanges: a running request with an empty sequence mid-prompt and
     // mid-reply, two running requests, and a finished conversation carried
@@ -285,7 +270,7 @@ fn check_model(what: &str, opts: SessionOptions) {
     // it (prompts 2 and 3 share the river's opening).
     let swapped =
         [arrival(2, 1, 0, 64, None), arrival(4, 0, 0, 3, None), arrival(6, 2, 0, 5, None), arrival(3, 0, 18, 64, None)];
-    let (batched, kept) = together(&opts, 5, &swapped, &[], &[(1, 0, 4), (5, 4, 2), (12, 1, 3), (14, 3, 0)]);
+    let (batched, kept) = together(&opts, 5, &swapped, &[(1, 0, 4), (5, 4, 2), (12, 1, 3), (14, 3, 0)]);
     assert!(kept[3] >= 8, "{what}: the newcomer reused {} tokens of the exchanged conversation", kept[3]);
     let expected: Vec<Run> = [2, 4, 6, 3].iter().map(|&i| reference[i].clone()).collect();
     assert_bitwise(&format!("{what}, exchanged"), &expected, &batched);

@@ -51,47 +51,17 @@ impl Session {
         self.seq_tokens(seq).len()
     }
 
-    /// Whether one sequence's cached tokens can be copied to another
-    /// ([`Session::seq_copy`]): a KV cache can, a recurrent state cannot.
-    pub fn seqs_copy(&self) -> bool {
-        !self.model().has_recurrent_state()
-    }
-
-    /// Makes sequence `dst` hold what sequence `src` holds (its KV cells,
-    /// bit for bit, and its tokens), forgetting `dst`'s own; `src` keeps
-    /// its own unless `moving`. False (and nothing done) where
-    /// [`Session::seqs_copy`] is false.
-    pub fn seq_copy(&mut self, src: usize, dst: usize, moving: bool) -> bool {
-        if !self.seqs_copy() {
-            return false;
-        }
-        if src == dst {
-            return true;
-        }
-        self.roll_back_seq(dst, 0);
-        self.ctx.copy_kv_seq(src as i32, dst as i32);
-        let tokens = if moving { std::mem::take(self.seq_history_mut(src)) } else { self.seq_tokens(src).to_vec() };
-        *self.seq_history_mut(dst) = tokens;
-        if moving {
-            self.ctx.truncate_kv_seq(src as i32, 0);
-        }
-        if src == 0 || dst == 0 {
-            // Generation's undecoded last token is no part of this use.
-            self.pending = None;
-        }
-        true
-    }
-
     /// Whether two sequences can exchange what they hold
-    /// ([`Session::seq_swap`]): a KV cache of several sequences can.
+    /// ([`Session::seq_swap`]): a KV cache of several sequences can, a
+    /// recurrent state cannot.
     pub fn seqs_swap(&self) -> bool {
         self.spare_seq.is_some()
     }
 
     /// Exchanges what sequences `a` and `b` hold (their KV cells, bit for
     /// bit, and their tokens), through the spare sequence: three copies,
-    /// where [`Session::seq_copy`] onto a sequence forgets what it held.
-    /// False (and nothing done) where [`Session::seqs_swap`] is false.
+    /// and neither forgets what it held. False (and nothing done) where
+    /// [`Session::seqs_swap`] is false.
     pub fn seq_swap(&mut self, a: usize, b: usize) -> bool {
         let Some(spare) = self.spare_seq else { return false };
         if a == b {
