@@ -263,8 +263,11 @@ impl Ring {
                 let mut seen = 0;
                 while seen < submitted {
                     let Some(cqe) = self.table.ring.completion().next() else {
-                        self.table.ring.submit_and_wait(submitted - seen)?;
-                        continue;
+                        match self.table.ring.submit_and_wait(submitted - seen) {
+                            // A signal (Ctrl-C) cut the wait short: wait again.
+                            Err(e) if e.kind() != io::ErrorKind::Interrupted => return Err(e),
+                            _ => continue,
+                        }
                     };
                     seen += 1;
                     match advance(group[cqe.user_data() as usize], cqe.result()) {
@@ -311,7 +314,13 @@ impl Ring {
                     .map_err(|_| io::Error::other("io_uring submission queue full"))?;
             }
         }
-        self.table.ring.submit()?;
+        // A signal can interrupt the call; what it did not submit stays
+        // queued, and the next call submits it.
+        while let Err(e) = self.table.ring.submit() {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
         Ok(parts.len())
     }
 }

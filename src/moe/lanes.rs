@@ -252,7 +252,11 @@ impl Lane {
         let buf = &mut self.bounce.as_mut_slice()[..wlen];
         let mut got = 0;
         while got < need {
-            let n = direct.read_at(&mut buf[got..], start + got as u64)?;
+            let n = match direct.read_at(&mut buf[got..], start + got as u64) {
+                // A signal (Ctrl-C) cut the read short: read again.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                read => read?,
+            };
             if n == 0 {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ends inside the slice"));
             }
