@@ -3,6 +3,9 @@
 # both servers stay up side by side (bench preset by default), and each
 # round sends the same N streamed greedy completions to one and then the
 # other, so a slow spell of the machine falls on both halves of a pair.
+# Odd rounds load the invariant server first, even rounds the fast one: on
+# this machine the load that went second ran a few percent faster, whichever
+# server took it.
 # Prints every pair's aggregate tok/s and ratio (invariant / fast), then per
 # N the median ratio and its quartiles, and the median ratios of time to
 # first token and inter-token latency. serve-bench.sh measures the same
@@ -14,7 +17,10 @@
 # (--moe-stream) with each server in its own cgroup v1 memory limit of a
 # third of the file (root), as serve-bench.sh caps it; the fast server
 # reads a copy of the model (made once, WORKDIR/<name>.pair-copy.gguf), so
-# neither server's reads are served from the other's page cache.
+# neither server's reads are served from the other's page cache. After half
+# the rounds both servers start again with the files exchanged: on a virtual
+# disk one copy of the same bytes can read faster than the other (the host
+# caches what was read lately), which would otherwise fall on one server.
 #
 # usage: scripts/serve-pair.sh [WORKDIR] [TOKENS] [ROUNDS]
 #   MODE=resident|capped; COUNTS="1 2 4 8" the request counts; THREADS=2 compute threads for both
@@ -81,22 +87,46 @@ start() {
   [ -n "$url" ] || { cat "$log-$name.log" >&2; exit 1; }
 }
 
-start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$inv_model"
-inv=$url
-start fast "${FAST_ENV:-BMOE_UNUSED=}" "$fast_model" --no-batch-invariant
-fast=$url
-for url in "$inv" "$fast"; do
-  python3 scripts/serve-load.py "$url" 1 16 > /dev/null
-  python3 scripts/serve-load.py "$url" 8 32 > /dev/null
-done
-echo "$mode${cap:+ (cap $((cap >> 20)) MiB a server)}, model $model, $tokens tokens a request, $threads threads, $rounds rounds; invariant $inv, fast $fast"
+# Starts both servers (stopping any running), the invariant one on file $1
+# and the fast one on $2, and warms each up.
+start_both() {
+  if [ ${#pids[@]} -gt 0 ]; then
+    kill "${pids[@]}" 2> /dev/null || true
+    wait "${pids[@]}" 2> /dev/null || true
+    pids=()
+    # The files' pages the old servers left in their cgroups go too.
+    [ "$mode" = capped ] && sync && echo 3 > /proc/sys/vm/drop_caches
+  fi
+  start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$1"
+  inv=$url
+  start fast "${FAST_ENV:-BMOE_UNUSED=}" "$2" --no-batch-invariant
+  fast=$url
+  for url in "$inv" "$fast"; do
+    python3 scripts/serve-load.py "$url" 1 16 > /dev/null
+    python3 scripts/serve-load.py "$url" 8 32 > /dev/null
+  done
+  echo "invariant $inv on $1, fast $fast on $2"
+}
+
+# One load of N on a server: tok/s, time to first token and inter-token latency (p50, ms).
+load() { python3 scripts/serve-load.py "$1" "$2" "$tokens" | figures; }
 # tok/s, time to first token and inter-token latency (p50, ms) of one run.
 figures() { python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["tok_s"], r["ttft_p50_ms"], r["itl_p50_ms"])'; }
+echo "$mode${cap:+ (cap $((cap >> 20)) MiB a server)}, model $model, $tokens tokens a request, $threads threads, $rounds rounds"
+start_both "$inv_model" "$fast_model"
 : > "$log.txt"
 for round in $(seq 1 "$rounds"); do
+  if [ "$mode" = capped ] && [ "$round" -eq $((rounds / 2 + 1)) ]; then
+    start_both "$fast_model" "$inv_model"
+  fi
   for n in $counts; do
-    read -r a a_ttft a_itl < <(python3 scripts/serve-load.py "$inv" "$n" "$tokens" | figures) || a_itl=
-    read -r b b_ttft b_itl < <(python3 scripts/serve-load.py "$fast" "$n" "$tokens" | figures) || b_itl=
+    if [ $((round % 2)) -eq 1 ]; then
+      read -r a a_ttft a_itl < <(load "$inv" "$n") || a_itl=
+      read -r b b_ttft b_itl < <(load "$fast" "$n") || b_itl=
+    else
+      read -r b b_ttft b_itl < <(load "$fast" "$n") || b_itl=
+      read -r a a_ttft a_itl < <(load "$inv" "$n") || a_itl=
+    fi
     [ -n "$a_itl" ] && [ -n "$b_itl" ] || { echo "serve-pair: a load run printed no figures" >&2; exit 1; }
     echo "$n $a $b $a_ttft $b_ttft $a_itl $b_itl" >> "$log.txt"
     echo "round $round, $n requests: invariant $a tok/s, fast $b tok/s, ratio $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }');" \
