@@ -95,7 +95,10 @@ start_both() {
     wait "${pids[@]}" 2> /dev/null || true
     pids=()
     # The files' pages the old servers left in their cgroups go too.
-    [ "$mode" = capped ] && sync && echo 3 > /proc/sys/vm/drop_caches
+    if [ "$mode" = capped ]; then
+      sync
+      echo 3 > /proc/sys/vm/drop_caches
+    fi
   fi
   start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$1"
   inv=$url
