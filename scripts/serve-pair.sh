@@ -15,8 +15,8 @@
 # MODE=resident (the default) needs memory for two resident servers (about
 # 2 x 6 GiB on the bench preset). MODE=capped streams the experts
 # (--moe-stream) with each server in its own cgroup v1 memory limit of a
-# third of the file (root), as serve-bench.sh caps it; the fast server
-# reads a copy of the model (made once, WORKDIR/<name>.pair-copy.gguf), so
+# third of the file (root), as serve-bench.sh caps it; one server reads a
+# copy of the model (made once, WORKDIR/<name>.pair-copy.gguf), so
 # neither server's reads are served from the other's page cache. After half
 # the rounds both servers start again with the files exchanged: on a virtual
 # disk one copy of the same bytes can read faster than the other (the host
@@ -119,7 +119,7 @@ echo "$mode${cap:+ (cap $((cap >> 20)) MiB a server)}, model $model, $tokens tok
 start_both "$inv_model" "$fast_model"
 : > "$log.txt"
 for round in $(seq 1 "$rounds"); do
-  if [ "$mode" = capped ] && [ "$round" -eq $((rounds / 2 + 1)) ]; then
+  if [ "$mode" = capped ] && [ "$rounds" -gt 1 ] && [ "$round" -eq $((rounds / 2 + 1)) ]; then
     start_both "$fast_model" "$inv_model"
   fi
   for n in $counts; do
