@@ -5,7 +5,7 @@
 //! the layers it holds with the same ggml kernels as a local run.
 
 use std::ffi::{CStr, CString, c_char};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -642,6 +642,23 @@ pub fn local_backend() -> Result<LocalBackend, String> {
     Ok(LocalBackend { description, free_bytes: free as u64, total_bytes: total as u64 })
 }
 
+/// Binds `host:port` the way ggml's server will (address reuse on) and lets
+/// it go, without listening: a listener here, even for a moment, would
+/// take a client's connection and then reset it when dropped.
+fn check_port_free(host: &str, port: u16) -> std::io::Result<()> {
+    use socket2::{Domain, Socket, Type};
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        match socket.bind(&addr.into()) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the host has no address")))
+}
+
 /// Serves this machine's CPU backend at `host:port` with `threads` compute
 /// threads, until the process is stopped. `cache_dir` lets the server keep
 /// large tensors a client uploads, by hash, so a reconnecting client sends
@@ -650,7 +667,7 @@ pub fn serve(host: &str, port: u16, threads: usize, cache_dir: Option<&Path>) ->
     let dev = cpu_device()?;
     // ggml reports a port it cannot bind only on stdout, then returns:
     // bind once here so that error is ours and clear.
-    drop(TcpListener::bind((host, port)).map_err(|e| format!("cannot listen on {host}:{port}: {e}"))?);
+    check_port_free(host, port).map_err(|e| format!("cannot listen on {host}:{port}: {e}"))?;
     let endpoint = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
     let endpoint = CString::new(endpoint).map_err(|_| "the host contains a NUL byte".to_string())?;
     let cache = match cache_dir {
@@ -681,6 +698,7 @@ pub fn serve(host: &str, port: u16, threads: usize, cache_dir: Option<&Path>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
 
     #[test]
     fn endpoints_parse_or_say_why() {
