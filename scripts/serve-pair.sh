@@ -70,7 +70,8 @@ start() {
   if [ "$mode" = capped ]; then
     local cg=/sys/fs/cgroup/memory/bmoe-serve-pair-$name
     mkdir -p "$cg"
-    cgroups+=("$cg")
+    # A restart (start_both) reuses the cgroup: listed once for the exit trap.
+    [[ " ${cgroups[*]} " == *" $cg "* ]] || cgroups+=("$cg")
     echo "$cap" > "$cg/memory.limit_in_bytes"
     sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "${cmd[@]}" --moe-stream "$@" > "$log-$name.log" 2>&1 &
   else
