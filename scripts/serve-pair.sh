@@ -17,16 +17,21 @@
 # (--moe-stream) with each server in its own cgroup v1 memory limit of a
 # third of the file (root), as serve-bench.sh caps it; one server reads a
 # copy of the model (made once, WORKDIR/<name>.pair-copy.gguf), so
-# neither server's reads are served from the other's page cache. After half
-# the rounds both servers start again with the files exchanged: on a virtual
-# disk one copy of the same bytes can read faster than the other (the host
-# caches what was read lately), which would otherwise fall on one server.
+# neither server's reads are served from the other's page cache.
+# After half the rounds both servers start again in the other order: two
+# servers of the same build and flags, capped, ran 0.94-0.95x when started
+# first and 1.00-1.04x when started second. Capped, they also exchange
+# their files: on a virtual disk one copy of the same bytes can read faster
+# than the other (the host caches what was read lately), which would
+# otherwise fall on one server.
 #
 # usage: scripts/serve-pair.sh [WORKDIR] [TOKENS] [ROUNDS]
 #   MODE=resident|capped; COUNTS="1 2 4 8" the request counts; THREADS=2 compute threads for both
 #   (a fixed count, so the thread tuner is not part of the comparison);
 #   INVARIANT_ENV / FAST_ENV extra environment for each server (e.g.
-#   INVARIANT_ENV=BMOE_INVARIANT_SGEMM=off); BMOE=path another binary.
+#   INVARIANT_ENV=BMOE_INVARIANT_SGEMM=off); BMOE=path another binary;
+#   FAST_FLAGS the second server's flags instead of --no-batch-invariant
+#   (FAST_FLAGS= runs two invariant servers: what the pairing itself leans).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-bench-work}
@@ -89,7 +94,8 @@ start() {
 }
 
 # Starts both servers (stopping any running), the invariant one on file $1
-# and the fast one on $2, and warms each up.
+# and the fast one on $2, the one named $3 (invariant or fast) first, and
+# warms each up.
 start_both() {
   if [ ${#pids[@]} -gt 0 ]; then
     kill "${pids[@]}" 2> /dev/null || true
@@ -101,15 +107,22 @@ start_both() {
       echo 3 > /proc/sys/vm/drop_caches
     fi
   fi
-  start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$1"
-  inv=$url
-  start fast "${FAST_ENV:-BMOE_UNUSED=}" "$2" --no-batch-invariant
-  fast=$url
+  local which
+  for which in $([ "$3" = invariant ] && echo invariant fast || echo fast invariant); do
+    if [ "$which" = invariant ]; then
+      start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$1"
+      inv=$url
+    else
+      # shellcheck disable=SC2086 # FAST_FLAGS is a list of flags
+      start fast "${FAST_ENV:-BMOE_UNUSED=}" "$2" ${FAST_FLAGS---no-batch-invariant}
+      fast=$url
+    fi
+  done
   for url in "$inv" "$fast"; do
     python3 scripts/serve-load.py "$url" 1 16 > /dev/null
     python3 scripts/serve-load.py "$url" 8 32 > /dev/null
   done
-  echo "invariant $inv on $1, fast $fast on $2"
+  echo "invariant $inv on $1, fast $fast on $2, the $3 one started first"
 }
 
 # One load of N on a server: tok/s, time to first token and inter-token latency (p50, ms).
@@ -117,11 +130,11 @@ load() { python3 scripts/serve-load.py "$1" "$2" "$tokens" | figures; }
 # tok/s, time to first token and inter-token latency (p50, ms) of one run.
 figures() { python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["tok_s"], r["ttft_p50_ms"], r["itl_p50_ms"])'; }
 echo "$mode${cap:+ (cap $((cap >> 20)) MiB a server)}, model $model, $tokens tokens a request, $threads threads, $rounds rounds"
-start_both "$inv_model" "$fast_model"
+start_both "$inv_model" "$fast_model" invariant
 : > "$log.txt"
 for round in $(seq 1 "$rounds"); do
-  if [ "$mode" = capped ] && [ "$rounds" -gt 1 ] && [ "$round" -eq $((rounds / 2 + 1)) ]; then
-    start_both "$fast_model" "$inv_model"
+  if [ "$rounds" -gt 1 ] && [ "$round" -eq $((rounds / 2 + 1)) ]; then
+    start_both "$fast_model" "$inv_model" fast
   fi
   for n in $counts; do
     if [ $((round % 2)) -eq 1 ]; then
