@@ -44,7 +44,9 @@ counts=${COUNTS:-1 2 4 8}
 mode=${MODE:-resident}
 log=$work/serve-pair
 pids=()
-cgroups=()
+# Capped, each server runs in its own cgroup, named after its role (a
+# restart reuses it); the exit trap removes both.
+cgroups=(/sys/fs/cgroup/memory/bmoe-serve-pair-invariant /sys/fs/cgroup/memory/bmoe-serve-pair-fast)
 trap 'kill "${pids[@]}" 2> /dev/null || true; wait 2> /dev/null || true; rmdir "${cgroups[@]}" 2> /dev/null || true' EXIT
 
 inv_model=$model
@@ -75,8 +77,6 @@ start() {
   if [ "$mode" = capped ]; then
     local cg=/sys/fs/cgroup/memory/bmoe-serve-pair-$name
     mkdir -p "$cg"
-    # A restart (start_both) reuses the cgroup: listed once for the exit trap.
-    [[ " ${cgroups[*]} " == *" $cg "* ]] || cgroups+=("$cg")
     echo "$cap" > "$cg/memory.limit_in_bytes"
     sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "${cmd[@]}" --moe-stream "$@" > "$log-$name.log" 2>&1 &
   else
@@ -93,6 +93,19 @@ start() {
   [ -n "$url" ] || { cat "$log-$name.log" >&2; exit 1; }
 }
 
+# Starts the invariant server on file $1 and sets $inv to its URL.
+start_invariant() {
+  start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$1"
+  inv=$url
+}
+
+# Starts the fast server (FAST_FLAGS) on file $1 and sets $fast to its URL.
+start_fast() {
+  # shellcheck disable=SC2086 # FAST_FLAGS is a list of flags
+  start fast "${FAST_ENV:-BMOE_UNUSED=}" "$1" ${FAST_FLAGS---no-batch-invariant}
+  fast=$url
+}
+
 # Starts both servers (stopping any running), the invariant one on file $1
 # and the fast one on $2, the one named $3 (invariant or fast) first, and
 # warms each up.
@@ -107,17 +120,13 @@ start_both() {
       echo 3 > /proc/sys/vm/drop_caches
     fi
   fi
-  local which
-  for which in $([ "$3" = invariant ] && echo invariant fast || echo fast invariant); do
-    if [ "$which" = invariant ]; then
-      start invariant "${INVARIANT_ENV:-BMOE_UNUSED=}" "$1"
-      inv=$url
-    else
-      # shellcheck disable=SC2086 # FAST_FLAGS is a list of flags
-      start fast "${FAST_ENV:-BMOE_UNUSED=}" "$2" ${FAST_FLAGS---no-batch-invariant}
-      fast=$url
-    fi
-  done
+  if [ "$3" = invariant ]; then
+    start_invariant "$1"
+    start_fast "$2"
+  else
+    start_fast "$2"
+    start_invariant "$1"
+  fi
   for url in "$inv" "$fast"; do
     python3 scripts/serve-load.py "$url" 1 16 > /dev/null
     python3 scripts/serve-load.py "$url" 8 32 > /dev/null
